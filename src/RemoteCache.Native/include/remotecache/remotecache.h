@@ -1,0 +1,147 @@
+/*
+ * remotecache.h — the whole public API of libremotecache.
+ *
+ * A cache is a flat byte-addressable space [0, capacity) lent by one or more cache servers.
+ * Applications read and write it asynchronously through sessions; completions are collected
+ * by polling a per-session completion ring (no callbacks into the caller), so bindings such as
+ * .NET need neither reverse P/Invoke nor an allocation per operation.
+ *
+ * Ownership and threading rules
+ *  - Every function returns an rc_status (or a count where said). No C++ exception crosses
+ *    this header. On failure, rc_last_error() returns text for the calling thread.
+ *  - rc_cache_* and rc_server_* functions are thread-safe.
+ *  - A session belongs to one thread at a time: rc_read, rc_write, rc_flush, rc_poll, rc_wait
+ *    and rc_session_close on one session must not run concurrently. Use one session per
+ *    application thread; requests of a session keep program order.
+ *  - Buffers passed to rc_read / rc_write must stay valid and untouched until the operation's
+ *    completion has been returned by rc_poll / rc_wait.
+ *  - Close every session before closing its cache. Handles are invalid after close.
+ *
+ * Endpoints are strings: "tcp:HOST:PORT" or "shm:PATH" (PATH is a Unix socket path; a leading
+ * '@' selects the abstract namespace). A server started with port 0 reports the port it bound.
+ */
+#ifndef REMOTECACHE_REMOTECACHE_H
+#define REMOTECACHE_REMOTECACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define RC_API __attribute__((visibility("default")))
+#else
+#define RC_API
+#endif
+
+#define RC_API_VERSION 1
+
+/* Status codes. Zero is success; errors are negative and stable (bindings map them). */
+typedef enum rc_status {
+  RC_OK = 0,
+  RC_E_INVALID_ARGUMENT = -1, /* a null handle, a bad option, a malformed endpoint */
+  RC_E_OUT_OF_RANGE = -2,     /* [address, address + length) leaves the cache */
+  RC_E_DISCONNECTED = -3,     /* the server holding the range is gone */
+  RC_E_AUTH = -4,             /* the server refused the cache id / token */
+  RC_E_NO_MEMORY = -5,        /* the server cannot lend that much memory */
+  RC_E_BUSY = -6,             /* the session has session_capacity operations outstanding: poll, retry */
+  RC_E_TIMEOUT = -7,          /* an operation or connect exceeded its deadline */
+  RC_E_PROTOCOL = -8,         /* the peer sent something that does not parse */
+  RC_E_CLOSED = -9,           /* the handle is being closed */
+  RC_E_UNSUPPORTED = -10,     /* the transport or option is not available here */
+  RC_E_INTERNAL = -11         /* a bug or a system-call failure; see rc_last_error */
+} rc_status;
+
+/* The data-path configuration (Redy §5): chosen at open, changeable at run time. */
+typedef struct rc_config {
+  uint32_t client_threads; /* c: client threads; 0 = the application thread does the client work */
+  uint32_t server_threads; /* s: server threads polling this cache's connections; 0 = one-sided only */
+  uint32_t batch_size;     /* b: requests per batch, 1..256 (a batch is also capped at 4 KiB) */
+  uint32_t queue_depth;    /* q: messages in flight per connection, 1..64 */
+} rc_config;
+
+typedef struct rc_cache_options {
+  uint64_t cache_id;           /* names the cache on its servers; connections with the same id share it */
+  const char* token;           /* secret fixed by the first connection; later ones must present it */
+  uint32_t regions_per_server; /* regions requested from each server (region size is the server's) */
+  rc_config config;
+  uint32_t session_capacity;   /* max operations outstanding per session; 0 = 1024 */
+  uint32_t op_timeout_ms;      /* an operation older than this fails with RC_E_TIMEOUT; 0 = 10000 */
+  uint32_t connect_timeout_ms; /* 0 = 5000 */
+} rc_cache_options;
+
+/* A completed operation. status is an rc_status. */
+typedef struct rc_completion {
+  uint64_t tag;   /* the caller's tag given at rc_read / rc_write */
+  int32_t status;
+  uint32_t reserved;
+} rc_completion;
+
+typedef struct rc_cache rc_cache;
+typedef struct rc_session rc_session;
+typedef struct rc_server rc_server;
+
+/* Text of the last error on the calling thread; valid until the next call on that thread. */
+RC_API const char* rc_last_error(void);
+/* Stable name of a status code ("RC_E_OUT_OF_RANGE", ...). */
+RC_API const char* rc_status_name(int32_t status);
+
+/* ---- cache ---------------------------------------------------------------------------- */
+
+/* Connects to every endpoint and maps [0, capacity) onto their regions in endpoint order. */
+RC_API rc_status rc_cache_open(const char* const* endpoints, size_t endpoint_count,
+                               const rc_cache_options* options, rc_cache** out_cache);
+RC_API uint64_t rc_cache_capacity(const rc_cache* cache);
+RC_API rc_status rc_cache_get_config(const rc_cache* cache, rc_config* out_config);
+/* Applies a new (c, s, b, q). Operations already submitted complete in order and no data is lost;
+ * sessions move to the new client threads at their next submission. */
+RC_API rc_status rc_cache_reconfigure(rc_cache* cache, const rc_config* config);
+/* Fails with RC_E_INVALID_ARGUMENT while sessions are open. */
+RC_API rc_status rc_cache_close(rc_cache* cache);
+
+/* ---- sessions ------------------------------------------------------------------------- */
+
+RC_API rc_status rc_session_open(rc_cache* cache, rc_session** out_session);
+/* Starts a read of [address, address + length) into dst. RC_OK means submitted: the result comes
+ * as a completion with the same tag. A synchronous error means nothing was submitted. */
+RC_API rc_status rc_read(rc_session* session, uint64_t address, void* dst, uint64_t length, uint64_t tag);
+RC_API rc_status rc_write(rc_session* session, uint64_t address, const void* src, uint64_t length,
+                          uint64_t tag);
+/* Sends a partly filled batch now instead of waiting for it to fill. */
+RC_API rc_status rc_flush(rc_session* session);
+/* Copies up to max finished completions into out; returns how many (>= 0) or a negative rc_status.
+ * Flushes partly filled batches first. Never blocks. */
+RC_API int32_t rc_poll(rc_session* session, rc_completion* out, uint32_t max);
+/* Like rc_poll but waits up to timeout_ms (-1 = until at least one completion or nothing is
+ * outstanding) for at least one completion. Returns 0 on timeout or when nothing is outstanding. */
+RC_API int32_t rc_wait(rc_session* session, rc_completion* out, uint32_t max, int32_t timeout_ms);
+/* Operations submitted and not yet returned by rc_poll / rc_wait. */
+RC_API uint32_t rc_session_outstanding(const rc_session* session);
+/* Waits for outstanding operations (discarding their completions), then frees the session. */
+RC_API rc_status rc_session_close(rc_session* session);
+
+/* ---- embedded server (tests, single-host use) ------------------------------------------ */
+
+typedef struct rc_server_options {
+  const char* const* listen; /* endpoints to listen on */
+  size_t listen_count;
+  uint64_t region_size;      /* bytes per region; 0 = 1 GiB */
+  uint64_t memory_limit;     /* bytes the server may lend in all; 0 = 4 GiB */
+  uint32_t max_threads;      /* server threads at most; 0 = hardware threads */
+} rc_server_options;
+
+RC_API rc_status rc_server_start(const rc_server_options* options, rc_server** out_server);
+/* The i-th listening endpoint as bound (a port of 0 resolved); NULL past the end. */
+RC_API const char* rc_server_endpoint(const rc_server* server, size_t index);
+/* Bytes currently lent to caches. */
+RC_API uint64_t rc_server_memory_in_use(const rc_server* server);
+/* Closes every connection (clients see RC_E_DISCONNECTED) and frees the server. */
+RC_API rc_status rc_server_stop(rc_server* server);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* REMOTECACHE_REMOTECACHE_H */

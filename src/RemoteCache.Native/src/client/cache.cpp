@@ -1,0 +1,277 @@
+#include "client/cache.h"
+
+#include <poll.h>
+#include <sched.h>
+
+#include <cstring>
+
+#include "common/clock.h"
+#include "common/log.h"
+
+namespace rc::client {
+namespace {
+constexpr uint64_t kSpinNs = 30'000;
+constexpr uint64_t kYieldNs = 100'000;
+constexpr std::size_t kInboxOps = 4096;
+constexpr uint32_t kMaxClientThreads = 64;
+constexpr uint32_t kMaxServerThreads = 256;
+constexpr uint32_t kMaxDepth = 64;
+}  // namespace
+
+// ---- Worker -----------------------------------------------------------------------------------
+
+Worker::Worker(Cache& cache, std::vector<std::unique_ptr<Channel>> channels)
+    : cache_(cache), channels_(std::move(channels)), inbox_(kInboxOps), thread_([this] { run(); }) {}
+
+Worker::~Worker() {
+  stop_.store(true);
+  wake_.signal();
+  thread_.join();
+}
+
+void Worker::push(const Op& op) {
+  while (!inbox_.try_push(op)) sched_yield();  // the client thread is draining it
+  wake_if_sleeping(sleeping_, wake_);
+}
+
+bool Worker::step(const Knobs& k) {
+  std::size_t n = 0;
+  Op op{};
+  while (n < 256 && inbox_.try_pop(op)) {
+    channels_[op.server]->submit(op, k);
+    ++n;
+  }
+  // Nothing else is coming: partly filled batches go out as soon as a slot is free.
+  if (inbox_.empty_hint())
+    for (auto& ch : channels_) ch->flush(k);
+  for (auto& ch : channels_) n += ch->progress(k);
+  return n > 0;
+}
+
+void Worker::run() {
+  uint64_t idle_since = now_ns();
+  for (;;) {
+    const Knobs k = cache_.knobs();
+    if (step(k)) {
+      idle_since = now_ns();
+      continue;
+    }
+    if (stop_.load(std::memory_order_acquire)) {
+      bool idle = inbox_.empty_hint();
+      for (auto& ch : channels_) idle = idle && (ch->idle() || ch->broken() != RC_OK);
+      if (idle) return;
+    }
+    const uint64_t idle_ns = now_ns() - idle_since;
+    if (idle_ns < kSpinNs) {
+      cpu_relax();
+    } else if (idle_ns < kSpinNs + kYieldNs) {
+      sched_yield();
+    } else {
+      sleep(k);
+      idle_since = now_ns();
+    }
+  }
+}
+
+void Worker::sleep(const Knobs& k) {
+  sleeping_.store(1, std::memory_order_seq_cst);
+  for (auto& ch : channels_) ch->link().arm_wait();
+  bool busy = !inbox_.empty_hint() || step(k) || stop_.load();
+  bool in_flight = false;
+  for (auto& ch : channels_) in_flight = in_flight || !ch->idle();
+  if (!busy) {
+    std::vector<int> raw{wake_.fd()};
+    for (auto& ch : channels_) ch->link().wait_fds(raw);
+    std::vector<pollfd> fds;
+    for (int fd : raw) fds.push_back(pollfd{fd, POLLIN, 0});
+    // While work is in flight wake up regularly so that deadlines and liveness are checked.
+    ::poll(fds.data(), fds.size(), in_flight ? 1 : 100);
+  }
+  sleeping_.store(0, std::memory_order_relaxed);
+  wake_.drain();
+  for (auto& ch : channels_) ch->link().disarm_wait();
+}
+
+// ---- Cache ------------------------------------------------------------------------------------
+
+Status Cache::validate(const rc_config& c) {
+  if (c.client_threads > kMaxClientThreads) return fail(RC_E_INVALID_ARGUMENT, "client_threads must be 0..64");
+  if (c.server_threads > kMaxServerThreads) return fail(RC_E_INVALID_ARGUMENT, "server_threads must be 0..256");
+  if (c.batch_size < 1 || c.batch_size > wire::kMaxBatchEntries)
+    return fail(RC_E_INVALID_ARGUMENT, "batch_size must be 1..256");
+  if (c.queue_depth < 1 || c.queue_depth > kMaxDepth) return fail(RC_E_INVALID_ARGUMENT, "queue_depth must be 1..64");
+  return RC_OK;
+}
+
+std::unique_ptr<Cache> Cache::open(const std::vector<std::string>& endpoints, const rc_cache_options& options,
+                                   Status& status) {
+  status = validate(options.config);
+  if (status != RC_OK) return nullptr;
+  if (endpoints.empty() || endpoints.size() > 1024) {
+    status = fail(RC_E_INVALID_ARGUMENT, "a cache needs 1..1024 endpoints");
+    return nullptr;
+  }
+  if (options.regions_per_server == 0) {
+    status = fail(RC_E_INVALID_ARGUMENT, "regions_per_server must be at least 1");
+    return nullptr;
+  }
+  std::unique_ptr<Cache> cache(new Cache());
+  cache->options_ = options;
+  cache->token_ = options.token != nullptr ? options.token : "";
+  if (cache->token_.size() > wire::kTokenMax) {
+    status = fail(RC_E_INVALID_ARGUMENT, "token longer than 64 bytes");
+    return nullptr;
+  }
+  cache->options_.token = nullptr;
+  if (cache->options_.op_timeout_ms == 0) cache->options_.op_timeout_ms = 10000;
+  if (cache->options_.connect_timeout_ms == 0) cache->options_.connect_timeout_ms = 5000;
+  cache->timeout_ns_ = uint64_t{cache->options_.op_timeout_ms} * 1'000'000;
+  for (const auto& text : endpoints) {
+    auto ep = parse_endpoint(text);
+    if (!ep) {
+      status = RC_E_INVALID_ARGUMENT;
+      return nullptr;
+    }
+    cache->endpoints_.push_back(*ep);
+  }
+  const rc_config& c = options.config;
+  cache->c_ = c.client_threads;
+  cache->s_ = c.server_threads;
+  cache->b_ = c.batch_size;
+  cache->q_ = c.queue_depth;
+
+  // The control connections create the cache on each server and keep it alive while data
+  // connections come and go with reconfigurations.
+  status = cache->connect_links(c.server_threads, cache->control_);
+  if (status != RC_OK) return nullptr;
+  cache->control_seq_.assign(cache->control_.size(), 0);
+  for (std::size_t i = 0; i < cache->control_.size(); ++i) {
+    const auto& reply = cache->control_[i]->reply();
+    if (reply.region_count != options.regions_per_server) {
+      status = fail(RC_E_PROTOCOL, "server granted a different region count");
+      return nullptr;
+    }
+    cache->table_.add_server(static_cast<uint16_t>(i), reply.region_count, reply.region_size);
+  }
+  if (c.client_threads > 0) {
+    status = cache->make_workers(c.client_threads, cache->workers_);
+    if (status != RC_OK) return nullptr;
+  }
+  status = RC_OK;
+  return cache;
+}
+
+Cache::~Cache() {
+  workers_.reset();
+  control_.clear();
+}
+
+rc_config Cache::config() const {
+  return rc_config{c_.load(), s_.load(), b_.load(), q_.load()};
+}
+
+Knobs Cache::knobs() const {
+  Knobs k;
+  k.batch = b_.load(std::memory_order_relaxed);
+  k.depth = q_.load(std::memory_order_relaxed);
+  k.prefer_one_sided = s_.load(std::memory_order_relaxed) == 0 || k.batch == 1;
+  k.timeout_ns = timeout_ns_;
+  return k;
+}
+
+Status Cache::connect_all(uint32_t server_threads, std::vector<std::unique_ptr<Channel>>& out) {
+  std::vector<std::unique_ptr<transport::ClientConnection>> links;
+  if (const Status st = connect_links(server_threads, links); st != RC_OK) return st;
+  for (auto& link : links) out.push_back(std::make_unique<Channel>(std::move(link)));
+  return RC_OK;
+}
+
+Status Cache::connect_links(uint32_t server_threads, std::vector<std::unique_ptr<transport::ClientConnection>>& out) {
+  transport::ConnectParams params;
+  params.timeout_ms = options_.connect_timeout_ms;
+  params.request.cache_id = options_.cache_id;
+  params.request.regions = options_.regions_per_server;
+  params.request.server_threads = server_threads;
+  params.request.token_length = static_cast<uint32_t>(token_.size());
+  std::memcpy(params.request.token, token_.data(), token_.size());
+  for (const auto& ep : endpoints_) {
+    Status st = RC_OK;
+    auto link = transport::connect(ep, params, st);
+    if (!link) return st;
+    out.push_back(std::move(link));
+  }
+  return RC_OK;
+}
+
+Status Cache::make_workers(uint32_t count, std::shared_ptr<WorkerSet>& out) {
+  // New data connections are made before the old ones close, so the server keeps the regions.
+  auto set = std::make_shared<WorkerSet>();
+  for (uint32_t i = 0; i < count; ++i) {
+    std::vector<std::unique_ptr<Channel>> channels;
+    const Status st = connect_all(s_.load(), channels);
+    if (st != RC_OK) return st;
+    set->workers.push_back(std::make_unique<Worker>(*this, std::move(channels)));
+  }
+  out = std::move(set);
+  return RC_OK;
+}
+
+// Tells every server the new s through a one-entry control batch on the control connection.
+Status Cache::set_server_threads(uint32_t s) {
+  for (std::size_t i = 0; i < control_.size(); ++i) {
+    transport::ClientConnection& link = *control_[i];
+    const uint64_t seq = ++control_seq_[i];
+    std::byte buffer[sizeof(wire::FrameHeader) + sizeof(wire::RequestEntry)];
+    wire::BatchWriter writer(buffer);
+    writer.add(wire::Op::SetServerThreads, 0, s, 0, nullptr);
+    const auto frame = writer.finish(seq);
+    const uint64_t deadline = now_ns() + timeout_ns_;
+    Status st = RC_E_BUSY;
+    while ((st = link.send_frame(frame)) == RC_E_BUSY && now_ns() < deadline) cpu_relax();
+    if (st != RC_OK) return fail(st == RC_E_BUSY ? RC_E_TIMEOUT : st, "cannot reach a server to change s");
+    std::span<const std::byte> response;
+    while ((st = link.poll_response(response)) == RC_E_BUSY && now_ns() < deadline) cpu_relax();
+    if (st != RC_OK) return fail(st == RC_E_BUSY ? RC_E_TIMEOUT : st, "no answer from a server to the new s");
+    const auto h = wire::read_header(response.data());
+    const bool ok = wire::header_ok(h, wire::Kind::Response, response.size()) && h.seq == seq &&
+                    (h.flags & wire::kFlagAllOk) != 0;
+    link.release_response();
+    if (!ok) return fail(RC_E_PROTOCOL, "a server answered the new s with an error");
+  }
+  return RC_OK;
+}
+
+Status Cache::reconfigure(const rc_config& config) {
+  if (const Status st = validate(config); st != RC_OK) return st;
+  std::lock_guard lock(mutex_);
+  if (config.server_threads != s_.load()) {
+    if (const Status st = set_server_threads(config.server_threads); st != RC_OK) return st;
+  }
+  if (config.client_threads != c_.load()) {
+    std::shared_ptr<WorkerSet> fresh;
+    s_ = config.server_threads;
+    if (config.client_threads > 0) {
+      if (const Status st = make_workers(config.client_threads, fresh); st != RC_OK) return st;
+    }
+    workers_ = std::move(fresh);
+    c_ = config.client_threads;
+    epoch_.fetch_add(1, std::memory_order_acq_rel);
+  }
+  s_ = config.server_threads;
+  b_ = config.batch_size;
+  q_ = config.queue_depth;
+  return RC_OK;
+}
+
+Status Cache::bind(uint64_t& epoch, std::vector<std::unique_ptr<Channel>>& channels,
+                   std::shared_ptr<WorkerSet>& workers, Worker*& worker) {
+  std::lock_guard lock(mutex_);
+  epoch = epoch_.load();
+  if (c_.load() == 0) return connect_all(s_.load(), channels);
+  workers = workers_;
+  const uint32_t n = workers->next.fetch_add(1);
+  worker = workers->workers[n % workers->workers.size()].get();
+  return RC_OK;
+}
+
+}  // namespace rc::client

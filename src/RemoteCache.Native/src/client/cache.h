@@ -1,0 +1,95 @@
+// The client's view of one cache: its servers, region table, configuration and client threads.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <remotecache/remotecache.h>
+
+#include "client/channel.h"
+#include "client/op.h"
+#include "client/region_table.h"
+#include "common/endpoint.h"
+#include "common/mpsc_queue.h"
+#include "common/notifier.h"
+
+namespace rc::client {
+
+class Cache;
+
+// A client thread: drains its sessions' ring into its channels (one per server), sends batches
+// when full or when the ring runs dry, and reaps responses. Backs off to sleep when idle.
+class Worker {
+ public:
+  Worker(Cache& cache, std::vector<std::unique_ptr<Channel>> channels);
+  ~Worker();
+  void push(const Op& op);  // from any session thread
+
+ private:
+  void run();
+  bool step(const Knobs& k);
+  void sleep(const Knobs& k);
+
+  Cache& cache_;
+  std::vector<std::unique_ptr<Channel>> channels_;
+  MpscQueue<Op> inbox_;
+  std::atomic<uint32_t> sleeping_{0};
+  EventFd wake_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// The client threads of one configuration; sessions hold it until they move on.
+class WorkerSet {
+ public:
+  std::vector<std::unique_ptr<Worker>> workers;
+  std::atomic<uint32_t> next{0};
+};
+
+class Cache {
+ public:
+  static std::unique_ptr<Cache> open(const std::vector<std::string>& endpoints, const rc_cache_options& options,
+                                     Status& status);
+  ~Cache();
+
+  uint64_t capacity() const { return table_.capacity(); }
+  uint32_t session_capacity() const { return options_.session_capacity == 0 ? 1024 : options_.session_capacity; }
+  const RegionTable& table() const { return table_; }
+  rc_config config() const;
+  Knobs knobs() const;
+  Status reconfigure(const rc_config& config);
+
+  // Configuration epoch (bumped when c changes) and what a session binds to for it.
+  uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
+  Status bind(uint64_t& epoch, std::vector<std::unique_ptr<Channel>>& channels,
+              std::shared_ptr<WorkerSet>& workers, Worker*& worker);
+
+  std::atomic<uint32_t> sessions{0};
+
+ private:
+  Cache() = default;
+  Status connect_links(uint32_t server_threads, std::vector<std::unique_ptr<transport::ClientConnection>>& out);
+  Status connect_all(uint32_t server_threads, std::vector<std::unique_ptr<Channel>>& out);
+  Status make_workers(uint32_t count, std::shared_ptr<WorkerSet>& out);
+  Status set_server_threads(uint32_t s);
+  static Status validate(const rc_config& config);
+
+  std::vector<Endpoint> endpoints_;
+  rc_cache_options options_{};
+  std::string token_;
+  RegionTable table_;
+  std::vector<std::unique_ptr<transport::ClientConnection>> control_;  // one per server
+  std::vector<uint64_t> control_seq_;
+
+  mutable std::mutex mutex_;  // reconfiguration and binding
+  std::atomic<uint32_t> c_{0}, s_{0}, b_{1}, q_{1};
+  std::atomic<uint64_t> epoch_{1};
+  std::shared_ptr<WorkerSet> workers_;
+  uint64_t timeout_ns_ = 0;
+};
+
+}  // namespace rc::client

@@ -1,0 +1,62 @@
+// Maps a cache's flat address space [0, capacity) onto (server, region, offset): regions are laid
+// end to end in server order, then region order (Redy §3.3's region table).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace rc::client {
+
+struct RegionSlice {
+  uint16_t server;    // index into the cache's servers
+  uint16_t region;    // region index on that server
+  uint64_t offset;    // within the region
+  uint32_t length;    // bytes of this slice
+  uint64_t buffer_offset;  // where the slice sits in the caller's buffer
+};
+
+class RegionTable {
+ public:
+  // Appends `count` regions of `region_size` bytes held by `server`.
+  void add_server(uint16_t server, uint32_t count, uint64_t region_size);
+
+  uint64_t capacity() const { return capacity_; }
+  std::size_t region_count() const { return regions_.size(); }
+
+  // Whether [address, address + length) lies inside the cache (overflow-safe).
+  bool contains(uint64_t address, uint64_t length) const {
+    return address <= capacity_ && length <= capacity_ - address;
+  }
+
+  // Cuts [address, address + length) at region boundaries and every `max_slice` bytes, calling
+  // `fn(const RegionSlice&)` in address order. The range must satisfy contains().
+  template <typename Fn>
+  void split(uint64_t address, uint64_t length, uint32_t max_slice, Fn&& fn) const {
+    uint64_t done = 0;
+    std::size_t i = find(address);
+    while (done < length) {
+      const Entry& e = regions_[i];
+      const uint64_t offset = address + done - e.start;
+      uint64_t n = e.size - offset;
+      if (n > length - done) n = length - done;
+      if (n > max_slice) n = max_slice;
+      fn(RegionSlice{e.server, e.region, offset, static_cast<uint32_t>(n), done});
+      done += n;
+      if (offset + n == e.size) ++i;
+    }
+  }
+
+ private:
+  struct Entry {
+    uint64_t start;
+    uint64_t size;
+    uint16_t server;
+    uint16_t region;
+  };
+  std::size_t find(uint64_t address) const;
+
+  std::vector<Entry> regions_;
+  uint64_t capacity_ = 0;
+};
+
+}  // namespace rc::client

@@ -1,0 +1,191 @@
+#include "client/session.h"
+
+#include <poll.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <string>
+
+#include "client/cache.h"
+#include "common/clock.h"
+
+namespace rc::client {
+namespace {
+constexpr uint64_t kSpinNs = 20'000;  // poll this long before blocking in rc_wait
+constexpr int kMaxBlockMs = 10;       // block at most this long between liveness checks
+}  // namespace
+
+void complete(const Op& op, Status status) { op.session->on_complete(op.slot, status); }
+
+Session::Session(Cache& cache, uint32_t capacity)
+    : cache_(cache), capacity_(capacity), requests_(capacity), completions_(capacity) {
+  free_slots_.reserve(capacity);
+  for (uint32_t i = capacity; i > 0; --i) free_slots_.push_back(i - 1);
+}
+
+Session::~Session() = default;
+
+Status Session::open() { return bind(); }
+
+Status Session::bind() { return cache_.bind(epoch_, channels_, workers_, worker_); }
+
+Status Session::read(uint64_t address, void* dst, uint64_t length, uint64_t tag) {
+  return submit(wire::Op::Read, address, dst, length, tag);
+}
+
+Status Session::write(uint64_t address, const void* src, uint64_t length, uint64_t tag) {
+  return submit(wire::Op::Write, address, const_cast<void*>(src), length, tag);
+}
+
+Status Session::submit(wire::Op kind, uint64_t address, void* buffer, uint64_t length, uint64_t tag) {
+  if (length > 0 && buffer == nullptr) return fail(RC_E_INVALID_ARGUMENT, "null buffer");
+  const RegionTable& table = cache_.table();
+  if (!table.contains(address, length))
+    return fail(RC_E_OUT_OF_RANGE, "[" + std::to_string(address) + ", +" + std::to_string(length) +
+                                       ") is outside the cache's " + std::to_string(table.capacity()) + " bytes");
+  if (free_slots_.empty())
+    return fail(RC_E_BUSY, "the session has " + std::to_string(capacity_) + " operations outstanding");
+  if (const Status st = rebind_if_needed(); st != RC_OK) return st;
+
+  const uint32_t slot = free_slots_.back();
+  free_slots_.pop_back();
+  uint32_t slices = 0;
+  table.split(address, length, wire::kMaxChunk, [&](const RegionSlice&) { ++slices; });
+  requests_[slot] = Request{tag, slices == 0 ? 1 : slices, RC_OK};
+  ++submitted_;
+  if (slices == 0) {
+    on_complete(slot, RC_OK);
+    return RC_OK;
+  }
+  const Knobs k = cache_.knobs();
+  auto* bytes = static_cast<std::byte*>(buffer);
+  table.split(address, length, wire::kMaxChunk, [&](const RegionSlice& s) {
+    const Op op{this, bytes + s.buffer_offset, s.offset, s.length, slot, s.server, s.region,
+                static_cast<uint8_t>(kind)};
+    if (worker_ != nullptr) {
+      worker_->push(op);
+    } else {
+      channels_[s.server]->submit(op, k);
+    }
+  });
+  return RC_OK;
+}
+
+void Session::on_complete(uint32_t slot, Status status) {
+  Request& r = requests_[slot];
+  if (status != RC_OK && r.status == RC_OK) r.status = status;
+  if (--r.remaining != 0) return;
+  completions_.try_push(slot);  // cannot fail: it holds as many entries as there are slots
+  completed_.fetch_add(1, std::memory_order_release);
+  if (worker_ != nullptr) wake_if_sleeping(sleeping_, wake_);
+}
+
+void Session::drive(const Knobs& k) {
+  for (auto& ch : channels_) {
+    ch->flush(k);
+    ch->progress(k);
+  }
+}
+
+Status Session::flush() {
+  drive(cache_.knobs());
+  return RC_OK;
+}
+
+int32_t Session::poll(rc_completion* out, uint32_t max) {
+  if (!channels_.empty()) drive(cache_.knobs());
+  uint32_t slots[64];
+  uint32_t total = 0;
+  while (total < max) {
+    const std::size_t n = completions_.pop_many(slots, std::min<std::size_t>(64, max - total));
+    if (n == 0) break;
+    for (std::size_t i = 0; i < n; ++i) {
+      const Request& r = requests_[slots[i]];
+      out[total++] = rc_completion{r.tag, r.status, 0};
+      free_slots_.push_back(slots[i]);
+    }
+  }
+  return static_cast<int32_t>(total);
+}
+
+int32_t Session::wait(rc_completion* out, uint32_t max, int32_t timeout_ms) {
+  const uint64_t start = now_ns();
+  const uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : start + uint64_t(timeout_ms) * 1'000'000;
+  std::vector<pollfd> fds;
+  std::vector<int> raw;
+  for (;;) {
+    const int32_t n = poll(out, max);
+    if (n != 0 || outstanding() == 0) return n;
+    const uint64_t now = now_ns();
+    if (now >= deadline) return 0;
+    if (now - start < kSpinNs) {
+      cpu_relax();
+      continue;
+    }
+    // Block until the data path signals: our channels' fds (c = 0) or our eventfd (c > 0).
+    raw.clear();
+    if (worker_ != nullptr) {
+      sleeping_.store(1, std::memory_order_seq_cst);
+      raw.push_back(wake_.fd());
+    } else {
+      for (auto& ch : channels_) {
+        ch->link().arm_wait();
+        ch->link().wait_fds(raw);
+      }
+    }
+    const int32_t again = poll(out, max);
+    if (again == 0) {
+      fds.clear();
+      for (int fd : raw) fds.push_back(pollfd{fd, POLLIN, 0});
+      const uint64_t left_ms = deadline == UINT64_MAX ? kMaxBlockMs : (deadline - now_ns()) / 1'000'000 + 1;
+      ::poll(fds.data(), fds.size(), static_cast<int>(std::min<uint64_t>(left_ms, kMaxBlockMs)));
+    }
+    if (worker_ != nullptr) {
+      sleeping_.store(0, std::memory_order_relaxed);
+      wake_.drain();
+    } else {
+      for (auto& ch : channels_) ch->link().disarm_wait();
+    }
+    if (again != 0) return again;
+  }
+}
+
+bool Session::in_flight() const { return submitted_ != completed_.load(std::memory_order_acquire); }
+
+// Drives this session's own channels (c = 0) or waits for its client thread until every request
+// handed to the data path has completed (their completions stay queued for rc_poll).
+void Session::wait_idle(int timeout_ms) {
+  const uint64_t deadline = now_ns() + uint64_t(timeout_ms) * 1'000'000;
+  while (in_flight() && now_ns() < deadline) {
+    if (!channels_.empty()) {
+      drive(cache_.knobs());
+    } else {
+      sched_yield();
+    }
+  }
+}
+
+Status Session::rebind_if_needed() {
+  if (cache_.epoch() == epoch_) return RC_OK;
+  // Everything already submitted must finish on the old path first, or a later request could
+  // overtake it on the new one.
+  wait_idle(INT32_MAX / 2);
+  channels_.clear();
+  workers_.reset();
+  worker_ = nullptr;
+  return bind();
+}
+
+Status Session::close() {
+  // Operations time out on their own (op_timeout_ms), so this wait ends even on a dead server.
+  wait_idle(INT32_MAX / 2);
+  uint32_t discarded[64];
+  while (completions_.pop_many(discarded, 64) > 0) {
+  }
+  channels_.clear();
+  workers_.reset();
+  worker_ = nullptr;
+  return RC_OK;
+}
+
+}  // namespace rc::client

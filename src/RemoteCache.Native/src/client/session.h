@@ -1,0 +1,76 @@
+// A session is one application thread's handle (Redy §4.2): it splits requests into slices, keeps
+// their program order, and collects their completions in a ring the thread polls.
+//
+// Two modes, chosen by c: with c = 0 the session owns one channel per server and the application
+// thread does the client work itself inside rc_read/rc_write/rc_poll (no hand-off, which is what
+// fits a 2-core machine); with c > 0 slices go through a lock-free ring to one client thread.
+// After a reconfiguration that changes c, a session moves to the new mode at its next submission,
+// once its own in-flight work has completed, so no request can overtake an earlier one.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include <remotecache/remotecache.h>
+
+#include "client/channel.h"
+#include "client/op.h"
+#include "common/mpsc_queue.h"
+#include "common/notifier.h"
+
+namespace rc::client {
+
+class Cache;
+class Worker;
+class WorkerSet;
+
+class Session {
+ public:
+  Session(Cache& cache, uint32_t capacity);
+  ~Session();
+
+  Status open();  // binds to the cache's current mode (may connect)
+  Status read(uint64_t address, void* dst, uint64_t length, uint64_t tag);
+  Status write(uint64_t address, const void* src, uint64_t length, uint64_t tag);
+  Status flush();
+  int32_t poll(rc_completion* out, uint32_t max);
+  int32_t wait(rc_completion* out, uint32_t max, int32_t timeout_ms);
+  uint32_t outstanding() const { return capacity_ - static_cast<uint32_t>(free_slots_.size()); }
+  Status close();
+
+  // Called by whoever does the client work (this thread or a client thread).
+  void on_complete(uint32_t slot, Status status);
+
+ private:
+  struct Request {
+    uint64_t tag;
+    uint32_t remaining;
+    int32_t status;
+  };
+
+  Status submit(wire::Op kind, uint64_t address, void* buffer, uint64_t length, uint64_t tag);
+  Status rebind_if_needed();
+  Status bind();
+  void drive(const Knobs& k);
+  bool in_flight() const;
+  void wait_idle(int timeout_ms);
+
+  Cache& cache_;
+  const uint32_t capacity_;
+  std::vector<Request> requests_;
+  std::vector<uint32_t> free_slots_;  // touched by the owning thread only
+  SpscQueue<uint32_t> completions_;   // finished slots
+  uint64_t submitted_ = 0;            // requests handed to the data path
+  std::atomic<uint64_t> completed_{0};
+
+  uint64_t epoch_ = 0;  // of the cache configuration this session is bound to
+  std::vector<std::unique_ptr<Channel>> channels_;  // c = 0
+  std::shared_ptr<WorkerSet> workers_;              // c > 0
+  Worker* worker_ = nullptr;
+
+  std::atomic<uint32_t> sleeping_{0};
+  EventFd wake_;
+};
+
+}  // namespace rc::client

@@ -1,0 +1,44 @@
+// The cache server: listeners admit connections into the registry; server threads poll the
+// connections of the caches placed on them and execute their batches in order.
+//
+// Placement follows each cache's s: connection j of a cache runs on pool thread
+// (cache.thread_base + j mod s) mod pool size. With s = 0 its connections go to the event-driven
+// housekeeping thread, which never spins: it only wakes for a doorbell or a hang-up, so one-sided
+// clients cost no server CPU, and a straggling batch is still served.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace rc::server {
+
+struct ServerOptions {
+  std::vector<std::string> listen;
+  uint64_t region_size = 1ull << 30;
+  uint64_t memory_limit = 4ull << 30;
+  uint32_t max_threads = 0;  // 0 = hardware threads
+};
+
+class Server {
+ public:
+  static std::unique_ptr<Server> start(const ServerOptions& options, Status& status);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  const std::vector<std::string>& endpoints() const;
+  uint64_t memory_in_use() const;
+  void stop();
+
+  struct Impl;
+
+ private:
+  explicit Server(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rc::server

@@ -1,0 +1,442 @@
+#include "transport/shm/shm_transport.h"
+
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "common/log.h"
+#include "common/notifier.h"
+#include "transport/shm/shm_ring.h"
+#include "transport/socket_util.h"
+
+namespace rc::transport::shm {
+namespace {
+
+constexpr std::size_t kFixedFds = 3;  // segment, server doorbell, client doorbell
+constexpr std::size_t kMaxFds = 253;  // SCM_MAX_FD
+
+bool make_address(const std::string& path, sockaddr_un& addr, socklen_t& len) {
+  std::memset(&addr, 0, sizeof addr);
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path) return false;
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  if (path[0] == '@') addr.sun_path[0] = '\0';  // abstract namespace
+  len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + path.size() + (path[0] == '@' ? 0 : 1));
+  return true;
+}
+
+Status send_with_fds(int sock, std::span<const std::byte> data, std::span<const int> fds) {
+  iovec iov{const_cast<std::byte*>(data.data()), data.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  std::vector<char> control(CMSG_SPACE(sizeof(int) * fds.size()));
+  if (!fds.empty()) {
+    msg.msg_control = control.data();
+    msg.msg_controllen = control.size();
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  }
+  const ssize_t n = sendmsg(sock, &msg, MSG_NOSIGNAL);
+  if (n != static_cast<ssize_t>(data.size())) return fail(RC_E_DISCONNECTED, "shm handshake send failed");
+  return RC_OK;
+}
+
+// Receives one message and any fds riding with it (fds are returned owned).
+ssize_t recv_with_fds(int sock, std::byte* buf, std::size_t cap, std::vector<UniqueFd>& fds) {
+  iovec iov{buf, cap};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  std::vector<char> control(CMSG_SPACE(sizeof(int) * kMaxFds));
+  msg.msg_control = control.data();
+  msg.msg_controllen = control.size();
+  const ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+  if (n < 0) return n;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (std::size_t i = 0; i < count; ++i) {
+      int fd = -1;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+      fds.emplace_back(fd);
+    }
+  }
+  if ((msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) return -2;
+  return n;
+}
+
+Status peer_alive(int sock) {
+  char probe = 0;
+  const ssize_t n = recv(sock, &probe, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0) return RC_E_DISCONNECTED;
+  if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return RC_E_DISCONNECTED;
+  return RC_OK;
+}
+
+struct Mapping {
+  void* base = MAP_FAILED;
+  std::size_t size = 0;
+  Mapping() = default;
+  Mapping(void* b, std::size_t s) : base(b), size(s) {}
+  Mapping(Mapping&& o) noexcept : base(o.base), size(o.size) { o.base = MAP_FAILED; }
+  ~Mapping() {
+    if (base != MAP_FAILED) munmap(base, size);
+  }
+};
+
+// ---- client -----------------------------------------------------------------------------------
+
+class ShmClientConnection final : public ClientConnection {
+ public:
+  ShmClientConnection(UniqueFd sock, const wire::ConnectReply& reply, Mapping segment,
+                      std::vector<Mapping> regions, UniqueFd server_bell, UniqueFd client_bell)
+      : sock_(std::move(sock)),
+        reply_(reply),
+        segment_(std::move(segment)),
+        regions_(std::move(regions)),
+        server_bell_(server_bell.release()),
+        client_bell_(client_bell.release()),
+        header_(static_cast<SegmentHeader*>(segment_.base)),
+        requests_(header_->request_head, header_->request_tail, ring_base(0), kRingBytes),
+        responses_(header_->response_head, header_->response_tail, ring_base(1), kRingBytes) {}
+
+  const wire::ConnectReply& reply() const override { return reply_; }
+  bool one_sided() const override { return true; }
+  uint32_t max_inline() const override { return 0; }
+
+  Status post_read(uint64_t wr_id, uint16_t region, uint64_t offset, void* dst, uint32_t length) override {
+    std::byte* src = locate(region, offset, length);
+    if (src == nullptr) return fail(RC_E_OUT_OF_RANGE, "one-sided read outside the granted region");
+    std::memcpy(dst, src, length);
+    done_.push_back(WorkCompletion{wr_id, RC_OK});
+    return RC_OK;
+  }
+
+  Status post_write(uint64_t wr_id, uint16_t region, uint64_t offset, const void* src,
+                    uint32_t length) override {
+    std::byte* dst = locate(region, offset, length);
+    if (dst == nullptr) return fail(RC_E_OUT_OF_RANGE, "one-sided write outside the granted region");
+    std::memcpy(dst, src, length);
+    done_.push_back(WorkCompletion{wr_id, RC_OK});
+    return RC_OK;
+  }
+
+  std::size_t poll_completions(WorkCompletion* out, std::size_t max) override {
+    const std::size_t n = std::min(max, done_.size());
+    std::copy_n(done_.begin(), n, out);
+    done_.erase(done_.begin(), done_.begin() + static_cast<std::ptrdiff_t>(n));
+    return n;
+  }
+
+  Status send_frame(std::span<const std::byte> frame) override {
+    const Status st = requests_.write(frame);
+    if (st != RC_OK) return st;
+    wake_if_sleeping(header_->server_sleeping, server_bell_);
+    return RC_OK;
+  }
+
+  Status poll_response(std::span<const std::byte>& frame) override {
+    const Status st = responses_.peek(frame);
+    if (st == RC_E_PROTOCOL) return fail(RC_E_PROTOCOL, "shm response ring corrupted");
+    return st;
+  }
+
+  void release_response() override { responses_.release(); }
+
+  void arm_wait() override { header_->client_sleeping.store(1, std::memory_order_seq_cst); }
+  void disarm_wait() override {
+    header_->client_sleeping.store(0, std::memory_order_relaxed);
+    client_bell_.drain();
+  }
+  void wait_fds(std::vector<int>& fds) const override {
+    fds.push_back(client_bell_.fd());
+    fds.push_back(sock_.get());
+  }
+
+  Status check_alive() override { return peer_alive(sock_.get()); }
+
+ private:
+  std::byte* ring_base(int which) {
+    return static_cast<std::byte*>(segment_.base) + sizeof(SegmentHeader) + std::size_t(which) * kRingBytes;
+  }
+
+  std::byte* locate(uint16_t region, uint64_t offset, uint32_t length) const {
+    if (region >= regions_.size()) return nullptr;
+    const uint64_t size = regions_[region].size;
+    if (offset > size || length > size - offset) return nullptr;
+    return static_cast<std::byte*>(regions_[region].base) + offset;
+  }
+
+  UniqueFd sock_;
+  wire::ConnectReply reply_;
+  Mapping segment_;
+  std::vector<Mapping> regions_;
+  EventFd server_bell_;
+  EventFd client_bell_;
+  SegmentHeader* header_;
+  RingWriter requests_;
+  RingReader responses_;
+  std::vector<WorkCompletion> done_;
+};
+
+// ---- server -----------------------------------------------------------------------------------
+
+class ShmServerConnection final : public ServerConnection {
+ public:
+  ShmServerConnection(UniqueFd sock, Mapping segment, EventFd server_bell, EventFd client_bell)
+      : sock_(std::move(sock)),
+        segment_(std::move(segment)),
+        server_bell_(std::move(server_bell)),
+        client_bell_(std::move(client_bell)),
+        header_(static_cast<SegmentHeader*>(segment_.base)),
+        requests_(header_->request_head, header_->request_tail, ring_base(0), kRingBytes),
+        responses_(header_->response_head, header_->response_tail, ring_base(1), kRingBytes),
+        frame_(std::make_unique<std::byte[]>(wire::kMaxFrame)) {}
+
+  Status next_request(std::span<const std::byte>& frame) override {
+    if (!flush()) return RC_E_BUSY;
+    std::span<const std::byte> in_ring;
+    const Status st = requests_.peek(in_ring);
+    if (st != RC_OK) return st;
+    // Copy out of shared memory first: the client could rewrite a frame while it is parsed.
+    std::memcpy(frame_.get(), in_ring.data(), in_ring.size());
+    frame = {frame_.get(), in_ring.size()};
+    requests_.release();
+    return RC_OK;
+  }
+
+  Status send_response(std::span<const std::byte> frame) override {
+    if (outbox_.empty()) {
+      const Status st = responses_.write(frame);
+      if (st == RC_OK) {
+        wake_if_sleeping(header_->client_sleeping, client_bell_);
+        return RC_OK;
+      }
+      if (st != RC_E_BUSY) return st;
+    }
+    outbox_.emplace_back(frame.begin(), frame.end());
+    return RC_OK;
+  }
+
+  bool flush() override {
+    bool wrote = false;
+    while (!outbox_.empty()) {
+      const auto& f = outbox_.front();
+      if (responses_.write({f.data(), f.size()}) != RC_OK) break;
+      outbox_.erase(outbox_.begin());
+      wrote = true;
+    }
+    if (wrote) wake_if_sleeping(header_->client_sleeping, client_bell_);
+    return outbox_.empty();
+  }
+
+  bool needs_server_thread() const override { return false; }
+  Status check_alive() override { return peer_alive(sock_.get()); }
+  void arm_wait() override { header_->server_sleeping.store(1, std::memory_order_seq_cst); }
+  void disarm_wait() override {
+    header_->server_sleeping.store(0, std::memory_order_relaxed);
+    server_bell_.drain();
+  }
+  void wait_fds(std::vector<int>& fds) const override {
+    fds.push_back(server_bell_.fd());
+    fds.push_back(sock_.get());
+  }
+  std::string peer() const override { return "shm#" + std::to_string(sock_.get()); }
+
+ private:
+  std::byte* ring_base(int which) {
+    return static_cast<std::byte*>(segment_.base) + sizeof(SegmentHeader) + std::size_t(which) * kRingBytes;
+  }
+
+  UniqueFd sock_;
+  Mapping segment_;
+  EventFd server_bell_;
+  EventFd client_bell_;
+  SegmentHeader* header_;
+  RingReader requests_;
+  RingWriter responses_;
+  std::unique_ptr<std::byte[]> frame_;
+  std::vector<std::vector<std::byte>> outbox_;
+};
+
+class ShmListener final : public Listener {
+ public:
+  ShmListener(UniqueFd sock, std::string path) : sock_(std::move(sock)), path_(std::move(path)) {}
+  ~ShmListener() override {
+    if (!path_.empty() && path_[0] != '@') unlink(path_.c_str());
+  }
+
+  std::string endpoint() const override { return "shm:" + path_; }
+
+  std::unique_ptr<ServerConnection> accept(const Admit& admit, Status& status) override {
+    UniqueFd conn = accept_or_stop(sock_.get(), stop_, status);
+    if (!conn) return nullptr;
+    set_timeouts(conn.get(), 2000);
+    return handshake(std::move(conn), admit, status);
+  }
+
+  void shutdown() override { stop_.signal(); }
+
+ private:
+  std::unique_ptr<ServerConnection> handshake(UniqueFd conn, const Admit& admit, Status& status) {
+    std::byte buf[sizeof(wire::FrameHeader) + sizeof(wire::ConnectRequest)];
+    std::vector<UniqueFd> ignored;
+    const ssize_t n = recv_with_fds(conn.get(), buf, sizeof buf, ignored);
+    wire::ConnectRequest request{};
+    if (!decode_connect_request({buf, n > 0 ? std::size_t(n) : 0}, request)) {
+      RC_LOG_WARN("shm: refusing a connection whose first message is not a Connect");
+      status = RC_E_PROTOCOL;
+      return nullptr;
+    }
+    Grant grant = admit(request);
+    if (grant.status == RC_OK && grant.regions.size() + kFixedFds > kMaxFds) {
+      grant = Grant{RC_E_INVALID_ARGUMENT, "too many regions for one shm connection", {}, 0};
+    }
+    if (grant.status != RC_OK) {
+      const auto reply = encode_connect_reply(grant, {});
+      send_with_fds(conn.get(), reply, {});
+      status = grant.status;
+      return nullptr;
+    }
+    try {
+      UniqueFd seg_fd(memfd_create("remotecache-conn", MFD_CLOEXEC));
+      if (!seg_fd || ftruncate(seg_fd.get(), static_cast<off_t>(kSegmentBytes)) != 0)
+        throw std::system_error(errno, std::generic_category(), "memfd");
+      void* base = mmap(nullptr, kSegmentBytes, PROT_READ | PROT_WRITE, MAP_SHARED, seg_fd.get(), 0);
+      if (base == MAP_FAILED) throw std::system_error(errno, std::generic_category(), "mmap");
+      Mapping segment(base, kSegmentBytes);
+      auto* header = new (base) SegmentHeader();
+      header->ring_bytes = kRingBytes;
+      EventFd server_bell;
+      EventFd client_bell;
+
+      std::vector<wire::RegionDescriptor> descriptors;
+      std::vector<int> fds{seg_fd.get(), server_bell.fd(), client_bell.fd()};
+      for (std::size_t i = 0; i < grant.regions.size(); ++i) {
+        descriptors.push_back({0, kFixedFds + i});
+        fds.push_back(grant.regions[i].fd);
+      }
+      const auto reply = encode_connect_reply(grant, descriptors);
+      status = send_with_fds(conn.get(), reply, fds);
+      if (status != RC_OK) return nullptr;
+      set_timeouts(conn.get(), 0);
+      return std::make_unique<ShmServerConnection>(std::move(conn), std::move(segment), std::move(server_bell),
+                                                   std::move(client_bell));
+    } catch (const std::exception& e) {
+      RC_LOG_ERROR("shm: cannot set up a connection: %s", e.what());
+      status = RC_E_INTERNAL;
+      return nullptr;
+    }
+  }
+
+  UniqueFd sock_;
+  std::string path_;
+  EventFd stop_;
+};
+
+}  // namespace
+
+std::unique_ptr<ClientConnection> connect(const Endpoint& endpoint, const ConnectParams& params,
+                                          Status& status) {
+  sockaddr_un addr{};
+  socklen_t len = 0;
+  if (!make_address(endpoint.path, addr, len)) {
+    status = fail(RC_E_INVALID_ARGUMENT, "shm socket path too long");
+    return nullptr;
+  }
+  UniqueFd sock(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  if (!sock) {
+    status = fail(RC_E_INTERNAL, std::string("socket: ") + std::strerror(errno));
+    return nullptr;
+  }
+  set_timeouts(sock.get(), params.timeout_ms);
+  if (::connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+    status = fail(RC_E_DISCONNECTED, "cannot connect to " + endpoint.to_string() + ": " + std::strerror(errno));
+    return nullptr;
+  }
+  const auto request = encode_connect_request(params.request);
+  status = send_with_fds(sock.get(), request, {});
+  if (status != RC_OK) return nullptr;
+
+  std::vector<std::byte> buf(sizeof(wire::FrameHeader) + sizeof(wire::ConnectReply) +
+                             kMaxFds * sizeof(wire::RegionDescriptor));
+  std::vector<UniqueFd> fds;
+  const ssize_t n = recv_with_fds(sock.get(), buf.data(), buf.size(), fds);
+  if (n <= 0) {
+    const bool timed_out = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+    status = fail(timed_out ? RC_E_TIMEOUT : RC_E_DISCONNECTED, "no Connect reply from " + endpoint.to_string());
+    return nullptr;
+  }
+  wire::ConnectReply reply{};
+  std::vector<wire::RegionDescriptor> regions;
+  status = decode_connect_reply({buf.data(), std::size_t(n)}, reply, regions);
+  if (status != RC_OK) return nullptr;
+  if (fds.size() != kFixedFds + regions.size()) {
+    status = fail(RC_E_PROTOCOL, "shm Connect reply carries the wrong number of fds");
+    return nullptr;
+  }
+  auto map = [](int fd, std::size_t size) {
+    void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    return Mapping(base, size);
+  };
+  Mapping segment = map(fds[0].get(), kSegmentBytes);
+  if (segment.base == MAP_FAILED) {
+    status = fail(RC_E_INTERNAL, std::string("mmap of the connection segment: ") + std::strerror(errno));
+    return nullptr;
+  }
+  std::vector<Mapping> mapped;
+  for (std::size_t i = 0; i < regions.size(); ++i) {
+    const uint64_t key = regions[i].key;
+    if (key < kFixedFds || key >= fds.size()) {
+      status = fail(RC_E_PROTOCOL, "shm region descriptor names a bad fd");
+      return nullptr;
+    }
+    mapped.push_back(map(fds[key].get(), reply.region_size));
+    if (mapped.back().base == MAP_FAILED) {
+      status = fail(RC_E_INTERNAL, std::string("mmap of a region: ") + std::strerror(errno));
+      return nullptr;
+    }
+  }
+  set_timeouts(sock.get(), 0);
+  status = RC_OK;
+  return std::make_unique<ShmClientConnection>(std::move(sock), reply, std::move(segment), std::move(mapped),
+                                               std::move(fds[1]), std::move(fds[2]));
+}
+
+std::unique_ptr<Listener> listen(const Endpoint& endpoint, Status& status) {
+  sockaddr_un addr{};
+  socklen_t len = 0;
+  if (!make_address(endpoint.path, addr, len)) {
+    status = fail(RC_E_INVALID_ARGUMENT, "shm socket path too long");
+    return nullptr;
+  }
+  UniqueFd sock(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  if (!sock) {
+    status = fail(RC_E_INTERNAL, std::string("socket: ") + std::strerror(errno));
+    return nullptr;
+  }
+  // A stale socket file from a server that died is replaced; any other file is left alone.
+  struct stat st {};
+  if (endpoint.path[0] != '@' && lstat(endpoint.path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode))
+    unlink(endpoint.path.c_str());
+  if (bind(sock.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(sock.get(), 64) != 0) {
+    status = fail(RC_E_INVALID_ARGUMENT, "cannot listen on " + endpoint.to_string() + ": " + std::strerror(errno));
+    return nullptr;
+  }
+  status = RC_OK;
+  return std::make_unique<ShmListener>(std::move(sock), endpoint.path);
+}
+
+}  // namespace rc::transport::shm

@@ -1,0 +1,373 @@
+#include "transport/tcp/tcp_transport.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "transport/socket_util.h"
+
+namespace rc::transport::tcp {
+namespace {
+
+// Above this much unsent response data the server stops reading a connection's requests: a client
+// that does not drain its responses must not make the server buffer without bound.
+constexpr std::size_t kOutboxLimit = 1u << 20;
+
+void set_nonblocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+void set_nodelay(int fd) {
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+// A byte stream cut into frames: reads into a private buffer, hands out whole frames.
+class FrameReader {
+ public:
+  FrameReader() : buf_(2 * std::size_t{wire::kMaxFrame}) {}
+
+  // RC_OK with a frame of `kind`, RC_E_BUSY when incomplete, RC_E_DISCONNECTED on EOF,
+  // RC_E_PROTOCOL when the stream is not frames.
+  Status next(int fd, wire::Kind kind, std::span<const std::byte>& frame) {
+    consume();
+    for (;;) {
+      const std::size_t have = end_ - begin_;
+      if (have >= sizeof(wire::FrameHeader)) {
+        const auto h = wire::read_header(buf_.data() + begin_);
+        if (!wire::header_ok(h, kind, wire::kMaxFrame)) return RC_E_PROTOCOL;
+        if (have >= h.bytes) {
+          frame = {buf_.data() + begin_, h.bytes};
+          pending_ = h.bytes;
+          return RC_OK;
+        }
+      }
+      if (begin_ > 0 && buf_.size() - end_ < wire::kMaxFrame) {
+        std::memmove(buf_.data(), buf_.data() + begin_, have);
+        begin_ = 0;
+        end_ = have;
+      }
+      const ssize_t n = recv(fd, buf_.data() + end_, buf_.size() - end_, MSG_DONTWAIT);
+      if (n > 0) {
+        end_ += static_cast<std::size_t>(n);
+        continue;
+      }
+      if (n == 0) return RC_E_DISCONNECTED;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return RC_E_BUSY;
+      if (errno == EINTR) continue;
+      return RC_E_DISCONNECTED;
+    }
+  }
+
+  void consume() {
+    begin_ += pending_;
+    pending_ = 0;
+    if (begin_ == end_) begin_ = end_ = 0;
+  }
+
+ private:
+  std::vector<std::byte> buf_;
+  std::size_t begin_ = 0;
+  std::size_t end_ = 0;
+  std::size_t pending_ = 0;
+};
+
+// Unsent bytes, pushed whenever the socket takes them.
+class Outbox {
+ public:
+  // Sends what it can without blocking; false when the peer is gone.
+  bool push(int fd, std::span<const std::byte> data) {
+    if (empty()) {
+      const ssize_t n = send(fd, data.data(), data.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
+      const std::size_t sent = n > 0 ? static_cast<std::size_t>(n) : 0;
+      data = data.subspan(sent);
+    }
+    buf_.insert(buf_.end(), data.begin(), data.end());
+    return true;
+  }
+
+  bool flush(int fd) {
+    while (begin_ < buf_.size()) {
+      const ssize_t n = send(fd, buf_.data() + begin_, buf_.size() - begin_, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        begin_ += static_cast<std::size_t>(n);
+        continue;
+      }
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
+      return false;
+    }
+    if (begin_ == buf_.size()) {
+      buf_.clear();
+      begin_ = 0;
+    }
+    return true;
+  }
+
+  bool empty() const { return begin_ == buf_.size(); }
+  std::size_t size() const { return buf_.size() - begin_; }
+
+ private:
+  std::vector<std::byte> buf_;
+  std::size_t begin_ = 0;
+};
+
+Status liveness(int fd) {
+  char probe = 0;
+  const ssize_t n = recv(fd, &probe, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0) return RC_E_DISCONNECTED;
+  if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return RC_E_DISCONNECTED;
+  return RC_OK;
+}
+
+std::string describe_peer(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "tcp:?";
+  char host[INET6_ADDRSTRLEN] = "?";
+  uint16_t port = 0;
+  if (ss.ss_family == AF_INET) {
+    auto* in = reinterpret_cast<sockaddr_in*>(&ss);
+    inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+    port = ntohs(in->sin_port);
+  } else if (ss.ss_family == AF_INET6) {
+    auto* in6 = reinterpret_cast<sockaddr_in6*>(&ss);
+    inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+    port = ntohs(in6->sin6_port);
+  }
+  return std::string("tcp:") + host + ":" + std::to_string(port);
+}
+
+// Blocking exchange with a deadline, for the handshake only.
+Status read_frame_blocking(int fd, FrameReader& reader, wire::Kind kind, uint32_t timeout_ms,
+                           std::span<const std::byte>& frame) {
+  const uint64_t deadline = now_ns() + uint64_t{timeout_ms} * 1'000'000;
+  for (;;) {
+    const Status st = reader.next(fd, kind, frame);
+    if (st != RC_E_BUSY) return st;
+    const uint64_t now = now_ns();
+    if (now >= deadline) return RC_E_TIMEOUT;
+    pollfd p{fd, POLLIN, 0};
+    poll(&p, 1, static_cast<int>((deadline - now) / 1'000'000 + 1));
+  }
+}
+
+// ---- client -----------------------------------------------------------------------------------
+
+class TcpClientConnection final : public ClientConnection {
+ public:
+  TcpClientConnection(UniqueFd sock, const wire::ConnectReply& reply, FrameReader reader)
+      : sock_(std::move(sock)), reply_(reply), reader_(std::move(reader)) {}
+
+  const wire::ConnectReply& reply() const override { return reply_; }
+  bool one_sided() const override { return false; }
+  uint32_t max_inline() const override { return 0; }
+
+  Status post_read(uint64_t, uint16_t, uint64_t, void*, uint32_t) override {
+    return fail(RC_E_UNSUPPORTED, "tcp has no one-sided reads");
+  }
+  Status post_write(uint64_t, uint16_t, uint64_t, const void*, uint32_t) override {
+    return fail(RC_E_UNSUPPORTED, "tcp has no one-sided writes");
+  }
+  std::size_t poll_completions(WorkCompletion*, std::size_t) override { return 0; }
+
+  Status send_frame(std::span<const std::byte> frame) override {
+    if (!out_.push(sock_.get(), frame)) return fail(RC_E_DISCONNECTED, "tcp connection to the server lost");
+    return RC_OK;
+  }
+
+  Status poll_response(std::span<const std::byte>& frame) override {
+    if (!out_.empty() && !out_.flush(sock_.get())) return fail(RC_E_DISCONNECTED, "tcp connection to the server lost");
+    const Status st = reader_.next(sock_.get(), wire::Kind::Response, frame);
+    if (st == RC_E_DISCONNECTED) return fail(st, "tcp connection closed by the server");
+    if (st == RC_E_PROTOCOL) return fail(st, "tcp response stream does not parse");
+    return st;
+  }
+
+  void release_response() override { reader_.consume(); }
+  void arm_wait() override {}
+  void disarm_wait() override {}
+  void wait_fds(std::vector<int>& fds) const override { fds.push_back(sock_.get()); }
+  Status check_alive() override { return liveness(sock_.get()); }
+
+ private:
+  UniqueFd sock_;
+  wire::ConnectReply reply_;
+  FrameReader reader_;
+  Outbox out_;
+};
+
+// ---- server -----------------------------------------------------------------------------------
+
+class TcpServerConnection final : public ServerConnection {
+ public:
+  TcpServerConnection(UniqueFd sock, FrameReader reader)
+      : sock_(std::move(sock)), reader_(std::move(reader)), peer_(describe_peer(sock_.get())) {}
+
+  Status next_request(std::span<const std::byte>& frame) override {
+    if (!out_.empty() && !out_.flush(sock_.get())) return RC_E_DISCONNECTED;
+    if (out_.size() > kOutboxLimit) return RC_E_BUSY;
+    return reader_.next(sock_.get(), wire::Kind::Batch, frame);
+  }
+
+  Status send_response(std::span<const std::byte> frame) override {
+    return out_.push(sock_.get(), frame) ? RC_OK : RC_E_DISCONNECTED;
+  }
+
+  bool flush() override { return out_.flush(sock_.get()) && out_.empty(); }
+  bool needs_server_thread() const override { return true; }
+  Status check_alive() override { return liveness(sock_.get()); }
+  void arm_wait() override {}
+  void disarm_wait() override {}
+  void wait_fds(std::vector<int>& fds) const override { fds.push_back(sock_.get()); }
+  std::string peer() const override { return peer_; }
+
+ private:
+  UniqueFd sock_;
+  FrameReader reader_;
+  Outbox out_;
+  std::string peer_;
+};
+
+class TcpListener final : public Listener {
+ public:
+  TcpListener(UniqueFd sock, std::string endpoint) : sock_(std::move(sock)), endpoint_(std::move(endpoint)) {}
+
+  std::string endpoint() const override { return endpoint_; }
+
+  std::unique_ptr<ServerConnection> accept(const Admit& admit, Status& status) override {
+    UniqueFd conn = accept_or_stop(sock_.get(), stop_, status);
+    if (!conn) return nullptr;
+    set_nodelay(conn.get());
+    set_nonblocking(conn.get());
+    FrameReader reader;
+    std::span<const std::byte> frame;
+    status = read_frame_blocking(conn.get(), reader, wire::Kind::Connect, 2000, frame);
+    wire::ConnectRequest request{};
+    if (status != RC_OK || !decode_connect_request(frame, request)) {
+      RC_LOG_WARN("tcp: refusing %s: no valid Connect frame", describe_peer(conn.get()).c_str());
+      if (status == RC_OK) status = RC_E_PROTOCOL;
+      return nullptr;
+    }
+    reader.consume();
+    const Grant grant = admit(request);
+    std::vector<wire::RegionDescriptor> descriptors;
+    if (grant.status == RC_OK)
+      for (std::size_t i = 0; i < grant.regions.size(); ++i) descriptors.push_back({0, i});
+    const auto reply = encode_connect_reply(grant, descriptors);
+    auto link = std::make_unique<TcpServerConnection>(std::move(conn), std::move(reader));
+    if (link->send_response(reply) != RC_OK) {
+      status = RC_E_DISCONNECTED;
+      return nullptr;
+    }
+    status = grant.status;
+    if (grant.status != RC_OK) {
+      link->flush();  // a refusal is small enough for a fresh socket's buffer
+      return nullptr;
+    }
+    return link;
+  }
+
+  void shutdown() override { stop_.signal(); }
+
+ private:
+  UniqueFd sock_;
+  std::string endpoint_;
+  EventFd stop_;
+};
+
+addrinfo* resolve(const Endpoint& endpoint, bool passive, Status& status) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = passive ? AI_PASSIVE : 0;
+  addrinfo* result = nullptr;
+  const std::string port = std::to_string(endpoint.port);
+  const int rc = getaddrinfo(endpoint.host.c_str(), port.c_str(), &hints, &result);
+  if (rc != 0) {
+    status = fail(RC_E_INVALID_ARGUMENT, "cannot resolve " + endpoint.host + ": " + gai_strerror(rc));
+    return nullptr;
+  }
+  return result;
+}
+
+}  // namespace
+
+std::unique_ptr<ClientConnection> connect(const Endpoint& endpoint, const ConnectParams& params,
+                                          Status& status) {
+  addrinfo* ai = resolve(endpoint, false, status);
+  if (ai == nullptr) return nullptr;
+  UniqueFd sock(socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  int rc = sock ? ::connect(sock.get(), ai->ai_addr, ai->ai_addrlen) : -1;
+  const int err = errno;
+  freeaddrinfo(ai);
+  if (rc != 0 && err == EINPROGRESS) {
+    pollfd p{sock.get(), POLLOUT, 0};
+    if (poll(&p, 1, static_cast<int>(params.timeout_ms)) != 1) {
+      status = fail(RC_E_TIMEOUT, "timed out connecting to " + endpoint.to_string());
+      return nullptr;
+    }
+    int so_error = 0;
+    socklen_t len = sizeof so_error;
+    getsockopt(sock.get(), SOL_SOCKET, SO_ERROR, &so_error, &len);
+    rc = so_error == 0 ? 0 : -1;
+    errno = so_error;
+  }
+  if (rc != 0) {
+    status = fail(RC_E_DISCONNECTED, "cannot connect to " + endpoint.to_string() + ": " + std::strerror(errno));
+    return nullptr;
+  }
+  set_nodelay(sock.get());
+  const auto request = encode_connect_request(params.request);
+  Outbox out;
+  if (!out.push(sock.get(), request) || !out.flush(sock.get()) || !out.empty()) {
+    status = fail(RC_E_DISCONNECTED, "cannot send Connect to " + endpoint.to_string());
+    return nullptr;
+  }
+  FrameReader reader;
+  std::span<const std::byte> frame;
+  status = read_frame_blocking(sock.get(), reader, wire::Kind::ConnectReply, params.timeout_ms, frame);
+  if (status != RC_OK) {
+    status = fail(status == RC_E_TIMEOUT ? RC_E_TIMEOUT : RC_E_DISCONNECTED,
+                  "no Connect reply from " + endpoint.to_string());
+    return nullptr;
+  }
+  wire::ConnectReply reply{};
+  std::vector<wire::RegionDescriptor> regions;
+  status = decode_connect_reply(frame, reply, regions);
+  if (status != RC_OK) return nullptr;
+  reader.consume();
+  return std::make_unique<TcpClientConnection>(std::move(sock), reply, std::move(reader));
+}
+
+std::unique_ptr<Listener> listen(const Endpoint& endpoint, Status& status) {
+  addrinfo* ai = resolve(endpoint, true, status);
+  if (ai == nullptr) return nullptr;
+  UniqueFd sock(socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  const int one = 1;
+  if (sock) setsockopt(sock.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  const bool ok = sock && bind(sock.get(), ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(sock.get(), 128) == 0;
+  const int err = errno;
+  freeaddrinfo(ai);
+  if (!ok) {
+    status = fail(RC_E_INVALID_ARGUMENT, "cannot listen on " + endpoint.to_string() + ": " + std::strerror(err));
+    return nullptr;
+  }
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  getsockname(sock.get(), reinterpret_cast<sockaddr*>(&bound), &len);
+  Endpoint actual = endpoint;
+  actual.port = ntohs(bound.ss_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&bound)->sin_port
+                                                 : reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port);
+  status = RC_OK;
+  return std::make_unique<TcpListener>(std::move(sock), actual.to_string());
+}
+
+}  // namespace rc::transport::tcp

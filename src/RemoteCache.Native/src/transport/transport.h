@@ -1,0 +1,138 @@
+// The transport interface: what the client and server data paths need from a fabric, shaped after
+// RDMA RC so that verbs maps onto it one-to-one:
+//   - the server lends registered memory regions; Connect returns one descriptor (address, key)
+//     per region — for verbs the MR's address and rkey, for shm the index of the region's fd;
+//   - the client posts one-sided reads and writes against (region, offset) and reaps their work
+//     completions by polling (a completion queue);
+//   - batches travel as frames through a message path (RDMA WRITE into the peer's message ring
+//     for verbs, a shared-memory ring for shm, a byte stream for tcp), strictly in order;
+//   - inline data: a transport says how many bytes it carries inside a work request.
+// A connection belongs to one thread at a time; nothing here locks.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/endpoint.h"
+#include "common/status.h"
+#include "common/wire.h"
+
+namespace rc::transport {
+
+// ---- client side ----------------------------------------------------------------------------
+
+struct WorkCompletion {
+  uint64_t wr_id;
+  Status status;
+};
+
+class ClientConnection {
+ public:
+  virtual ~ClientConnection() = default;
+
+  // What the server granted (status RC_OK; failures never produce a connection).
+  virtual const wire::ConnectReply& reply() const = 0;
+
+  // Whether one-sided access needs no server CPU (shm, verbs); tcp says no and the client sends
+  // lone requests as one-entry batches instead.
+  virtual bool one_sided() const = 0;
+  // Largest write carried inside the work request itself.
+  virtual uint32_t max_inline() const = 0;
+
+  virtual Status post_read(uint64_t wr_id, uint16_t region, uint64_t offset, void* dst, uint32_t length) = 0;
+  virtual Status post_write(uint64_t wr_id, uint16_t region, uint64_t offset, const void* src,
+                            uint32_t length) = 0;
+  // Reaps finished one-sided operations.
+  virtual std::size_t poll_completions(WorkCompletion* out, std::size_t max) = 0;
+
+  // Sends one frame. RC_E_BUSY: no room right now (retry after polling responses); other errors
+  // mean the connection is gone.
+  virtual Status send_frame(std::span<const std::byte> frame) = 0;
+  // RC_OK with `frame` set to the next response (valid until release_response), RC_E_BUSY when
+  // none has arrived, an error when the connection is gone.
+  virtual Status poll_response(std::span<const std::byte>& frame) = 0;
+  virtual void release_response() = 0;
+
+  // Idle waiting: arm_wait announces that the caller is about to block on wait_fds() (the peer
+  // then signals them), disarm_wait retracts it. Readiness of any fd, including hang-up, ends
+  // the wait.
+  virtual void arm_wait() = 0;
+  virtual void disarm_wait() = 0;
+  virtual void wait_fds(std::vector<int>& fds) const = 0;
+
+  // Cheap liveness probe used while responses are overdue.
+  virtual Status check_alive() = 0;
+};
+
+struct ConnectParams {
+  wire::ConnectRequest request{};
+  uint32_t timeout_ms = 5000;
+};
+
+// Connects and performs the Connect handshake. On failure returns null with `status` set.
+std::unique_ptr<ClientConnection> connect(const Endpoint& endpoint, const ConnectParams& params,
+                                          Status& status);
+
+// ---- server side ----------------------------------------------------------------------------
+
+// A region as the server core owns it: a memfd mapping, zero-filled by the kernel on creation.
+struct RegionMemory {
+  int fd;
+  std::byte* base;
+  uint64_t size;
+};
+
+// The core's answer to a Connect.
+struct Grant {
+  Status status = RC_OK;
+  std::string message;
+  std::vector<RegionMemory> regions;
+  uint64_t region_size = 0;
+};
+using Admit = std::function<Grant(const wire::ConnectRequest&)>;
+
+class ServerConnection {
+ public:
+  virtual ~ServerConnection() = default;
+
+  // RC_OK with `frame` = the next request, in server-private memory (a client cannot change it
+  // while it is parsed) and valid until the next call; RC_E_BUSY when there is none or the
+  // outbox is still full; an error once the peer is gone or broke the framing.
+  virtual Status next_request(std::span<const std::byte>& frame) = 0;
+  // Queues a response; it is copied, and delivered in order even if the peer is slow to drain.
+  virtual Status send_response(std::span<const std::byte> frame) = 0;
+  // Pushes queued responses; false while some remain.
+  virtual bool flush() = 0;
+
+  // Whether requests can only be executed by a server thread (no one-sided path).
+  virtual bool needs_server_thread() const = 0;
+  // Probes whether the peer is still there (after its fds reported a hang-up).
+  virtual Status check_alive() = 0;
+  virtual void arm_wait() = 0;
+  virtual void disarm_wait() = 0;
+  virtual void wait_fds(std::vector<int>& fds) const = 0;
+  virtual std::string peer() const = 0;
+};
+
+class Listener {
+ public:
+  virtual ~Listener() = default;
+  virtual std::string endpoint() const = 0;
+  // Blocks until a client connects and completes the handshake, or until shutdown() (then null
+  // with RC_E_CLOSED). A failed handshake returns null with its status; the listener goes on.
+  virtual std::unique_ptr<ServerConnection> accept(const Admit& admit, Status& status) = 0;
+  virtual void shutdown() = 0;
+};
+
+std::unique_ptr<Listener> listen(const Endpoint& endpoint, Status& status);
+
+// Helpers shared by the stream transports' handshakes.
+std::vector<std::byte> encode_connect_reply(const Grant& grant, std::span<const wire::RegionDescriptor> regions);
+std::vector<std::byte> encode_connect_request(const wire::ConnectRequest& request);
+
+}  // namespace rc::transport

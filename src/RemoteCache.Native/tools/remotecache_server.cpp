@@ -1,0 +1,104 @@
+// remotecache-server: lends memory regions to caches over the listed endpoints until SIGTERM.
+//
+//   remotecache-server [--listen ENDPOINT]... [--region-size BYTES] [--memory-limit BYTES]
+//                      [--threads N] [--verbose]
+//
+// Prints "listening <endpoint>" per endpoint (port 0 resolved) and then "ready", so that scripts
+// and tests can wait for it; prints "stopped" after a clean shutdown.
+#include <remotecache/remotecache.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/log.h"
+
+namespace {
+
+bool parse_size(const char* text, uint64_t& out) {
+  char* end = nullptr;
+  const unsigned long long value = std::strtoull(text, &end, 10);
+  if (end == text) return false;
+  uint64_t scale = 1;
+  if (*end == 'K' || *end == 'k') scale = 1ull << 10;
+  if (*end == 'M' || *end == 'm') scale = 1ull << 20;
+  if (*end == 'G' || *end == 'g') scale = 1ull << 30;
+  if (scale != 1) ++end;
+  if (*end != '\0') return false;
+  out = value * scale;
+  return true;
+}
+
+int usage(const char* why) {
+  std::fprintf(stderr,
+               "remotecache-server: %s\n"
+               "usage: remotecache-server [--listen ENDPOINT]... [--region-size BYTES] [--memory-limit BYTES]\n"
+               "                          [--threads N] [--verbose]\n"
+               "  ENDPOINT: tcp:HOST:PORT (port 0 picks one) or shm:SOCKET_PATH; default tcp:127.0.0.1:7300\n"
+               "  BYTES accept K, M and G suffixes; defaults: region 1G, limit 4G; threads: hardware threads\n",
+               why);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> listen;
+  rc_server_options options{};
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (arg == "--listen" && has_value) {
+      listen.emplace_back(argv[++i]);
+    } else if (arg == "--region-size" && has_value) {
+      if (!parse_size(argv[++i], options.region_size)) return usage("bad --region-size");
+    } else if (arg == "--memory-limit" && has_value) {
+      if (!parse_size(argv[++i], options.memory_limit)) return usage("bad --memory-limit");
+    } else if (arg == "--threads" && has_value) {
+      uint64_t n = 0;
+      if (!parse_size(argv[++i], n) || n > 1024) return usage("bad --threads");
+      options.max_threads = static_cast<uint32_t>(n);
+    } else if (arg == "--verbose") {
+      rc::set_log_level(rc::LogLevel::Info);
+    } else if (arg == "--help" || arg == "-h") {
+      usage("help");
+      return 0;
+    } else {
+      return usage(("unknown argument " + arg).c_str());
+    }
+  }
+  if (listen.empty()) listen.emplace_back("tcp:127.0.0.1:7300");
+  // The server always explains why it closes a connection, even when RC_LOG is not set.
+  if (rc::log_level() > rc::LogLevel::Warn) rc::set_log_level(rc::LogLevel::Warn);
+
+  // Block the stop signals before any thread starts, so only sigwait below receives them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  std::vector<const char*> raw;
+  for (const auto& l : listen) raw.push_back(l.c_str());
+  options.listen = raw.data();
+  options.listen_count = raw.size();
+  rc_server* server = nullptr;
+  if (rc_server_start(&options, &server) != RC_OK) {
+    std::fprintf(stderr, "remotecache-server: %s\n", rc_last_error());
+    return 1;
+  }
+  for (size_t i = 0; const char* ep = rc_server_endpoint(server, i); ++i) std::printf("listening %s\n", ep);
+  std::printf("ready\n");
+  std::fflush(stdout);
+
+  int signal = 0;
+  sigwait(&stop_signals, &signal);
+  rc_server_stop(server);
+  std::printf("stopped\n");
+  std::fflush(stdout);
+  return 0;
+}
