@@ -3,8 +3,9 @@
 //   remotecache-server [--listen ENDPOINT]... [--region-size BYTES] [--memory-limit BYTES]
 //                      [--threads N] [--verbose]
 //
-// Prints "listening <endpoint>" per endpoint (port 0 resolved) and then "ready", so that scripts
-// and tests can wait for it; prints "stopped" after a clean shutdown.
+// Prints "listening <endpoint>" per endpoint (port 0 resolved), what it lends, and then "ready",
+// so that scripts and tests can wait for it; SIGUSR1 prints how much memory is lent right now;
+// --verbose logs every cache created and freed; prints "stopped" after a clean shutdown.
 #include <remotecache/remotecache.h>
 
 #include <csignal>
@@ -79,6 +80,7 @@ int main(int argc, char** argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
@@ -92,11 +94,19 @@ int main(int argc, char** argv) {
     return 1;
   }
   for (size_t i = 0; const char* ep = rc_server_endpoint(server, i); ++i) std::printf("listening %s\n", ep);
+  const uint64_t region = options.region_size != 0 ? options.region_size : 1ull << 30;
+  const uint64_t limit = options.memory_limit != 0 ? options.memory_limit : 4ull << 30;
+  std::printf("lending regions of %llu bytes, at most %llu bytes in all\n", static_cast<unsigned long long>(region),
+              static_cast<unsigned long long>(limit));
   std::printf("ready\n");
   std::fflush(stdout);
 
   int signal = 0;
-  sigwait(&stop_signals, &signal);
+  while (sigwait(&stop_signals, &signal) == 0 && signal == SIGUSR1) {
+    std::printf("lent %llu of %llu bytes\n", static_cast<unsigned long long>(rc_server_memory_in_use(server)),
+                static_cast<unsigned long long>(limit));
+    std::fflush(stdout);
+  }
   rc_server_stop(server);
   std::printf("stopped\n");
   std::fflush(stdout);

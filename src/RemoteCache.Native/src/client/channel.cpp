@@ -63,9 +63,10 @@ void Channel::post_one_sided(const Op& op, const Knobs& k) {
                         : link_->post_write(wr_id, op.region, op.offset, op.buffer, op.length);
   if (st != RC_OK) {
     complete(op, st);
+    if (st == RC_E_DISCONNECTED) fail_all(st);  // the connection is gone, not just this op
     return;
   }
-  one_sided_.push(Posted{op, now_ns() + k.timeout_ns});
+  one_sided_.push(Posted{op, coarse_now_ns() + k.timeout_ns});  // ms precision is plenty for a timeout
 }
 
 void Channel::send_open(const Knobs& k) {

@@ -28,6 +28,17 @@ class RegionTable {
     return address <= capacity_ && length <= capacity_ - address;
   }
 
+  // The common case in one lookup: true (with `out` set) when the range sits inside one region
+  // and needs no cut.
+  bool single(uint64_t address, uint64_t length, uint32_t max_slice, RegionSlice& out) const {
+    if (length == 0 || length > max_slice) return false;
+    const Entry& e = regions_[find(address)];
+    const uint64_t offset = address - e.start;
+    if (length > e.size - offset) return false;
+    out = RegionSlice{e.server, e.region, offset, static_cast<uint32_t>(length), 0};
+    return true;
+  }
+
   // Cuts [address, address + length) at region boundaries and every `max_slice` bytes, calling
   // `fn(const RegionSlice&)` in address order. The range must satisfy contains().
   template <typename Fn>

@@ -49,17 +49,9 @@ Status Session::submit(wire::Op kind, uint64_t address, void* buffer, uint64_t l
 
   const uint32_t slot = free_slots_.back();
   free_slots_.pop_back();
-  uint32_t slices = 0;
-  table.split(address, length, wire::kMaxChunk, [&](const RegionSlice&) { ++slices; });
-  requests_[slot] = Request{tag, slices == 0 ? 1 : slices, RC_OK};
   ++submitted_;
-  if (slices == 0) {
-    on_complete(slot, RC_OK);
-    return RC_OK;
-  }
-  const Knobs k = cache_.knobs();
   auto* bytes = static_cast<std::byte*>(buffer);
-  table.split(address, length, wire::kMaxChunk, [&](const RegionSlice& s) {
+  const auto dispatch = [&](const RegionSlice& s, const Knobs& k) {
     const Op op{this, bytes + s.buffer_offset, s.offset, s.length, slot, s.server, s.region,
                 static_cast<uint8_t>(kind)};
     if (worker_ != nullptr) {
@@ -67,7 +59,23 @@ Status Session::submit(wire::Op kind, uint64_t address, void* buffer, uint64_t l
     } else {
       channels_[s.server]->submit(op, k);
     }
-  });
+  };
+  RegionSlice one{};
+  if (table.single(address, length, wire::kMaxChunk, one)) {
+    requests_[slot] = Request{tag, 1, RC_OK};
+    dispatch(one, cache_.knobs());
+    return RC_OK;
+  }
+  // The slice count must be known before the first slice goes out: it may complete at once.
+  uint32_t slices = 0;
+  table.split(address, length, wire::kMaxChunk, [&](const RegionSlice&) { ++slices; });
+  requests_[slot] = Request{tag, slices == 0 ? 1 : slices, RC_OK};
+  if (slices == 0) {
+    on_complete(slot, RC_OK);
+    return RC_OK;
+  }
+  const Knobs k = cache_.knobs();
+  table.split(address, length, wire::kMaxChunk, [&](const RegionSlice& s) { dispatch(s, k); });
   return RC_OK;
 }
 
@@ -76,8 +84,11 @@ void Session::on_complete(uint32_t slot, Status status) {
   if (status != RC_OK && r.status == RC_OK) r.status = status;
   if (--r.remaining != 0) return;
   completions_.try_push(slot);  // cannot fail: it holds as many entries as there are slots
-  completed_.fetch_add(1, std::memory_order_release);
   if (worker_ != nullptr) wake_if_sleeping(sleeping_, wake_);
+  // Last touch: once completed_ catches up with submitted_, the owning thread may rebind or free
+  // this session, so nothing may read a member after this line.
+  // Single writer (whichever thread does this session's client work), so no locked RMW is needed.
+  completed_.store(completed_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
 }
 
 void Session::drive(const Knobs& k) {

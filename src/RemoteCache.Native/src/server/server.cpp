@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstring>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <thread>
 
@@ -23,6 +25,7 @@ namespace {
 constexpr uint64_t kSpinNs = 50'000;    // keep polling this long after the last request
 constexpr uint64_t kYieldNs = 200'000;  // then yield the core this long before blocking
 constexpr int kHousekeeping = -1;
+constexpr uint32_t kMaxHandshakes = 64;
 
 struct Conn {
   std::unique_ptr<transport::ServerConnection> link;
@@ -30,6 +33,7 @@ struct Conn {
   uint32_t index = 0;          // within its cache, for placement
   uint64_t next_seq = 1;
   bool hung_up = false;        // its wait fds reported a hang-up: probe and maybe close
+  std::vector<int> watched;    // its fds in the owning thread's epoll set
 };
 
 }  // namespace
@@ -45,6 +49,10 @@ struct Server::Impl {
   std::vector<std::unique_ptr<ServerThread>> pool;
   std::unique_ptr<ServerThread> housekeeping;
   std::atomic<bool> stopping{false};
+  EventFd stop_event;  // never drained: once signalled, every handshake wait ends
+  std::mutex handshake_mutex;
+  std::condition_variable handshakes_done;
+  uint32_t handshakes = 0;
 
   Impl(const ServerOptions& o) : options(o), registry(o.region_size, o.memory_limit) {}
   ServerThread& thread_for(int home);
@@ -52,6 +60,7 @@ struct Server::Impl {
   void place(std::unique_ptr<Conn> conn);
   void wake_all();
   void accept_loop(transport::Listener& listener);
+  void handshake(std::unique_ptr<transport::PendingConnection> pending);
 };
 
 // One polling (or, for housekeeping, purely event-driven) server thread.
@@ -122,8 +131,10 @@ class ServerThread {
       if (inbox_.empty()) return;
       fresh.swap(inbox_);
     }
-    for (auto& c : fresh) conns_.push_back(std::move(c));
-    fds_dirty_ = true;
+    for (auto& c : fresh) {
+      watch(*c);
+      conns_.push_back(std::move(c));
+    }
   }
 
   // Executes what has arrived on every connection; true if anything was done.
@@ -136,7 +147,7 @@ class ServerThread {
         // Handed over between two batches, so one connection never runs on two threads.
         std::unique_ptr<Conn> moving = std::move(conns_[i]);
         conns_.erase(conns_.begin() + static_cast<std::ptrdiff_t>(i));
-        fds_dirty_ = true;
+        unwatch(*moving);  // before it leaves: its new owner may close the fds at once
         server_.thread_for(home).post(std::move(moving));
         continue;
       }
@@ -149,7 +160,6 @@ class ServerThread {
       if (why != nullptr) {
         close_conn(conns_[i], why);
         conns_.erase(conns_.begin() + static_cast<std::ptrdiff_t>(i));
-        fds_dirty_ = true;
         continue;
       }
       ++i;
@@ -180,7 +190,6 @@ class ServerThread {
   }
 
   void sleep_until_woken() {
-    if (fds_dirty_) rebuild_epoll();
     for (auto& c : conns_) c->link->arm_wait();
     // A request may have landed between the last poll and arming: look once more.
     bool worked = poll_all();
@@ -198,24 +207,24 @@ class ServerThread {
       }
     }
     for (auto& c : conns_) c->link->disarm_wait();
-    if (fds_dirty_) rebuild_epoll();
   }
 
-  void rebuild_epoll() {
-    for (int fd : registered_) epoll_ctl(epoll_, EPOLL_CTL_DEL, fd, nullptr);
-    registered_.clear();
+  // Events carry the Conn pointer, so a connection is in exactly one thread's epoll set: the set
+  // of the thread that owns it, from take_inbox() until it is handed over or closed.
+  void watch(Conn& c) {
     std::vector<int> fds;
-    for (auto& c : conns_) {
-      fds.clear();
-      c->link->wait_fds(fds);
-      for (int fd : fds) {
-        epoll_event ev{};
-        ev.events = EPOLLIN | EPOLLRDHUP;
-        ev.data.ptr = c.get();
-        if (epoll_ctl(epoll_, EPOLL_CTL_ADD, fd, &ev) == 0) registered_.push_back(fd);
-      }
+    c.link->wait_fds(fds);
+    for (int fd : fds) {
+      epoll_event ev{};
+      ev.events = EPOLLIN | EPOLLRDHUP;
+      ev.data.ptr = &c;
+      if (epoll_ctl(epoll_, EPOLL_CTL_ADD, fd, &ev) == 0) c.watched.push_back(fd);
     }
-    fds_dirty_ = false;
+  }
+
+  void unwatch(Conn& c) {
+    for (int fd : c.watched) epoll_ctl(epoll_, EPOLL_CTL_DEL, fd, nullptr);
+    c.watched.clear();
   }
 
   void close_conn(std::unique_ptr<Conn>& c, const char* why) {
@@ -226,12 +235,7 @@ class ServerThread {
       log(routine ? LogLevel::Info : LogLevel::Warn, "closing connection %s of cache %llu: %s",
           c->link->peer().c_str(), static_cast<unsigned long long>(c->cache->id), why);
     }
-    // Deregister before the fds close so that epoll never reports a recycled descriptor.
-    if (!registered_.empty()) {
-      for (int fd : registered_) epoll_ctl(epoll_, EPOLL_CTL_DEL, fd, nullptr);
-      registered_.clear();
-      fds_dirty_ = true;
-    }
+    unwatch(*c);  // before the fds close, so that epoll never reports a recycled descriptor
     auto cache = c->cache;
     c.reset();
     server_.registry.detach(cache);
@@ -246,8 +250,6 @@ class ServerThread {
   std::mutex inbox_mutex_;
   std::vector<std::unique_ptr<Conn>> inbox_;
   std::vector<std::unique_ptr<Conn>> conns_;
-  std::vector<int> registered_;
-  bool fds_dirty_ = true;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
@@ -279,24 +281,45 @@ void Server::Impl::wake_all() {
   housekeeping->wake();
 }
 
+// Each handshake runs on a short-lived thread of its own, so a client that connects and says nothing
+// holds up nobody; at most kMaxHandshakes run at once, beyond that new connections are dropped.
 void Server::Impl::accept_loop(transport::Listener& listener) {
   while (!stopping.load()) {
-    std::shared_ptr<CacheState> cache;
-    const transport::Admit admit = [&](const wire::ConnectRequest& request) {
-      return registry.attach(request, cache);
-    };
     Status st = RC_OK;
-    std::unique_ptr<transport::ServerConnection> link = listener.accept(admit, st);
-    if (!link) {
+    std::unique_ptr<transport::PendingConnection> pending = listener.accept(st);
+    if (!pending) {
       if (st == RC_E_CLOSED) return;
-      if (cache) registry.detach(cache);  // admitted but the reply could not be delivered
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // e.g. out of descriptors
       continue;
     }
+    {
+      std::lock_guard lock(handshake_mutex);
+      if (handshakes >= kMaxHandshakes) {
+        RC_LOG_WARN("%u handshakes already pending: dropping a new connection", handshakes);
+        continue;
+      }
+      ++handshakes;
+    }
+    std::thread([this, p = std::move(pending)]() mutable { handshake(std::move(p)); }).detach();
+  }
+}
+
+void Server::Impl::handshake(std::unique_ptr<transport::PendingConnection> pending) {
+  std::shared_ptr<CacheState> cache;
+  const transport::Admit admit = [&](const wire::ConnectRequest& request) { return registry.attach(request, cache); };
+  Status st = RC_OK;
+  std::unique_ptr<transport::ServerConnection> link = pending->handshake(admit, stop_event, st);
+  pending.reset();
+  if (link && !stopping.load()) {
     auto conn = std::make_unique<Conn>();
     conn->link = std::move(link);
     conn->cache = std::move(cache);
     place(std::move(conn));
+  } else if (cache) {
+    registry.detach(cache);  // admitted, but the reply failed or the server is stopping
   }
+  std::lock_guard lock(handshake_mutex);
+  if (--handshakes == 0) handshakes_done.notify_all();
 }
 
 std::unique_ptr<Server> Server::start(const ServerOptions& options, Status& status) {
@@ -344,8 +367,13 @@ uint64_t Server::memory_in_use() const { return impl_->registry.memory_in_use();
 
 void Server::stop() {
   if (impl_->stopping.exchange(true)) return;
+  impl_->stop_event.signal();
   for (auto& l : impl_->listeners) l->shutdown();
   for (auto& t : impl_->acceptors) t.join();
+  {
+    std::unique_lock lock(impl_->handshake_mutex);
+    impl_->handshakes_done.wait(lock, [&] { return impl_->handshakes == 0; });
+  }
   for (auto& t : impl_->pool) t->halt();
   impl_->housekeeping->halt();
   impl_->pool.clear();

@@ -51,6 +51,12 @@ void set_timeouts(int fd, uint32_t timeout_ms);
 // Waits for a connection on `listen_fd` or a signal on `stop`. Null with RC_E_CLOSED on stop.
 UniqueFd accept_or_stop(int listen_fd, const EventFd& stop, Status& status);
 
+// How long a freshly accepted client has to send its Connect.
+inline constexpr uint32_t kHandshakeTimeoutMs = 2000;
+
+// Waits until `fd` is readable (true), or the deadline passes or `stop` fires (false).
+bool wait_readable(int fd, const EventFd* stop, uint64_t deadline_ns);
+
 // A Connect frame's payload; false when the bytes are not a well-formed Connect frame.
 bool decode_connect_request(std::span<const std::byte> frame, wire::ConnectRequest& out);
 // A ConnectReply frame; the status it carries (with its message as the last error) or a

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/clock.h"
 #include "transport/shm/shm_transport.h"
 #include "transport/socket_util.h"
 #include "transport/tcp/tcp_transport.h"
@@ -104,6 +105,18 @@ void set_timeouts(int fd, uint32_t timeout_ms) {
   tv.tv_usec = static_cast<suseconds_t>((timeout_ms % 1000) * 1000);
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+bool wait_readable(int fd, const EventFd* stop, uint64_t deadline_ns) {
+  for (;;) {
+    const uint64_t now = now_ns();
+    if (now >= deadline_ns) return false;
+    pollfd fds[2] = {{fd, POLLIN, 0}, {stop != nullptr ? stop->fd() : -1, POLLIN, 0}};
+    const int n = poll(fds, 2, static_cast<int>((deadline_ns - now) / 1'000'000 + 1));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 || (fds[1].revents & POLLIN) != 0) return false;
+    if (fds[0].revents != 0) return true;
+  }
 }
 
 UniqueFd accept_or_stop(int listen_fd, const EventFd& stop, Status& status) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/endpoint.h"
+#include "common/notifier.h"
 #include "common/status.h"
 #include "common/wire.h"
 
@@ -119,13 +120,23 @@ class ServerConnection {
   virtual std::string peer() const = 0;
 };
 
+// An accepted connection whose Connect handshake has not run yet. The server runs handshakes off
+// the accept thread, so a client that connects and says nothing delays nobody else.
+class PendingConnection {
+ public:
+  virtual ~PendingConnection() = default;
+  // Reads the Connect, asks `admit`, replies. Gives up after a short deadline or once `stop` is
+  // signalled; null with the status on failure.
+  virtual std::unique_ptr<ServerConnection> handshake(const Admit& admit, const EventFd& stop,
+                                                      Status& status) = 0;
+};
+
 class Listener {
  public:
   virtual ~Listener() = default;
   virtual std::string endpoint() const = 0;
-  // Blocks until a client connects and completes the handshake, or until shutdown() (then null
-  // with RC_E_CLOSED). A failed handshake returns null with its status; the listener goes on.
-  virtual std::unique_ptr<ServerConnection> accept(const Admit& admit, Status& status) = 0;
+  // Blocks until a client connects or until shutdown() (then null with RC_E_CLOSED).
+  virtual std::unique_ptr<PendingConnection> accept(Status& status) = 0;
   virtual void shutdown() = 0;
 };
 

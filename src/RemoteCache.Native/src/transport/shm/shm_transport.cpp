@@ -12,6 +12,7 @@
 #include <new>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/notifier.h"
 #include "transport/shm/shm_ring.h"
@@ -22,6 +23,7 @@ namespace {
 
 constexpr std::size_t kFixedFds = 3;  // segment, server doorbell, client doorbell
 constexpr std::size_t kMaxFds = 253;  // SCM_MAX_FD
+constexpr uint64_t kProbeEveryNs = 2'000'000;
 
 bool make_address(const std::string& path, sockaddr_un& addr, socklen_t& len) {
   std::memset(&addr, 0, sizeof addr);
@@ -117,6 +119,7 @@ class ShmClientConnection final : public ClientConnection {
   uint32_t max_inline() const override { return 0; }
 
   Status post_read(uint64_t wr_id, uint16_t region, uint64_t offset, void* dst, uint32_t length) override {
+    if (const Status st = peer_still_there(); st != RC_OK) return st;
     std::byte* src = locate(region, offset, length);
     if (src == nullptr) return fail(RC_E_OUT_OF_RANGE, "one-sided read outside the granted region");
     std::memcpy(dst, src, length);
@@ -126,6 +129,7 @@ class ShmClientConnection final : public ClientConnection {
 
   Status post_write(uint64_t wr_id, uint16_t region, uint64_t offset, const void* src,
                     uint32_t length) override {
+    if (const Status st = peer_still_there(); st != RC_OK) return st;
     std::byte* dst = locate(region, offset, length);
     if (dst == nullptr) return fail(RC_E_OUT_OF_RANGE, "one-sided write outside the granted region");
     std::memcpy(dst, src, length);
@@ -168,6 +172,18 @@ class ShmClientConnection final : public ClientConnection {
   Status check_alive() override { return peer_alive(sock_.get()); }
 
  private:
+  // One-sided access never involves the server, and the mapping outlives it, so its death would go
+  // unnoticed: probe the handshake socket every couple of milliseconds of one-sided traffic
+  // (RDMA reports the same event as error completions once the QP breaks).
+  Status peer_still_there() {
+    if (gone_) return fail(RC_E_DISCONNECTED, "the cache server is gone");
+    const uint64_t now = coarse_now_ns();
+    if (now - last_probe_ns_ < kProbeEveryNs) return RC_OK;
+    last_probe_ns_ = now;
+    gone_ = peer_alive(sock_.get()) != RC_OK;
+    return gone_ ? fail(RC_E_DISCONNECTED, "the cache server is gone") : RC_OK;
+  }
+
   std::byte* ring_base(int which) {
     return static_cast<std::byte*>(segment_.base) + sizeof(SegmentHeader) + std::size_t(which) * kRingBytes;
   }
@@ -189,6 +205,8 @@ class ShmClientConnection final : public ClientConnection {
   RingWriter requests_;
   RingReader responses_;
   std::vector<WorkCompletion> done_;
+  uint64_t last_probe_ns_ = 0;
+  bool gone_ = false;
 };
 
 // ---- server -----------------------------------------------------------------------------------
@@ -271,42 +289,33 @@ class ShmServerConnection final : public ServerConnection {
   std::vector<std::vector<std::byte>> outbox_;
 };
 
-class ShmListener final : public Listener {
+class ShmPending final : public PendingConnection {
  public:
-  ShmListener(UniqueFd sock, std::string path) : sock_(std::move(sock)), path_(std::move(path)) {}
-  ~ShmListener() override {
-    if (!path_.empty() && path_[0] != '@') unlink(path_.c_str());
-  }
+  explicit ShmPending(UniqueFd conn) : conn_(std::move(conn)) {}
 
-  std::string endpoint() const override { return "shm:" + path_; }
-
-  std::unique_ptr<ServerConnection> accept(const Admit& admit, Status& status) override {
-    UniqueFd conn = accept_or_stop(sock_.get(), stop_, status);
-    if (!conn) return nullptr;
-    set_timeouts(conn.get(), 2000);
-    return handshake(std::move(conn), admit, status);
-  }
-
-  void shutdown() override { stop_.signal(); }
-
- private:
-  std::unique_ptr<ServerConnection> handshake(UniqueFd conn, const Admit& admit, Status& status) {
+  std::unique_ptr<ServerConnection> handshake(const Admit& admit, const EventFd& stop, Status& status) override {
     std::byte buf[sizeof(wire::FrameHeader) + sizeof(wire::ConnectRequest)];
     std::vector<UniqueFd> ignored;
-    const ssize_t n = recv_with_fds(conn.get(), buf, sizeof buf, ignored);
     wire::ConnectRequest request{};
+    const bool readable = wait_readable(conn_.get(), &stop, now_ns() + uint64_t{kHandshakeTimeoutMs} * 1'000'000);
+    const ssize_t n = readable ? recv_with_fds(conn_.get(), buf, sizeof buf, ignored) : -1;
     if (!decode_connect_request({buf, n > 0 ? std::size_t(n) : 0}, request)) {
-      RC_LOG_WARN("shm: refusing a connection whose first message is not a Connect");
+      RC_LOG_WARN("shm: refusing a connection whose first message (within %u ms) was not a valid Connect", kHandshakeTimeoutMs);
       status = RC_E_PROTOCOL;
       return nullptr;
     }
-    Grant grant = admit(request);
+    return answer(admit(request), status);
+  }
+
+ private:
+  std::unique_ptr<ServerConnection> answer(Grant grant, Status& status) {
+    set_timeouts(conn_.get(), kHandshakeTimeoutMs);  // a client that never reads cannot pin us
     if (grant.status == RC_OK && grant.regions.size() + kFixedFds > kMaxFds) {
       grant = Grant{RC_E_INVALID_ARGUMENT, "too many regions for one shm connection", {}, 0};
     }
     if (grant.status != RC_OK) {
       const auto reply = encode_connect_reply(grant, {});
-      send_with_fds(conn.get(), reply, {});
+      send_with_fds(conn_.get(), reply, {});
       status = grant.status;
       return nullptr;
     }
@@ -329,10 +338,10 @@ class ShmListener final : public Listener {
         fds.push_back(grant.regions[i].fd);
       }
       const auto reply = encode_connect_reply(grant, descriptors);
-      status = send_with_fds(conn.get(), reply, fds);
+      status = send_with_fds(conn_.get(), reply, fds);
       if (status != RC_OK) return nullptr;
-      set_timeouts(conn.get(), 0);
-      return std::make_unique<ShmServerConnection>(std::move(conn), std::move(segment), std::move(server_bell),
+      set_timeouts(conn_.get(), 0);
+      return std::make_unique<ShmServerConnection>(std::move(conn_), std::move(segment), std::move(server_bell),
                                                    std::move(client_bell));
     } catch (const std::exception& e) {
       RC_LOG_ERROR("shm: cannot set up a connection: %s", e.what());
@@ -341,6 +350,27 @@ class ShmListener final : public Listener {
     }
   }
 
+  UniqueFd conn_;
+};
+
+class ShmListener final : public Listener {
+ public:
+  ShmListener(UniqueFd sock, std::string path) : sock_(std::move(sock)), path_(std::move(path)) {}
+  ~ShmListener() override {
+    if (!path_.empty() && path_[0] != '@') unlink(path_.c_str());
+  }
+
+  std::string endpoint() const override { return "shm:" + path_; }
+
+  std::unique_ptr<PendingConnection> accept(Status& status) override {
+    UniqueFd conn = accept_or_stop(sock_.get(), stop_, status);
+    if (!conn) return nullptr;
+    return std::make_unique<ShmPending>(std::move(conn));
+  }
+
+  void shutdown() override { stop_.signal(); }
+
+ private:
   UniqueFd sock_;
   std::string path_;
   EventFd stop_;

@@ -145,17 +145,14 @@ std::string describe_peer(int fd) {
   return std::string("tcp:") + host + ":" + std::to_string(port);
 }
 
-// Blocking exchange with a deadline, for the handshake only.
-Status read_frame_blocking(int fd, FrameReader& reader, wire::Kind kind, uint32_t timeout_ms,
+// Blocking exchange with a deadline (and, on the server, a stop signal), for the handshake only.
+Status read_frame_blocking(int fd, FrameReader& reader, wire::Kind kind, uint32_t timeout_ms, const EventFd* stop,
                            std::span<const std::byte>& frame) {
   const uint64_t deadline = now_ns() + uint64_t{timeout_ms} * 1'000'000;
   for (;;) {
     const Status st = reader.next(fd, kind, frame);
     if (st != RC_E_BUSY) return st;
-    const uint64_t now = now_ns();
-    if (now >= deadline) return RC_E_TIMEOUT;
-    pollfd p{fd, POLLIN, 0};
-    poll(&p, 1, static_cast<int>((deadline - now) / 1'000'000 + 1));
+    if (!wait_readable(fd, stop, deadline)) return RC_E_TIMEOUT;
   }
 }
 
@@ -236,23 +233,20 @@ class TcpServerConnection final : public ServerConnection {
   std::string peer_;
 };
 
-class TcpListener final : public Listener {
+class TcpPending final : public PendingConnection {
  public:
-  TcpListener(UniqueFd sock, std::string endpoint) : sock_(std::move(sock)), endpoint_(std::move(endpoint)) {}
+  explicit TcpPending(UniqueFd conn) : conn_(std::move(conn)) {}
 
-  std::string endpoint() const override { return endpoint_; }
-
-  std::unique_ptr<ServerConnection> accept(const Admit& admit, Status& status) override {
-    UniqueFd conn = accept_or_stop(sock_.get(), stop_, status);
-    if (!conn) return nullptr;
-    set_nodelay(conn.get());
-    set_nonblocking(conn.get());
+  std::unique_ptr<ServerConnection> handshake(const Admit& admit, const EventFd& stop, Status& status) override {
+    set_nodelay(conn_.get());
+    set_nonblocking(conn_.get());
     FrameReader reader;
     std::span<const std::byte> frame;
-    status = read_frame_blocking(conn.get(), reader, wire::Kind::Connect, 2000, frame);
+    status = read_frame_blocking(conn_.get(), reader, wire::Kind::Connect, kHandshakeTimeoutMs, &stop, frame);
     wire::ConnectRequest request{};
     if (status != RC_OK || !decode_connect_request(frame, request)) {
-      RC_LOG_WARN("tcp: refusing %s: no valid Connect frame", describe_peer(conn.get()).c_str());
+      RC_LOG_WARN("tcp: refusing %s: its first frame (within %u ms) was not a valid Connect", describe_peer(conn_.get()).c_str(),
+                  kHandshakeTimeoutMs);
       if (status == RC_OK) status = RC_E_PROTOCOL;
       return nullptr;
     }
@@ -262,7 +256,7 @@ class TcpListener final : public Listener {
     if (grant.status == RC_OK)
       for (std::size_t i = 0; i < grant.regions.size(); ++i) descriptors.push_back({0, i});
     const auto reply = encode_connect_reply(grant, descriptors);
-    auto link = std::make_unique<TcpServerConnection>(std::move(conn), std::move(reader));
+    auto link = std::make_unique<TcpServerConnection>(std::move(conn_), std::move(reader));
     if (link->send_response(reply) != RC_OK) {
       status = RC_E_DISCONNECTED;
       return nullptr;
@@ -273,6 +267,22 @@ class TcpListener final : public Listener {
       return nullptr;
     }
     return link;
+  }
+
+ private:
+  UniqueFd conn_;
+};
+
+class TcpListener final : public Listener {
+ public:
+  TcpListener(UniqueFd sock, std::string endpoint) : sock_(std::move(sock)), endpoint_(std::move(endpoint)) {}
+
+  std::string endpoint() const override { return endpoint_; }
+
+  std::unique_ptr<PendingConnection> accept(Status& status) override {
+    UniqueFd conn = accept_or_stop(sock_.get(), stop_, status);
+    if (!conn) return nullptr;
+    return std::make_unique<TcpPending>(std::move(conn));
   }
 
   void shutdown() override { stop_.signal(); }
@@ -333,7 +343,7 @@ std::unique_ptr<ClientConnection> connect(const Endpoint& endpoint, const Connec
   }
   FrameReader reader;
   std::span<const std::byte> frame;
-  status = read_frame_blocking(sock.get(), reader, wire::Kind::ConnectReply, params.timeout_ms, frame);
+  status = read_frame_blocking(sock.get(), reader, wire::Kind::ConnectReply, params.timeout_ms, nullptr, frame);
   if (status != RC_OK) {
     status = fail(status == RC_E_TIMEOUT ? RC_E_TIMEOUT : RC_E_DISCONNECTED,
                   "no Connect reply from " + endpoint.to_string());
