@@ -55,7 +55,7 @@ namespace wire = rc::wire;
 
 constexpr uint64_t KiB = 1024;
 constexpr uint64_t MiB = 1024 * KiB;
-constexpr uint64_t kRegionSize = 1 * MiB;  // the server is started with --region-size 1M
+constexpr uint64_t kRegionSize = 1 * MiB;  // the server's --region-size
 constexpr uint64_t kMemoryLimit = 64 * MiB;
 
 constexpr int32_t kHung = 1000;  // pseudo status: no completion arrived in time
@@ -270,8 +270,8 @@ class ServerProcess {
   ::testing::AssertionResult launch(const std::string& listen) {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) return ::testing::AssertionFailure() << "pipe2: " << std::strerror(errno);
-    std::vector<std::string> args = {RC_SERVER_PATH, "--listen", listen,          "--region-size", "1M",
-                                     "--memory-limit", "64M",  "--threads", "2"};
+    std::vector<std::string> args = {RC_SERVER_PATH,  "--listen",  listen, "--region-size", std::to_string(kRegionSize),
+                                     "--memory-limit", std::to_string(kMemoryLimit), "--threads", "2"};
     args.insert(args.end(), extra_.begin(), extra_.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());

@@ -87,8 +87,9 @@ Status decode_connect_reply(std::span<const std::byte> frame, wire::ConnectReply
   std::memcpy(&out, frame.data() + sizeof h, sizeof out);
   out.message[sizeof out.message - 1] = '\0';
   if (out.status != RC_OK) {
-    const auto st = static_cast<Status>(out.status);
-    return fail(st < RC_E_INTERNAL || st > RC_OK ? RC_E_PROTOCOL : st,
+    // Range-check the peer's integer before it becomes an enum value.
+    const bool known = out.status >= RC_E_INTERNAL && out.status < RC_OK;
+    return fail(known ? static_cast<Status>(out.status) : RC_E_PROTOCOL,
                 std::string("server refused the connection: ") + out.message);
   }
   const std::size_t expected = sizeof h + sizeof out + std::size_t{out.region_count} * sizeof(wire::RegionDescriptor);

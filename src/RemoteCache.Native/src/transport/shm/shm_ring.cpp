@@ -29,7 +29,7 @@ Status RingWriter::write(std::span<const std::byte> frame) {
   std::byte* rec = data_ + head % size_;
   const uint32_t words[2] = {length, 0};
   std::memcpy(rec, words, sizeof words);
-  std::memcpy(rec + kRecordHeader, frame.data(), length);
+  if (length > 0) std::memcpy(rec + kRecordHeader, frame.data(), length);
   head += need;
   head_local_ = head;
   head_.value.store(head, std::memory_order_release);

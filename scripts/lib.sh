@@ -1,0 +1,52 @@
+# Shared by scripts/run.sh and scripts/test.sh: package installation and the native build.
+# Source it from the repository root.
+
+as_root() {
+  if [[ $(id -u) -eq 0 ]]; then
+    "$@"
+  elif command -v sudo >/dev/null 2>&1; then
+    sudo "$@"
+  else
+    echo "need root or sudo to run: $*" >&2
+    return 1
+  fi
+}
+
+pkg_installed() {
+  dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
+}
+
+# ensure_packages PKG...: installs the Debian packages that are missing (RC_SKIP_APT=1: never).
+ensure_packages() {
+  local missing=() p
+  for p in "$@"; do
+    pkg_installed "$p" || missing+=("$p")
+  done
+  if (( ${#missing[@]} == 0 )); then
+    echo "all packages present: $*"
+    return 0
+  fi
+  echo "missing packages: ${missing[*]}"
+  if [[ "${RC_SKIP_APT:-0}" == 1 ]]; then
+    echo "RC_SKIP_APT=1: not installing" >&2
+    return 1
+  fi
+  as_root apt-get update
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+}
+
+# The packages every native build needs.
+NATIVE_PACKAGES=(cmake ninja-build g++ libgtest-dev libgmock-dev python3)
+
+# build_native DIR [cmake args...]: configures and builds src/RemoteCache.Native into DIR, under the
+# command prefix in the BUILD_WRAP array if set (sanitized builds run their test binaries to list tests).
+BUILD_WRAP=()
+build_native() {
+  local dir=$1
+  shift
+  local jobs
+  jobs="$(nproc 2>/dev/null || echo 1)"
+  (( jobs > 2 )) && jobs=2
+  "${BUILD_WRAP[@]}" cmake -S src/RemoteCache.Native -B "$dir" -G Ninja "$@"
+  "${BUILD_WRAP[@]}" cmake --build "$dir" -j "$jobs"
+}

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The main job. Today: the native data path's benchmark against references measured in the same run
+# (shared-memory and loopback-TCP round trips, redis-server on loopback), printed as a table of
+# targets and ratios; raw rows go to artifacts/bench-native.json. When the YCSB comparison lands,
+# this becomes FASTER on RemoteCache vs SSD vs SMB.
+#
+# usage: bash scripts/run.sh [--seconds T] [--quick]
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+# shellcheck source=lib.sh
+source scripts/lib.sh
+
+ensure_packages "${NATIVE_PACKAGES[@]}" redis-server
+build_native build/bench -DCMAKE_BUILD_TYPE=Release -DRC_BUILD_TESTS=OFF >/dev/null
+python3 scripts/bench_native.py build/bench "$@"

@@ -1,0 +1,303 @@
+#!/usr/bin/env bash
+# Runs every test suite of the repository (CI runs exactly this, through .ci/run):
+#   0. installs the Debian packages it needs (only when something is missing; root or sudo)
+#   1. native-release  build/native        RelWithDebInfo, GoogleTest suites via ctest
+#   2. native-asan     build/native-asan   clang-14, -DRC_SANITIZE=address,undefined, ctest
+#   3. native-tsan     build/native-tsan   clang-14, -DRC_SANITIZE=thread, ctest
+#   4. fuzz-frame      build/native-fuzz   clang-14 libFuzzer, 60 s from generated seed frames
+#   5. dotnet          dotnet test RemoteCache.sln (skipped while there is no solution)
+# and prints a summary table. Exit status is non-zero when any suite failed.
+#
+# usage: bash scripts/test.sh [--quick]     --quick: step 1 only (plus package check)
+# environment (all optional):
+#   RC_BUILD_ROOT     where the build directories go (default: build)
+#   RC_FUZZ_SECONDS   fuzzing time (default: 60)
+#   RC_CTEST_JOBS     parallel ctest jobs (default: nproc, at most 2)
+#   RC_SKIP_APT=1     never call apt-get (fail later if something is missing)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+# shellcheck source=lib.sh
+source scripts/lib.sh
+
+QUICK=0
+for arg in "$@"; do
+  case "$arg" in
+    --quick) QUICK=1 ;;
+    -h|--help) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "test.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
+  esac
+done
+
+NATIVE_SRC="src/RemoteCache.Native"
+BUILD_ROOT="${RC_BUILD_ROOT:-build}"
+FUZZ_SECONDS="${RC_FUZZ_SECONDS:-60}"
+JOBS="$(nproc 2>/dev/null || echo 1)"
+if (( JOBS > 2 )); then JOBS=2; fi
+if (( JOBS < 1 )); then JOBS=1; fi
+CTEST_JOBS="${RC_CTEST_JOBS:-$JOBS}"
+CTEST_TIMEOUT=300
+CLANG_C=clang-14
+CLANG_CXX=clang++-14
+
+PACKAGES=("${NATIVE_PACKAGES[@]}" clang-14 libclang-rt-14-dev llvm-14 redis-server)
+if (( QUICK )); then
+  PACKAGES=("${NATIVE_PACKAGES[@]}")
+fi
+
+# ---- bookkeeping --------------------------------------------------------------------------------
+
+SUITE_NAMES=()
+SUITE_RESULTS=()
+SUITE_SECONDS=()
+SCRIPT_START=$SECONDS
+
+banner() {
+  echo
+  echo "=================================================================================="
+  echo "== $*"
+  echo "=================================================================================="
+}
+
+fmt_duration() {
+  local s=$1
+  printf '%dm%02ds' $((s / 60)) $((s % 60))
+}
+
+# run_suite NAME FUNCTION: runs FUNCTION in a subshell with errexit; records passed/failed/skipped.
+# A function reports "skipped" by exiting with status 200.
+run_suite() {
+  local name=$1 fn=$2 start=$SECONDS rc result
+  banner "$name"
+  set +e
+  ( set -euo pipefail; "$fn" )
+  rc=$?
+  set -e
+  case $rc in
+    0) result=passed ;;
+    200) result=skipped ;;
+    *) result=failed ;;
+  esac
+  SUITE_NAMES+=("$name")
+  SUITE_RESULTS+=("$result")
+  SUITE_SECONDS+=($((SECONDS - start)))
+  echo "-- $name: $result in $(fmt_duration $((SECONDS - start)))"
+}
+
+summary() {
+  local i passed=0 failed=0
+  echo
+  echo "=================================================================================="
+  printf '%-18s %-8s %s\n' "suite" "result" "duration"
+  printf '%-18s %-8s %s\n' "------------------" "--------" "--------"
+  for i in "${!SUITE_NAMES[@]}"; do
+    printf '%-18s %-8s %s\n' "${SUITE_NAMES[$i]}" "${SUITE_RESULTS[$i]}" "$(fmt_duration "${SUITE_SECONDS[$i]}")"
+    case "${SUITE_RESULTS[$i]}" in
+      passed) passed=$((passed + 1)) ;;
+      failed) failed=$((failed + 1)) ;;
+    esac
+  done
+  echo "total time: $(fmt_duration $((SECONDS - SCRIPT_START)))"
+  echo "$passed passed, $failed failed"
+  (( failed == 0 ))
+}
+
+# ---- step 0: packages ---------------------------------------------------------------------------
+
+step_packages() {
+  ensure_packages "${PACKAGES[@]}"
+}
+
+# ---- sanitizer environment ----------------------------------------------------------------------
+
+# Sanitizer runtimes of clang 14 / gcc 12 cannot start when the kernel randomizes mmap with more
+# bits than they expect (vm.mmap_rnd_bits > 28 on newer kernels): TSan dies with "unexpected memory
+# mapping", ASan with a SEGV. A tiny probe program finds out; the fix is to run without address
+# randomization (setarch -R, inherited by every child: the build runs the test binaries to list
+# their tests) or, failing that (setarch is refused in some containers), to lower mmap_rnd_bits.
+SAN_WRAP=()
+SYMBOLIZER=""
+for s in /usr/bin/llvm-symbolizer-14 /usr/lib/llvm-14/bin/llvm-symbolizer; do
+  if [[ -x $s ]]; then SYMBOLIZER=$s; break; fi
+done
+if [[ -z $SYMBOLIZER ]] && command -v llvm-symbolizer >/dev/null 2>&1; then SYMBOLIZER="$(command -v llvm-symbolizer)"; fi
+SYM_OPT=""
+if [[ -n $SYMBOLIZER ]]; then SYM_OPT=":external_symbolizer_path=$SYMBOLIZER"; fi
+
+# prepare_sanitizer KIND (address|thread): sets SAN_WRAP, exports *_OPTIONS.
+prepare_sanitizer() {
+  local kind=$1 dir="$BUILD_ROOT/sanitizer-probe"
+  mkdir -p "$dir"
+  cat > "$dir/probe.c" <<'EOF'
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+static int counter;
+static void* run(void* arg) { (void)arg; __atomic_fetch_add(&counter, 1, __ATOMIC_SEQ_CST); return NULL; }
+int main(void) {
+  pthread_t t;
+  if (pthread_create(&t, NULL, run, NULL) != 0) return 1;
+  pthread_join(t, NULL);
+  char* p = malloc(16);
+  p[0] = (char)counter;
+  int r = p[0];
+  free(p);
+  printf("sanitizer probe ok (%d)\n", r);
+  return 0;
+}
+EOF
+  local flags
+  if [[ $kind == thread ]]; then flags="-fsanitize=thread"; else flags="-fsanitize=address,undefined"; fi
+  "$CLANG_C" -g $flags "$dir/probe.c" -o "$dir/probe-$kind" -lpthread
+
+  export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=1:strict_init_order=1${SYM_OPT}"
+  export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${SYM_OPT}"
+  export TSAN_OPTIONS="second_deadlock_stack=1:history_size=4${SYM_OPT}"
+  export LSAN_OPTIONS="${SYM_OPT#:}"
+  export RC_UNDER_SANITIZER=1
+
+  SAN_WRAP=()
+  if timeout 60 "$dir/probe-$kind" >"$dir/probe-$kind.log" 2>&1; then
+    echo "sanitizer probe ($kind): runs as is"
+    return 0
+  fi
+  echo "sanitizer probe ($kind) failed (vm.mmap_rnd_bits=$(cat /proc/sys/vm/mmap_rnd_bits 2>/dev/null || echo '?')):"
+  head -n 5 "$dir/probe-$kind.log" | sed 's/^/  | /'
+  if grep -q 'LeakSanitizer has encountered a fatal error\|LeakSanitizer does not work under ptrace' "$dir/probe-$kind.log"; then
+    echo "LeakSanitizer cannot run here (ptrace restricted): continuing with detect_leaks=0"
+    export ASAN_OPTIONS="${ASAN_OPTIONS/detect_leaks=1/detect_leaks=0}"
+    if timeout 60 "$dir/probe-$kind" >"$dir/probe-$kind.log" 2>&1; then return 0; fi
+  fi
+  local arch
+  arch="$(uname -m)"
+  if timeout 60 setarch "$arch" -R "$dir/probe-$kind" >"$dir/probe-$kind.log" 2>&1; then
+    echo "workaround: running sanitized builds and tests under 'setarch $arch -R' (no ASLR)"
+    SAN_WRAP=(setarch "$arch" -R)
+    return 0
+  fi
+  local bits
+  bits="$(cat /proc/sys/vm/mmap_rnd_bits 2>/dev/null || echo '')"
+  if [[ -n $bits ]] && (( bits > 28 )) && as_root sh -c 'echo 28 > /proc/sys/vm/mmap_rnd_bits' 2>/dev/null; then
+    echo "workaround: lowered vm.mmap_rnd_bits from $bits to 28"
+    if timeout 60 "$dir/probe-$kind" >"$dir/probe-$kind.log" 2>&1; then return 0; fi
+  fi
+  echo "test.sh: $kind sanitizer programs cannot run on this machine:" >&2
+  cat "$dir/probe-$kind.log" >&2
+  return 1
+}
+
+# ---- native build + ctest -----------------------------------------------------------------------
+
+# native_suite BUILD_DIR [cmake args...]: configure, build, ctest (all under SAN_WRAP if set).
+native_suite() {
+  local dir=$1
+  shift
+  local t0=$SECONDS
+  BUILD_WRAP=("${SAN_WRAP[@]}")
+  build_native "$dir" -DRC_BUILD_TESTS=ON "$@"
+  echo "-- configure + build: $(fmt_duration $((SECONDS - t0)))"
+  t0=$SECONDS
+  local rc=0
+  "${SAN_WRAP[@]}" ctest --test-dir "$dir" --output-on-failure --timeout "$CTEST_TIMEOUT" \
+    -j "$CTEST_JOBS" --no-tests=error || rc=$?
+  echo "-- ctest: $(fmt_duration $((SECONDS - t0)))"
+  return $rc
+}
+
+step_release() {
+  native_suite "$BUILD_ROOT/native" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+}
+
+step_asan() {
+  prepare_sanitizer address
+  native_suite "$BUILD_ROOT/native-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_COMPILER="$CLANG_C" -DCMAKE_CXX_COMPILER="$CLANG_CXX" -DRC_SANITIZE=address,undefined
+}
+
+step_tsan() {
+  prepare_sanitizer thread
+  native_suite "$BUILD_ROOT/native-tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_COMPILER="$CLANG_C" -DCMAKE_CXX_COMPILER="$CLANG_CXX" -DRC_SANITIZE=thread
+}
+
+# ---- fuzzing ------------------------------------------------------------------------------------
+
+step_fuzz() {
+  prepare_sanitizer address
+  local dir="$BUILD_ROOT/native-fuzz" t0=$SECONDS
+  "${SAN_WRAP[@]}" cmake -S "$NATIVE_SRC" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_COMPILER="$CLANG_C" -DCMAKE_CXX_COMPILER="$CLANG_CXX" \
+    -DRC_BUILD_FUZZ=ON -DRC_BUILD_TESTS=OFF
+  # The default target includes fuzz-corpus, which runs fuzz-seeds into $dir/fuzz/seeds.
+  "${SAN_WRAP[@]}" cmake --build "$dir" -j "$JOBS"
+  echo "-- configure + build: $(fmt_duration $((SECONDS - t0)))"
+
+  local fuzzer="$dir/fuzz/fuzz-frame" seeds="$dir/fuzz/seeds" corpus="$dir/corpus"
+  local artifacts="$dir/artifacts" log="$dir/fuzz-frame.log"
+  if [[ -z "$(ls -A "$seeds" 2>/dev/null)" ]]; then
+    "${SAN_WRAP[@]}" "$dir/fuzz/fuzz-seeds" "$seeds"
+  fi
+  mkdir -p "$corpus" "$artifacts"
+  rm -f "$artifacts"/crash-* "$artifacts"/leak-* "$artifacts"/timeout-* "$artifacts"/oom-*
+  echo "seeds: $(ls "$seeds" | wc -l) files in $seeds; corpus: $corpus; log: $log"
+
+  # NEW/REDUCE progress lines go to the log only; everything else (pulses, stats, crash reports)
+  # also to the console.
+  local rc=0
+  set +e
+  timeout --kill-after=30 $((FUZZ_SECONDS + 240)) "${SAN_WRAP[@]}" "$fuzzer" \
+    -max_total_time="$FUZZ_SECONDS" -max_len=41000 -timeout=25 -rss_limit_mb=2048 \
+    -print_final_stats=1 -artifact_prefix="$artifacts/" "$corpus" "$seeds" 2>&1 |
+    tee "$log" | grep --line-buffered -vE '^#[0-9]+[[:space:]]+(NEW|REDUCE)[[:space:]]'
+  rc=${PIPESTATUS[0]}
+  set -e
+  local found
+  found="$(ls "$artifacts" 2>/dev/null || true)"
+  if (( rc != 0 )) || [[ -n $found ]]; then
+    echo "fuzz-frame FAILED (exit $rc)."
+    if [[ -n $found ]]; then
+      echo "reproducers in $artifacts: $found"
+      echo "reproduce with: $fuzzer $artifacts/<file>"
+    fi
+    return 1
+  fi
+  echo "fuzz-frame: no crash in ${FUZZ_SECONDS}s ($(grep -E '^stat::number_of_executed_units' "$log" | awk '{print $2}') runs)"
+}
+
+# ---- .NET (placeholder until the solution exists) -----------------------------------------------
+
+step_dotnet() {
+  if [[ ! -f RemoteCache.sln ]]; then
+    echo "dotnet: no solution yet (skipped)"
+    return 200
+  fi
+  if ! command -v dotnet >/dev/null 2>&1; then
+    echo "test.sh: RemoteCache.sln exists but the dotnet SDK is not installed" >&2
+    return 1
+  fi
+  dotnet test RemoteCache.sln
+}
+
+# ---- main ---------------------------------------------------------------------------------------
+
+banner "packages"
+set +e
+( set -euo pipefail; step_packages )
+rc=$?
+set -e
+if (( rc != 0 )); then
+  echo "test.sh: installing the required packages failed; nothing can be built" >&2
+  echo "0 passed, 1 failed"
+  exit 1
+fi
+
+run_suite native-release step_release
+if (( ! QUICK )); then
+  run_suite native-asan step_asan
+  run_suite native-tsan step_tsan
+  run_suite fuzz-frame step_fuzz
+  run_suite dotnet step_dotnet
+fi
+
+summary
