@@ -12,5 +12,10 @@ cd "$ROOT"
 source scripts/lib.sh
 
 ensure_packages "${NATIVE_PACKAGES[@]}" redis-server
-build_native build/bench -DCMAKE_BUILD_TYPE=Release -DRC_BUILD_TESTS=OFF >/dev/null
+mkdir -p build
+if ! build_native build/bench -DCMAKE_BUILD_TYPE=Release -DRC_BUILD_TESTS=OFF >build/bench.log 2>&1; then
+  cat build/bench.log >&2
+  echo "run.sh: the native build failed (log above, also in build/bench.log)" >&2
+  exit 1
+fi
 python3 scripts/bench_native.py build/bench "$@"

@@ -64,10 +64,14 @@ class RegionTable {
     uint16_t server;
     uint16_t region;
   };
-  std::size_t find(uint64_t address) const;
+  std::size_t find(uint64_t address) const {
+    return uniform_shift_ >= 0 ? static_cast<std::size_t>(address >> uniform_shift_) : search(address);
+  }
+  std::size_t search(uint64_t address) const;
 
   std::vector<Entry> regions_;
   uint64_t capacity_ = 0;
+  int uniform_shift_ = -1;  // log2 of the region size when all regions share one power-of-two size
 };
 
 }  // namespace rc::client

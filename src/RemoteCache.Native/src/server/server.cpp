@@ -49,6 +49,7 @@ struct Server::Impl {
   std::vector<std::unique_ptr<ServerThread>> pool;
   std::unique_ptr<ServerThread> housekeeping;
   std::atomic<bool> stopping{false};
+  std::atomic<uint64_t> placement_epoch{0};  // bumped whenever some cache's s changes
   EventFd stop_event;  // never drained: once signalled, every handshake wait ends
   std::mutex handshake_mutex;
   std::condition_variable handshakes_done;
@@ -96,6 +97,7 @@ class ServerThread {
     {
       std::lock_guard lock(inbox_mutex_);
       inbox_.push_back(std::move(conn));
+      inbox_pending_.store(true, std::memory_order_release);
     }
     inbox_event_.signal();
   }
@@ -104,45 +106,51 @@ class ServerThread {
 
  private:
   void run() {
-    uint64_t idle_since = now_ns();
+    uint64_t idle_since = 0;  // 0: busy until the last pass; the clock is read only when idle
     while (!stop_.load(std::memory_order_relaxed)) {
       take_inbox();
-      const bool worked = poll_all();
-      const uint64_t now = now_ns();
-      if (worked) {
-        idle_since = now;
+      if (poll_all()) {
+        idle_since = 0;
         continue;
       }
+      const uint64_t now = now_ns();
+      if (idle_since == 0) idle_since = now;
       if (spins_ && now - idle_since < kSpinNs) {
         cpu_relax();
       } else if (spins_ && now - idle_since < kSpinNs + kYieldNs) {
         sched_yield();
       } else {
         sleep_until_woken();
-        idle_since = now_ns();
+        idle_since = 0;
       }
     }
   }
 
   void take_inbox() {
+    if (!inbox_pending_.load(std::memory_order_acquire)) return;
     std::vector<std::unique_ptr<Conn>> fresh;
     {
       std::lock_guard lock(inbox_mutex_);
-      if (inbox_.empty()) return;
       fresh.swap(inbox_);
+      inbox_pending_.store(false, std::memory_order_relaxed);
     }
     for (auto& c : fresh) {
       watch(*c);
       conns_.push_back(std::move(c));
     }
+    placement_epoch_ = UINT64_MAX;  // s may have changed again while they were in the inbox
   }
 
   // Executes what has arrived on every connection; true if anything was done.
   bool poll_all() {
     bool worked = false;
+    // Homes change only when some cache's s does; recompute them then, not on every pass.
+    const uint64_t epoch = server_.placement_epoch.load(std::memory_order_acquire);
+    const bool replace = epoch != placement_epoch_;
+    placement_epoch_ = epoch;
     for (std::size_t i = 0; i < conns_.size();) {
       Conn& c = *conns_[i];
-      const int home = server_.home_of(c);
+      const int home = replace ? server_.home_of(c) : index_;
       if (home != index_) {
         // Handed over between two batches, so one connection never runs on two threads.
         std::unique_ptr<Conn> moving = std::move(conns_[i]);
@@ -186,7 +194,9 @@ class ServerThread {
   }
 
   void set_server_threads(CacheState& cache, uint32_t s) {
-    if (cache.server_threads.exchange(s) != s) server_.wake_all();
+    if (cache.server_threads.exchange(s) == s) return;
+    server_.placement_epoch.fetch_add(1, std::memory_order_acq_rel);
+    server_.wake_all();
   }
 
   void sleep_until_woken() {
@@ -249,6 +259,8 @@ class ServerThread {
   EventFd inbox_event_;
   std::mutex inbox_mutex_;
   std::vector<std::unique_ptr<Conn>> inbox_;
+  std::atomic<bool> inbox_pending_{false};
+  uint64_t placement_epoch_ = 0;
   std::vector<std::unique_ptr<Conn>> conns_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
