@@ -511,7 +511,9 @@ class Worker {
   bool collect() {
     const auto max = static_cast<uint32_t>(completions_.size());
     int32_t n = rc_poll(session_, completions_.data(), max);
-    if (n == 0 && ++idle_polls_ >= kPollsBeforeWait) n = rc_wait(session_, completions_.data(), max, 1);
+    // With c > 0 polling moves nothing: waiting at once leaves the cores to the client threads.
+    const uint32_t polls_before_wait = opt_.client_threads > 0 ? 1 : kPollsBeforeWait;
+    if (n == 0 && ++idle_polls_ >= polls_before_wait) n = rc_wait(session_, completions_.data(), max, 1);
     if (n < 0) {
       errors.add(n, "rc_poll/rc_wait");
       return false;

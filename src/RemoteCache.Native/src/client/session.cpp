@@ -130,7 +130,13 @@ int32_t Session::wait(rc_completion* out, uint32_t max, int32_t timeout_ms) {
     const uint64_t now = now_ns();
     if (now >= deadline) return 0;
     if (now - start < kSpinNs) {
-      cpu_relax();
+      // With c = 0 this thread is the one moving the data; with c > 0 a client thread is, and a
+      // spinning caller would take the core it needs (three busy threads do not fit two cores).
+      if (worker_ != nullptr) {
+        sched_yield();
+      } else {
+        cpu_relax();
+      }
       continue;
     }
     // Block until the data path signals: our channels' fds (c = 0) or our eventfd (c > 0).

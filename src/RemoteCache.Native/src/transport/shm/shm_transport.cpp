@@ -35,6 +35,17 @@ bool make_address(const std::string& path, sockaddr_un& addr, socklen_t& len) {
   return true;
 }
 
+// A SOCK_SEQPACKET Unix socket and the address of `endpoint`; null with `status` set on failure.
+UniqueFd open_socket(const Endpoint& endpoint, sockaddr_un& addr, socklen_t& len, Status& status) {
+  if (!make_address(endpoint.path, addr, len)) {
+    status = fail(RC_E_INVALID_ARGUMENT, "shm socket path too long");
+    return UniqueFd();
+  }
+  UniqueFd sock(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  if (!sock) status = fail(RC_E_INTERNAL, std::string("socket: ") + std::strerror(errno));
+  return sock;
+}
+
 Status send_with_fds(int sock, std::span<const std::byte> data, std::span<const int> fds) {
   iovec iov{const_cast<std::byte*>(data.data()), data.size()};
   msghdr msg{};
@@ -382,15 +393,8 @@ std::unique_ptr<ClientConnection> connect(const Endpoint& endpoint, const Connec
                                           Status& status) {
   sockaddr_un addr{};
   socklen_t len = 0;
-  if (!make_address(endpoint.path, addr, len)) {
-    status = fail(RC_E_INVALID_ARGUMENT, "shm socket path too long");
-    return nullptr;
-  }
-  UniqueFd sock(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-  if (!sock) {
-    status = fail(RC_E_INTERNAL, std::string("socket: ") + std::strerror(errno));
-    return nullptr;
-  }
+  UniqueFd sock = open_socket(endpoint, addr, len, status);
+  if (!sock) return nullptr;
   set_timeouts(sock.get(), params.timeout_ms);
   if (::connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) {
     status = fail(RC_E_DISCONNECTED, "cannot connect to " + endpoint.to_string() + ": " + std::strerror(errno));
@@ -448,15 +452,8 @@ std::unique_ptr<ClientConnection> connect(const Endpoint& endpoint, const Connec
 std::unique_ptr<Listener> listen(const Endpoint& endpoint, Status& status) {
   sockaddr_un addr{};
   socklen_t len = 0;
-  if (!make_address(endpoint.path, addr, len)) {
-    status = fail(RC_E_INVALID_ARGUMENT, "shm socket path too long");
-    return nullptr;
-  }
-  UniqueFd sock(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-  if (!sock) {
-    status = fail(RC_E_INTERNAL, std::string("socket: ") + std::strerror(errno));
-    return nullptr;
-  }
+  UniqueFd sock = open_socket(endpoint, addr, len, status);
+  if (!sock) return nullptr;
   // A stale socket file from a server that died is replaced; any other file is left alone.
   struct stat st {};
   if (endpoint.path[0] != '@' && lstat(endpoint.path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode))
