@@ -1866,6 +1866,59 @@ TEST_P(Conformance, IdleDeadServerIsNoticed) {
   }
 }
 
+// rc_wake is how a binding takes a session back from a thread blocked in rc_wait: with the server
+// stopped (SIGSTOP), an outstanding read cannot complete, yet the wait must return when woken.
+TEST_P(Conformance, WakeInterruptsWait) {
+  for (const rc_config& cfg : {rc_config{0, 1, 1, 1}, rc_config{1, 1, 1, 1}}) {
+    SCOPED_TRACE(str(cfg));
+    ServerProcess frozen;
+    ASSERT_TRUE(frozen.start(fresh_listen()));
+    rc_cache_options o = make_options(fresh_cache_id(), cfg);
+    o.op_timeout_ms = 20000;  // far beyond the test: only rc_wake can end the wait
+    CacheHandle cache;
+    ASSERT_EQ(open_cache({frozen.endpoint()}, o, &cache.c), RC_OK) << last_error();
+    SessionHandle s;
+    ASSERT_TRUE(session(cache, s));
+    ASSERT_EQ(::kill(frozen.pid(), SIGSTOP), 0);
+    uint8_t b[64];
+    // A batched read over tcp (or a batch over shm with s = 1 and b > 1) needs the stopped server.
+    ASSERT_EQ(rc_write(s.s, 0, b, sizeof b, 1), RC_OK);
+    ASSERT_EQ(rc_read(s.s, 0, b, sizeof b, 2), RC_OK);
+    std::atomic<int32_t> result{INT32_MIN};
+    std::atomic<bool> returned{false};
+    const auto started = Clock::now();
+    std::thread waiter([&] {
+      rc_completion c[4];
+      int32_t total = 0;
+      // Completions that need no server (shm one-sided) come back first; then the wait blocks.
+      for (;;) {
+        const int32_t n = rc_wait(s.s, c, 4, -1);
+        if (n <= 0) {
+          result = n;
+          break;
+        }
+        total += n;
+        if (total == 2) {
+          result = total;
+          break;
+        }
+      }
+      returned = true;
+    });
+    std::this_thread::sleep_for(ms(100));
+    ASSERT_EQ(rc_wake(s.s), RC_OK);
+    const auto deadline = Clock::now() + ms(rctest::scaled_ms(3000));
+    while (!returned && Clock::now() < deadline) std::this_thread::sleep_for(ms(5));
+    const bool woke = returned.load();
+    ::kill(frozen.pid(), SIGCONT);  // lets everything finish, whatever happened
+    waiter.join();
+    EXPECT_TRUE(woke) << "rc_wait did not return after rc_wake";
+    EXPECT_LT(Clock::now() - started, ms(rctest::scaled_ms(10000)));
+    EXPECT_EQ(s.close(), RC_OK);
+    cache.close();
+  }
+}
+
 // ---- (g) restart ------------------------------------------------------------------------------------
 
 TEST_P(Conformance, RestartAndReconnect) {

@@ -11,8 +11,8 @@
  *    this header. On failure, rc_last_error() returns text for the calling thread.
  *  - rc_cache_* and rc_server_* functions are thread-safe.
  *  - A session belongs to one thread at a time: rc_read, rc_write, rc_flush, rc_poll, rc_wait
- *    and rc_session_close on one session must not run concurrently. Use one session per
- *    application thread; requests of a session keep program order.
+ *    and rc_session_close on one session must not run concurrently (rc_wake is the exception).
+ *    Use one session per application thread; requests of a session keep program order.
  *  - Buffers passed to rc_read / rc_write must stay valid and untouched until the operation's
  *    completion has been returned by rc_poll / rc_wait.
  *  - Close every session before closing its cache. Handles are invalid after close.
@@ -114,9 +114,13 @@ RC_API rc_status rc_flush(rc_session* session);
 /* Copies up to max finished completions into out; returns how many (>= 0) or a negative rc_status.
  * Flushes partly filled batches first. Never blocks. */
 RC_API int32_t rc_poll(rc_session* session, rc_completion* out, uint32_t max);
-/* Like rc_poll but waits up to timeout_ms (-1 = until at least one completion or nothing is
- * outstanding) for at least one completion. Returns 0 on timeout or when nothing is outstanding. */
+/* Like rc_poll but waits up to timeout_ms (-1 = no limit) for at least one completion. Returns 0
+ * on timeout, when nothing is outstanding, or when rc_wake was called. */
 RC_API int32_t rc_wait(rc_session* session, rc_completion* out, uint32_t max, int32_t timeout_ms);
+/* Makes a concurrent or the next rc_wait on this session return (with what it has, possibly 0).
+ * The one session function that may be called from any thread, at any time while it is open:
+ * bindings use it to take a session back from a thread blocked in rc_wait. */
+RC_API rc_status rc_wake(rc_session* session);
 /* Operations submitted and not yet returned by rc_poll / rc_wait. */
 RC_API uint32_t rc_session_outstanding(const rc_session* session);
 /* Waits for outstanding operations (discarding their completions), then frees the session. */

@@ -146,6 +146,12 @@ int32_t rc_wait(rc_session* session, rc_completion* out, uint32_t max, int32_t t
   return st == RC_OK ? n : st;
 }
 
+rc_status rc_wake(rc_session* session) {
+  if (session == nullptr) return null_argument("session");
+  session->impl->wake();
+  return RC_OK;
+}
+
 uint32_t rc_session_outstanding(const rc_session* session) {
   return session == nullptr ? 0 : session->impl->outstanding();
 }

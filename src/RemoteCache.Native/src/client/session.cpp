@@ -127,6 +127,7 @@ int32_t Session::wait(rc_completion* out, uint32_t max, int32_t timeout_ms) {
   for (;;) {
     const int32_t n = poll(out, max);
     if (n != 0 || outstanding() == 0) return n;
+    if (woken_.exchange(false, std::memory_order_acq_rel)) return 0;
     const uint64_t now = now_ns();
     if (now >= deadline) return 0;
     if (now - start < kSpinNs) {
@@ -141,9 +142,9 @@ int32_t Session::wait(rc_completion* out, uint32_t max, int32_t timeout_ms) {
     }
     // Block until the data path signals: our channels' fds (c = 0) or our eventfd (c > 0).
     raw.clear();
+    raw.push_back(wake_.fd());  // rc_wake, and with c > 0 also the client thread's completions
     if (worker_ != nullptr) {
       sleeping_.store(1, std::memory_order_seq_cst);
-      raw.push_back(wake_.fd());
     } else {
       for (auto& ch : channels_) {
         ch->link().arm_wait();
@@ -151,20 +152,25 @@ int32_t Session::wait(rc_completion* out, uint32_t max, int32_t timeout_ms) {
       }
     }
     const int32_t again = poll(out, max);
-    if (again == 0) {
+    if (again == 0 && !woken_.load(std::memory_order_acquire)) {
       fds.clear();
       for (int fd : raw) fds.push_back(pollfd{fd, POLLIN, 0});
       const uint64_t left_ms = deadline == UINT64_MAX ? kMaxBlockMs : (deadline - now_ns()) / 1'000'000 + 1;
       ::poll(fds.data(), fds.size(), static_cast<int>(std::min<uint64_t>(left_ms, kMaxBlockMs)));
     }
+    wake_.drain();
     if (worker_ != nullptr) {
       sleeping_.store(0, std::memory_order_relaxed);
-      wake_.drain();
     } else {
       for (auto& ch : channels_) ch->link().disarm_wait();
     }
     if (again != 0) return again;
   }
+}
+
+void Session::wake() {
+  woken_.store(true, std::memory_order_release);
+  wake_.signal();
 }
 
 bool Session::in_flight() const { return submitted_ != completed_.load(std::memory_order_acquire); }

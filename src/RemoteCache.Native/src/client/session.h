@@ -36,6 +36,7 @@ class Session {
   Status flush();
   int32_t poll(rc_completion* out, uint32_t max);
   int32_t wait(rc_completion* out, uint32_t max, int32_t timeout_ms);
+  void wake();  // any thread
   uint32_t outstanding() const { return capacity_ - static_cast<uint32_t>(free_slots_.size()); }
   Status close();
 
@@ -70,6 +71,7 @@ class Session {
   Worker* worker_ = nullptr;
 
   std::atomic<uint32_t> sleeping_{0};
+  std::atomic<bool> woken_{false};  // rc_wake was called: the next or current wait returns
   EventFd wake_;
 };
 
