@@ -1,0 +1,267 @@
+using System;
+using System.Diagnostics;
+using System.IO;
+using System.Runtime.InteropServices;
+using System.Threading;
+using System.Threading.Tasks;
+using BenchmarkDotNet.Attributes;
+using RemoteCache.Interop;
+
+namespace RemoteCache.Benchmarks.Micro;
+
+/// <summary>
+/// The managed data path against an embedded <see cref="RemoteCacheServer"/>, in the configuration of
+/// the native <c>remotecache-bench --batch 64 --qdepth 4 --client-threads 0 --server-threads 1 --window 256</c>:
+/// every invocation issues <see cref="Window"/> operations at random <see cref="Size"/>-aligned addresses of a
+/// 256 MiB cache, then waits for all of them. One benchmark thread, one lane.
+/// </summary>
+/// <remarks>
+/// ValueTask path: <see cref="RemoteCacheClient.ReadAsync"/>/<see cref="RemoteCacheClient.WriteAsync"/> into
+/// slices of a pre-pinned array (so <c>Memory.Pin</c> takes no GC handle), all submitted, then awaited in order.
+/// Low-level path: <see cref="RemoteCacheClient.Read"/>/<see cref="RemoteCacheClient.Write"/> into native memory
+/// with one static cached <see cref="IoCallback"/> counting completions, then <see cref="RemoteCacheClient.Poll"/>
+/// until all have completed.
+/// </remarks>
+public class DataPath
+{
+    /// <summary>Operations per invocation (and outstanding at most).</summary>
+    public const int Window = 256;
+
+    /// <summary>c=0 s=1 b=64 q=4: the application thread does the client work; one server thread.</summary>
+    public const uint ClientThreads = 0, ServerThreads = 1, BatchSize = 64, QueueDepth = 4;
+
+    /// <summary>The data-path configuration of the cache: (c, s, b, q) = (0, 1, 64, 4).</summary>
+    public static readonly CacheConfig Config = new(ClientThreads, ServerThreads, BatchSize, QueueDepth);
+
+    /// <summary>Bytes per region lent by the server (as remotecache-bench's server: --region-size 64M).</summary>
+    public const long RegionSize = 64L << 20;
+
+    /// <summary>Regions of the cache: 4 x 64 MiB = 256 MiB (remotecache-bench's default --cache-bytes).</summary>
+    public const uint RegionsPerServer = 4;
+
+    /// <summary>The benchmark waits this long for an invocation's completions before it declares a hang.</summary>
+    private static readonly long HangTicks = Stopwatch.Frequency * 30;
+
+    [Params("shm", "tcp")]
+    public string Transport { get; set; } = "shm";
+
+    [Params(8, 4096)]
+    public int Size { get; set; } = 8;
+
+    private RemoteCacheServer? _server;
+    private RemoteCacheClient? _client;
+    private string? _socketPath;
+    private byte[] _pinned = Array.Empty<byte>();
+    private Memory<byte>[] _slices = Array.Empty<Memory<byte>>();
+    private ValueTask[] _pending = Array.Empty<ValueTask>();
+    private IntPtr _native;
+    private long _slots;
+    private ulong _rng = 0x9E3779B97F4A7C15ul;
+
+    // The low-level path's completion counter: one static delegate, no per-operation state.
+    private static readonly IoCallback s_onDone = OnDone;
+    private static int s_completed;
+    private static int s_failed;
+    private static int s_firstFailure;
+
+    private static void OnDone(RcStatus status, object? context)
+    {
+        if (status != RcStatus.Ok && Interlocked.Increment(ref s_failed) == 1)
+            Volatile.Write(ref s_firstFailure, (int)status);
+        Interlocked.Increment(ref s_completed);
+    }
+
+    [GlobalSetup]
+    public void Setup()
+    {
+        string listen;
+        if (Transport == "shm")
+        {
+            _socketPath = $"/tmp/rc-micro-{Environment.ProcessId}.sock";
+            File.Delete(_socketPath);  // left by an earlier case of this process, or a crashed run with our pid
+            listen = "shm:" + _socketPath;
+        }
+        else if (Transport == "tcp")
+        {
+            listen = "tcp:127.0.0.1:0";
+        }
+        else
+        {
+            throw new ArgumentException($"unknown transport '{Transport}'");
+        }
+        _server = RemoteCacheServer.Start(new[] { listen }, RegionSize, memoryLimit: 2L << 30, threads: (int)Math.Max(1, ServerThreads));
+        _client = RemoteCacheClient.Open(_server.Endpoints, new RemoteCacheOptions
+        {
+            Token = "micro",
+            RegionsPerServer = RegionsPerServer,
+            Config = Config,
+            Lanes = 1,
+            Name = $"micro {Transport} {Size}",
+        });
+        if (_client.Capacity != RegionSize * RegionsPerServer)
+            throw new InvalidOperationException($"cache capacity {_client.Capacity}, expected {RegionSize * RegionsPerServer}");
+        _slots = _client.Capacity / Size;
+
+        _pinned = GC.AllocateArray<byte>(Window * Size, pinned: true);
+        _pinned.AsSpan().Fill(0x5a);
+        _slices = new Memory<byte>[Window];
+        for (int i = 0; i < Window; i++)
+            _slices[i] = MemoryMarshal.CreateFromPinnedArray(_pinned, i * Size, Size);
+        _pending = new ValueTask[Window];
+        unsafe
+        {
+            _native = (IntPtr)NativeMemory.AlignedAlloc((nuint)(Window * Size), 64);
+            new Span<byte>((void*)_native, Window * Size).Fill(0x5a);
+        }
+        _rng = 0x9E3779B97F4A7C15ul ^ (ulong)Size ^ ((ulong)Transport.Length << 32);
+        s_completed = 0;
+        s_failed = 0;
+    }
+
+    [GlobalCleanup]
+    public void Cleanup()
+    {
+        _client?.Dispose();
+        _client = null;
+        _server?.Dispose();
+        _server = null;
+        unsafe
+        {
+            if (_native != IntPtr.Zero)
+                NativeMemory.AlignedFree((void*)_native);
+        }
+        _native = IntPtr.Zero;
+        if (_socketPath is not null)
+            File.Delete(_socketPath);
+    }
+
+    // xorshift64*, as remotecache-bench: a few cycles per address.
+    private long NextAddress()
+    {
+        ulong s = _rng;
+        s ^= s >> 12;
+        s ^= s << 25;
+        s ^= s >> 27;
+        _rng = s;
+        return (long)((s * 0x2545F4914F6CDD1Dul) % (ulong)_slots) * Size;
+    }
+
+    // ---- ValueTask API ------------------------------------------------------------------------------
+
+    [Benchmark(OperationsPerInvoke = Window)]
+    [BenchmarkCategory("ValueTask")]
+    public async ValueTask ReadAsync()
+    {
+        var client = _client!;
+        var pending = _pending;
+        var slices = _slices;
+        for (int i = 0; i < pending.Length; i++)
+            pending[i] = client.ReadAsync(NextAddress(), slices[i]);
+        for (int i = 0; i < pending.Length; i++)
+            await pending[i];
+    }
+
+    [Benchmark(OperationsPerInvoke = Window)]
+    [BenchmarkCategory("ValueTask")]
+    public async ValueTask WriteAsync()
+    {
+        var client = _client!;
+        var pending = _pending;
+        var slices = _slices;
+        for (int i = 0; i < pending.Length; i++)
+            pending[i] = client.WriteAsync(NextAddress(), slices[i]);
+        for (int i = 0; i < pending.Length; i++)
+            await pending[i];
+    }
+
+    // The same ValueTask operations, consumed without a continuation: spin on IsCompleted (which moves the data
+    // on this thread, as an await's first check does), then GetResult. Measures the ValueTask machinery when no
+    // continuation runs on the client's poller, and is not exposed to the re-entrancy crash of awaits that
+    // resume there (see README.md).
+    [Benchmark(OperationsPerInvoke = Window)]
+    [BenchmarkCategory("ValueTaskSpin")]
+    public void ReadAsyncSpinWait()
+    {
+        var client = _client!;
+        var pending = _pending;
+        var slices = _slices;
+        for (int i = 0; i < pending.Length; i++)
+            pending[i] = client.ReadAsync(NextAddress(), slices[i]);
+        for (int i = 0; i < pending.Length; i++)
+            SpinWaitFor(pending[i]);
+    }
+
+    [Benchmark(OperationsPerInvoke = Window)]
+    [BenchmarkCategory("ValueTaskSpin")]
+    public void WriteAsyncSpinWait()
+    {
+        var client = _client!;
+        var pending = _pending;
+        var slices = _slices;
+        for (int i = 0; i < pending.Length; i++)
+            pending[i] = client.WriteAsync(NextAddress(), slices[i]);
+        for (int i = 0; i < pending.Length; i++)
+            SpinWaitFor(pending[i]);
+    }
+
+    private static void SpinWaitFor(ValueTask task)
+    {
+        while (!task.IsCompleted)
+        {
+        }
+        task.GetAwaiter().GetResult();
+    }
+
+    // ---- low-level callback API ---------------------------------------------------------------------
+
+    [Benchmark(OperationsPerInvoke = Window)]
+    [BenchmarkCategory("Callback")]
+    public void ReadCallback()
+    {
+        var client = _client!;
+        Volatile.Write(ref s_completed, 0);
+        for (int i = 0; i < Window; i++)
+            client.Read(NextAddress(), _native + i * Size, Size, s_onDone, null);
+        WaitAll(client);
+    }
+
+    [Benchmark(OperationsPerInvoke = Window)]
+    [BenchmarkCategory("Callback")]
+    public void WriteCallback()
+    {
+        var client = _client!;
+        Volatile.Write(ref s_completed, 0);
+        for (int i = 0; i < Window; i++)
+            client.Write(NextAddress(), _native + i * Size, Size, s_onDone, null);
+        WaitAll(client);
+    }
+
+    private static void WaitAll(RemoteCacheClient client)
+    {
+        long start = 0;
+        uint idle = 0;
+        while (Volatile.Read(ref s_completed) < Window)
+        {
+            if (client.Poll() != 0)
+            {
+                idle = 0;
+                continue;
+            }
+            // As remotecache-bench (which falls back to rc_wait after 4096 empty polls), give the core away now
+            // and then: on 2 cores a lock holder (the client's poller) or the server thread may be waiting for it.
+            if ((++idle & 0xfff) == 0)
+                Thread.Yield();
+            // Rarely look at the clock: the operation timeout (10 s) should fail a lost operation long before.
+            if ((idle & 0xffff) == 0)
+            {
+                long now = Stopwatch.GetTimestamp();
+                if (start == 0)
+                    start = now;
+                else if (now - start > HangTicks)
+                    throw new TimeoutException($"{Volatile.Read(ref s_completed)} of {Window} callbacks after 30 s; {client.Outstanding} outstanding");
+            }
+        }
+        if (Volatile.Read(ref s_failed) != 0)
+            throw new InvalidOperationException($"{s_failed} operations failed; first status {(RcStatus)s_firstFailure}");
+    }
+}

@@ -1,0 +1,95 @@
+using System;
+using System.Runtime.InteropServices;
+
+namespace RemoteCache.Interop;
+
+/// <summary>Status codes of <c>remotecache.h</c> (<c>rc_status</c>); zero is success, errors are negative.</summary>
+public enum RcStatus
+{
+    /// <summary>Success.</summary>
+    Ok = 0,
+    /// <summary>A null handle, a bad option or a malformed endpoint.</summary>
+    InvalidArgument = -1,
+    /// <summary>The range leaves the cache.</summary>
+    OutOfRange = -2,
+    /// <summary>The server holding the range is gone.</summary>
+    Disconnected = -3,
+    /// <summary>The server refused the cache id or token.</summary>
+    Auth = -4,
+    /// <summary>The server cannot lend that much memory.</summary>
+    NoMemory = -5,
+    /// <summary>The session has as many operations outstanding as it can hold: poll, then retry.</summary>
+    Busy = -6,
+    /// <summary>An operation or a connect exceeded its deadline.</summary>
+    Timeout = -7,
+    /// <summary>The peer sent something that does not parse.</summary>
+    Protocol = -8,
+    /// <summary>The handle is being closed.</summary>
+    Closed = -9,
+    /// <summary>The transport or option is not available here.</summary>
+    Unsupported = -10,
+    /// <summary>A bug or a system-call failure.</summary>
+    Internal = -11,
+}
+
+/// <summary>The data-path configuration <c>rc_config</c>: (c, s, b, q) of the Redy paper.</summary>
+[StructLayout(LayoutKind.Sequential)]
+public struct RcConfig
+{
+    /// <summary>Client threads; 0 = the application thread does the client work.</summary>
+    public uint ClientThreads;
+    /// <summary>Server threads polling the cache's connections; 0 = one-sided access only.</summary>
+    public uint ServerThreads;
+    /// <summary>Requests per batch, 1..256.</summary>
+    public uint BatchSize;
+    /// <summary>Messages in flight per connection, 1..64.</summary>
+    public uint QueueDepth;
+}
+
+/// <summary><c>rc_cache_options</c>. <see cref="Token"/> points to a NUL-terminated UTF-8 string.</summary>
+[StructLayout(LayoutKind.Sequential)]
+public struct RcCacheOptions
+{
+    /// <summary>Names the cache on its servers.</summary>
+    public ulong CacheId;
+    /// <summary>NUL-terminated UTF-8 secret (may be zero for none).</summary>
+    public IntPtr Token;
+    /// <summary>Regions requested from each server.</summary>
+    public uint RegionsPerServer;
+    /// <summary>The initial configuration.</summary>
+    public RcConfig Config;
+    /// <summary>Operations outstanding per session at most; 0 = 1024.</summary>
+    public uint SessionCapacity;
+    /// <summary>Operation deadline in milliseconds; 0 = 10000.</summary>
+    public uint OpTimeoutMs;
+    /// <summary>Connect deadline in milliseconds; 0 = 5000.</summary>
+    public uint ConnectTimeoutMs;
+}
+
+/// <summary>A finished operation, <c>rc_completion</c>.</summary>
+[StructLayout(LayoutKind.Sequential)]
+public struct RcCompletion
+{
+    /// <summary>The tag given when the operation was submitted.</summary>
+    public ulong Tag;
+    /// <summary>An <see cref="RcStatus"/> value.</summary>
+    public int Status;
+    /// <summary>Unused.</summary>
+    public uint Reserved;
+}
+
+/// <summary><c>rc_server_options</c>. <see cref="Listen"/> points to an array of UTF-8 endpoint strings.</summary>
+[StructLayout(LayoutKind.Sequential)]
+public struct RcServerOptions
+{
+    /// <summary>Pointer to <see cref="ListenCount"/> NUL-terminated UTF-8 endpoints.</summary>
+    public IntPtr Listen;
+    /// <summary>How many endpoints.</summary>
+    public nuint ListenCount;
+    /// <summary>Bytes per region; 0 = 1 GiB.</summary>
+    public ulong RegionSize;
+    /// <summary>Bytes the server may lend in all; 0 = 4 GiB.</summary>
+    public ulong MemoryLimit;
+    /// <summary>Server threads at most; 0 = hardware threads.</summary>
+    public uint MaxThreads;
+}

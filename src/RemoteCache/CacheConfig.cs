@@ -1,0 +1,33 @@
+using RemoteCache.Interop;
+
+namespace RemoteCache;
+
+/// <summary>
+/// The data-path configuration of a cache (Redy §5): client threads (c), server threads (s),
+/// batch size (b) and queue depth (q). Given at open and changeable while the cache is in use.
+/// </summary>
+/// <param name="ClientThreads">Client threads; 0 = the thread that submits or polls does the client work (best on small machines).</param>
+/// <param name="ServerThreads">Server threads polling the cache's connections; 0 = one-sided access only.</param>
+/// <param name="BatchSize">Requests per batch, 1..256 (a batch also stops at 4 KiB).</param>
+/// <param name="QueueDepth">Batches in flight per connection, 1..64.</param>
+public readonly record struct CacheConfig(uint ClientThreads, uint ServerThreads, uint BatchSize, uint QueueDepth)
+{
+    /// <summary>Latency first: no client threads, one server thread, no batching, one message in flight.</summary>
+    public static CacheConfig LowLatency => new(0, 1, 1, 1);
+
+    /// <summary>Throughput first on a small machine: batches of 64, four in flight.</summary>
+    public static CacheConfig HighThroughput => new(0, 1, 64, 4);
+
+    internal RcConfig ToNative() => new()
+    {
+        ClientThreads = ClientThreads,
+        ServerThreads = ServerThreads,
+        BatchSize = BatchSize,
+        QueueDepth = QueueDepth,
+    };
+
+    internal static CacheConfig FromNative(in RcConfig c) => new(c.ClientThreads, c.ServerThreads, c.BatchSize, c.QueueDepth);
+
+    /// <inheritdoc/>
+    public override string ToString() => $"c={ClientThreads} s={ServerThreads} b={BatchSize} q={QueueDepth}";
+}

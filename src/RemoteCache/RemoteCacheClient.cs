@@ -1,0 +1,336 @@
+using System;
+using System.Collections.Generic;
+using System.Linq;
+using System.Runtime.InteropServices;
+using System.Text;
+using System.Threading;
+using System.Threading.Tasks;
+using RemoteCache.Interop;
+
+namespace RemoteCache;
+
+/// <summary>
+/// A cache in remote memory: a flat byte-addressable space [0, <see cref="Capacity"/>) lent by one or
+/// more cache servers. Thread-safe; requests from one thread keep program order.
+/// </summary>
+/// <remarks>
+/// Callers are spread over a few native sessions ("lanes"). A thread awaiting an operation moves the
+/// data itself for a few microseconds (which also sends a partly filled batch); a background poller
+/// finishes whatever is left. Completions run on the thread that harvested them.
+/// </remarks>
+public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
+{
+    private readonly CacheHandle _cache;
+    private readonly Lane[] _lanes;
+    private readonly Thread _poller;
+    private readonly ManualResetEventSlim _work = new(false);
+    private volatile bool _stopping;
+    private int _disposed;
+
+    private RemoteCacheClient(CacheHandle cache, RemoteCacheOptions options, string name)
+    {
+        _cache = cache;
+        Name = name;
+        Capacity = (long)NativeMethods.CacheCapacity(cache);
+        var lanes = new List<Lane>();
+        try
+        {
+            for (int i = 0; i < Math.Max(1, options.Lanes); i++)
+            {
+                var status = NativeMethods.SessionOpen(cache, out var session);
+                if (status != RcStatus.Ok)
+                {
+                    session.Dispose();
+                    throw Errors.For(status, name, -1, 0);
+                }
+                lanes.Add(new Lane(this, session, (int)Math.Max(16, options.SessionCapacity)));
+            }
+        }
+        catch
+        {
+            foreach (var lane in lanes)
+                lane.Dispose();
+            throw;
+        }
+        _lanes = lanes.ToArray();
+        _poller = new Thread(PollerLoop) { IsBackground = true, Name = $"RemoteCache poller ({name})" };
+        _poller.Start();
+    }
+
+    /// <summary>Connects to every endpoint ("tcp:HOST:PORT", "shm:SOCKET_PATH") and maps the cache onto their regions in order.</summary>
+    /// <exception cref="ArgumentException">An option or endpoint is malformed.</exception>
+    /// <exception cref="RemoteCacheException">A server is unreachable, refused the token or lacks the memory.</exception>
+    public static RemoteCacheClient Open(IEnumerable<string> endpoints, RemoteCacheOptions options)
+    {
+        ArgumentNullException.ThrowIfNull(endpoints);
+        ArgumentNullException.ThrowIfNull(options);
+        var list = endpoints.ToArray();
+        if (list.Length == 0)
+            throw new ArgumentException("a cache needs at least one endpoint", nameof(endpoints));
+        var name = options.Name ?? $"cache {options.CacheId}";
+        var unmanaged = new List<IntPtr>();
+        try
+        {
+            foreach (var e in list)
+                unmanaged.Add(Marshal.StringToCoTaskMemUTF8(e ?? throw new ArgumentException("null endpoint", nameof(endpoints))));
+            var token = Marshal.StringToCoTaskMemUTF8(options.Token ?? "");
+            unmanaged.Add(token);
+            var native = new RcCacheOptions
+            {
+                CacheId = options.CacheId,
+                Token = token,
+                RegionsPerServer = options.RegionsPerServer,
+                Config = options.Config.ToNative(),
+                SessionCapacity = options.SessionCapacity,
+                OpTimeoutMs = ToMilliseconds(options.OperationTimeout),
+                ConnectTimeoutMs = ToMilliseconds(options.ConnectTimeout),
+            };
+            var pointers = unmanaged.Take(list.Length).ToArray();
+            fixed (IntPtr* eps = pointers)
+            {
+                var status = NativeMethods.CacheOpen(eps, (nuint)list.Length, &native, out var cache);
+                if (status != RcStatus.Ok)
+                {
+                    cache.Dispose();
+                    throw Errors.For(status, name, -1, 0);
+                }
+                try
+                {
+                    return new RemoteCacheClient(cache, options, name);
+                }
+                catch
+                {
+                    cache.Dispose();
+                    throw;
+                }
+            }
+        }
+        finally
+        {
+            foreach (var p in unmanaged)
+                Marshal.FreeCoTaskMem(p);
+        }
+    }
+
+    /// <summary>The name used in messages and exceptions.</summary>
+    public string Name { get; }
+
+    /// <summary>Bytes in the cache.</summary>
+    public long Capacity { get; }
+
+    /// <summary>The current data-path configuration.</summary>
+    public CacheConfig Config
+    {
+        get
+        {
+            ThrowIfDisposed();
+            Errors.ThrowIfFailed(NativeMethods.CacheGetConfig(_cache, out var config), Name);
+            return CacheConfig.FromNative(config);
+        }
+    }
+
+    /// <summary>Applies a new (c, s, b, q) while the cache is in use; nothing submitted is lost or reordered.</summary>
+    public void Reconfigure(CacheConfig config)
+    {
+        ThrowIfDisposed();
+        var native = config.ToNative();
+        Errors.ThrowIfFailed(NativeMethods.CacheReconfigure(_cache, in native), Name);
+    }
+
+    // ---- ValueTask API ----------------------------------------------------------------------------
+
+    /// <summary>Reads [<paramref name="address"/>, + destination.Length) into <paramref name="destination"/>.</summary>
+    /// <exception cref="ArgumentOutOfRangeException">The range leaves the cache (thrown before anything is sent).</exception>
+    /// <exception cref="ObjectDisposedException">The client is disposed.</exception>
+    /// <exception cref="RemoteCacheException">The operation failed: server gone, timeout (reported by the task).</exception>
+    public ValueTask ReadAsync(long address, Memory<byte> destination) => Submit(address, destination, write: false);
+
+    /// <summary>Writes <paramref name="source"/> at <paramref name="address"/>.</summary>
+    /// <exception cref="ArgumentOutOfRangeException">The range leaves the cache (thrown before anything is sent).</exception>
+    /// <exception cref="ObjectDisposedException">The client is disposed.</exception>
+    /// <exception cref="RemoteCacheException">The operation failed: server gone, timeout (reported by the task).</exception>
+    public ValueTask WriteAsync(long address, ReadOnlyMemory<byte> source) =>
+        Submit(address, MemoryMarshal.AsMemory(source), write: true);
+
+    private ValueTask Submit(long address, Memory<byte> buffer, bool write)
+    {
+        CheckRange(address, buffer.Length);
+        var lane = PickLane();
+        var op = Rent(lane, address, buffer.Length);
+        op.Pin = buffer.Pin();
+        var status = lane.Submit(op, write, op.Pin.Pointer);
+        if (status != RcStatus.Ok)
+        {
+            op.Pin.Dispose();
+            op.Pin = default;
+            lane.Return(op);
+            throw Errors.For(status, Name, address, buffer.Length);
+        }
+        return new ValueTask(op, op.Version);
+    }
+
+    // ---- low-level callback API (FASTER devices) ----------------------------------------------------
+
+    /// <summary>
+    /// Starts a read of <paramref name="length"/> bytes at <paramref name="address"/> into unmanaged or
+    /// pinned memory; <paramref name="callback"/> runs with the status on the thread that harvests the
+    /// completion (<see cref="Poll"/>, an awaiting caller, or the client's poller). No allocation.
+    /// </summary>
+    /// <exception cref="ArgumentOutOfRangeException">The range leaves the cache.</exception>
+    /// <exception cref="ObjectDisposedException">The client is disposed.</exception>
+    public void Read(long address, IntPtr destination, int length, IoCallback callback, object? context) =>
+        SubmitRaw(address, destination, length, callback, context, write: false);
+
+    /// <summary>Starts a write from unmanaged or pinned memory; see <see cref="Read"/>.</summary>
+    /// <exception cref="ArgumentOutOfRangeException">The range leaves the cache.</exception>
+    /// <exception cref="ObjectDisposedException">The client is disposed.</exception>
+    public void Write(long address, IntPtr source, int length, IoCallback callback, object? context) =>
+        SubmitRaw(address, source, length, callback, context, write: true);
+
+    private void SubmitRaw(long address, IntPtr buffer, int length, IoCallback callback, object? context, bool write)
+    {
+        ArgumentNullException.ThrowIfNull(callback);
+        CheckRange(address, length);
+        var lane = PickLane();
+        var op = Rent(lane, address, length);
+        op.Callback = callback;
+        op.Context = context;
+        var status = lane.Submit(op, write, (void*)buffer);
+        if (status != RcStatus.Ok)
+        {
+            op.Callback = null;
+            op.Context = null;
+            lane.Return(op);
+            throw Errors.For(status, Name, address, length);
+        }
+    }
+
+    /// <summary>Harvests finished operations on the calling thread (running their callbacks); returns how many.</summary>
+    public int Poll()
+    {
+        int n = 0;
+        foreach (var lane in _lanes)
+            n += lane.Drive();
+        return n;
+    }
+
+    /// <summary>Operations submitted and not yet finished.</summary>
+    public int Outstanding => _lanes.Sum(l => l.Outstanding);
+
+    // ---- internals --------------------------------------------------------------------------------
+
+    private void CheckRange(long address, long length)
+    {
+        ThrowIfDisposed();
+        if (address < 0 || length < 0 || address > Capacity - length)
+            throw Errors.For(RcStatus.OutOfRange, Name, address, length, $"the cache holds {Capacity} bytes");
+    }
+
+    private Lane PickLane() => _lanes[(uint)Environment.CurrentManagedThreadId % (uint)_lanes.Length];
+
+    private Operation Rent(Lane lane, long address, long length)
+    {
+        var op = lane.Rent();
+        var spin = new SpinWait();
+        while (op is null)
+        {
+            // Every operation of the lane is in flight or not yet consumed by its awaiter.
+            lane.Drive();
+            spin.SpinOnce();
+            op = lane.Rent();
+        }
+        op.Address = address;
+        op.Length = length;
+        return op;
+    }
+
+    internal void NotifyOutstanding() => _work.Set();
+
+    // Finishes what callers leave behind: a lane with outstanding operations that nobody submits on or
+    // awaits is polled here, first briefly, then blocking in rc_wait (a submitter wakes it with rc_wake).
+    private void PollerLoop()
+    {
+        var lastActivity = new int[_lanes.Length];
+        var spin = new SpinWait();
+        int next = 0;
+        while (!_stopping)
+        {
+            int done = 0;
+            Lane? idle = null;
+            for (int i = 0; i < _lanes.Length; i++)
+            {
+                var lane = _lanes[i];
+                if (lane.Outstanding == 0)
+                    continue;
+                int activity = Volatile.Read(ref lane.Activity);
+                if (activity != lastActivity[i])
+                {
+                    lastActivity[i] = activity;  // someone is busy on it: leave batching to them
+                    continue;
+                }
+                done += lane.Drive();
+                idle ??= lane;
+            }
+            if (done > 0)
+            {
+                spin.Reset();
+                continue;
+            }
+            if (idle is null && _lanes.All(l => l.Outstanding == 0))
+            {
+                _work.Reset();
+                if (_lanes.All(l => l.Outstanding == 0))
+                    _work.Wait(100);
+                continue;
+            }
+            if (!spin.NextSpinWillYield || idle is null)
+            {
+                spin.SpinOnce(sleep1Threshold: -1);
+                continue;
+            }
+            next = (next + 1) % _lanes.Length;
+            (_lanes[next].Outstanding > 0 ? _lanes[next] : idle).DriveBlocking(1);
+        }
+    }
+
+    private void ThrowIfDisposed()
+    {
+        if (Volatile.Read(ref _disposed) != 0)
+            throw new ObjectDisposedException(Name);
+    }
+
+    /// <summary>
+    /// Waits for operations in flight (they complete, or fail after the operation timeout), then closes
+    /// the sessions and the cache. Later calls throw <see cref="ObjectDisposedException"/>.
+    /// </summary>
+    public ValueTask DisposeAsync()
+    {
+        if (Interlocked.Exchange(ref _disposed, 1) != 0)
+            return ValueTask.CompletedTask;
+        return new ValueTask(Task.Run(Shutdown));
+    }
+
+    /// <summary>Synchronous form of <see cref="DisposeAsync"/>.</summary>
+    public void Dispose()
+    {
+        if (Interlocked.Exchange(ref _disposed, 1) != 0)
+            return;
+        Shutdown();
+    }
+
+    private void Shutdown()
+    {
+        foreach (var lane in _lanes)
+            lane.Drain();
+        _stopping = true;
+        _work.Set();
+        _poller.Join();
+        foreach (var lane in _lanes)
+            lane.Dispose();
+        _cache.Dispose();
+        _work.Dispose();
+    }
+
+    private static uint ToMilliseconds(TimeSpan t) =>
+        t <= TimeSpan.Zero ? 0 : (uint)Math.Min(uint.MaxValue, Math.Ceiling(t.TotalMilliseconds));
+}
