@@ -205,6 +205,22 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
         }
     }
 
+    /// <summary>
+    /// Opens a native session of this cache for one thread at a time (<see cref="RemoteCacheSession"/>):
+    /// the lowest-overhead path, for a thread that submits and polls by itself.
+    /// </summary>
+    public RemoteCacheSession OpenSession()
+    {
+        ThrowIfDisposed();
+        var status = NativeMethods.SessionOpen(_cache, out var session);
+        if (status != RcStatus.Ok)
+        {
+            session.Dispose();
+            throw Errors.For(status, Name, -1, 0);
+        }
+        return new RemoteCacheSession(session);
+    }
+
     /// <summary>Harvests finished operations on the calling thread (running their callbacks); returns how many.</summary>
     public int Poll()
     {
