@@ -9,13 +9,15 @@ probe, and prints per row: native ops/s, managed ValueTask ops/s and low-level (
 ops/s as a percentage of native, and allocated bytes per operation. Targets: low-level >= 80 % of
 native, ValueTask >= 50 %. Rows go to artifacts/bench-micro.json.
 
-The awaited ValueTask benchmarks (ReadAsync/WriteAsync) each run in their own process: an await that
-resumes on the client's poller can crash the process (see benchmarks/Micro/README.md), and a crash
-must not cost the other figures. ReadAsyncSpinWait/WriteAsyncSpinWait consume the same ValueTasks
+The awaited ValueTask benchmarks (ReadAsync/WriteAsync) each run in their own process: before
+7040990 an await resumed on the client's poller crashed the process (benchmarks/Micro/README.md), and
+a crash must not cost the other figures. ReadAsyncSpinWait/WriteAsyncSpinWait consume the same ValueTasks
 without continuations (spin on IsCompleted, then GetResult) and are reported next to them.
+Read/WriteSession drive a RemoteCacheSession (one native session on the benchmark thread, the way
+remotecache-bench uses the C API); Read/WriteCallback are the thread-safe callback path FASTER uses.
 
 usage: bench_micro.py [--quick] [--seconds T] [--wait-quiet S] [--no-build] [--skip-native] [--skip-bdn]
-  --quick    only shm, 8 B (for iteration); the full run takes about 6-7 minutes here
+  --quick    only shm, 8 B (for iteration, about 2 minutes); the full run takes about 6 minutes here
 """
 import argparse
 import glob
@@ -42,7 +44,10 @@ METHODS = {  # (op, flavour) -> BenchmarkDotNet method
     ("read", "await"): "ReadAsync", ("write", "await"): "WriteAsync",
     ("read", "spin"): "ReadAsyncSpinWait", ("write", "spin"): "WriteAsyncSpinWait",
     ("read", "callback"): "ReadCallback", ("write", "callback"): "WriteCallback",
+    # RemoteCacheSession: one native session on the benchmark thread, as remotecache-bench uses the C API
+    ("read", "session"): "ReadSession", ("write", "session"): "WriteSession",
 }
+FLAVOURS = ("await", "spin", "callback", "session")
 
 
 def log(msg=""):
@@ -260,7 +265,7 @@ def main():
         if not args.skip_native:
             runs.append(run_native(t, s, o, args.seconds))
         if not args.skip_bdn:
-            methods = [METHODS[(o, "spin")], METHODS[(o, "callback")]]
+            methods = [METHODS[(o, "spin")], METHODS[(o, "callback")], METHODS[(o, "session")]]
             results, problem = run_bdn(f"{t}-{s}-{o}", [bdn_case_filter(m, t, s) for m in methods], timeout=600)
             bdn.update(results)
             for m in methods:
@@ -316,7 +321,7 @@ def main():
         nat = native.get((t, s, o), {})
         nat_rate = nat.get("ops_per_sec") if "error" not in nat else None
         row = {"transport": t, "size": s, "op": o, "native": nat, "foreign_load_cores": foreign.get((t, s, o))}
-        for flavour in ("await", "spin", "callback"):
+        for flavour in FLAVOURS:
             m = METHODS[(o, flavour)]
             r = dict(bdn.get((m, t, s), {}))
             p = probe.get((m, t, s))
@@ -336,29 +341,32 @@ def main():
             if vt or row["await"].get("problem") else "n/a"
         row["valuetask_spin_verdict"] = verdict(row["spin"]["ratio_to_native"], VALUETASK_TARGET, row["spin"].get("problem"))
         row["low_level_verdict"] = verdict(row["callback"]["ratio_to_native"], LOW_LEVEL_TARGET, row["callback"].get("problem"))
+        row["low_level_session_verdict"] = verdict(row["session"]["ratio_to_native"], LOW_LEVEL_TARGET, row["session"].get("problem"))
         rows.append(row)
 
     log()
     log(f"targets: low-level >= {LOW_LEVEL_TARGET:.0%} of native, ValueTask >= {VALUETASK_TARGET:.0%}; "
-        "ops/s in millions;\nalloc = bytes/op from the probe (await / spin / low-level); others = cores used by other "
-        "processes during the case")
+        "ops/s in millions (% of native);\n"
+        "low-level = the thread-safe callback path (FASTER's); session = RemoteCacheSession, one native session on "
+        "the benchmark thread;\nalloc = exact bytes/op from the probe; others = cores used by other processes")
     header = (f"{'transport':9} {'size':>5} {'op':5} {'native':>9} | {'ValueTask await':>16} {'':5} | "
-              f"{'ValueTask spin':>16} {'':5} | {'low-level':>16} {'':5} | alloc B/op")
+              f"{'ValueTask spin':>16} {'':5} | {'low-level':>16} {'':5} | {'low-level session':>16} {'':5} | "
+              f"{'alloc B/op await/spin/low':26} | others")
     log(header)
     log("-" * len(header))
     for row in rows:
         nat = row["native"].get("ops_per_sec") if "error" not in row["native"] else None
         cells = []
         for flavour, v in (("await", row["valuetask_verdict"]), ("spin", row["valuetask_spin_verdict"]),
-                           ("callback", row["low_level_verdict"])):
+                           ("callback", row["low_level_verdict"]), ("session", row["low_level_session_verdict"])):
             r = row[flavour]
             cells.append(f"{fmt_rate(r.get('ops_per_sec'))} {fmt_pct(r['ratio_to_native'])} {v:5}")
         allocs = " / ".join(fmt_alloc(row[f].get("probe_bytes_per_op")) for f in ("await", "spin", "callback"))
         fl = row["foreign_load_cores"]
         log(f"{row['transport']:9} {row['size']:>5} {row['op']:5} {fmt_rate(nat):>9} | " + " | ".join(cells) +
-            f" | {allocs:20} | " + (f"{fl:.2f}" if fl is not None else "-"))
+            f" | {allocs:26} | " + (f"{fl:.2f}" if fl is not None else "-"))
     problems = {(r["transport"], r["size"], r[f]["method"]): r[f]["problem"]
-                for r in rows for f in ("await", "spin", "callback") if r[f].get("problem")}
+                for r in rows for f in FLAVOURS if r[f].get("problem")}
     if problems:
         log("\nproblems:")
         for (t, s, m), p in problems.items():

@@ -27,6 +27,7 @@ internal static class AllocationProbe
     {
         nameof(DataPath.ReadAsync), nameof(DataPath.WriteAsync), nameof(DataPath.ReadAsyncSpinWait),
         nameof(DataPath.WriteAsyncSpinWait), nameof(DataPath.ReadCallback), nameof(DataPath.WriteCallback),
+        nameof(DataPath.ReadSession), nameof(DataPath.WriteSession),
     };
 
     public static int Run(string[] args)
@@ -81,6 +82,8 @@ internal static class AllocationProbe
                 "WriteAsync" => bench.WriteAsync,
                 "ReadAsyncSpinWait" => () => { bench.ReadAsyncSpinWait(); return default; },
                 "WriteAsyncSpinWait" => () => { bench.WriteAsyncSpinWait(); return default; },
+                "ReadSession" => () => { bench.ReadSession(); return default; },
+                "WriteSession" => () => { bench.WriteSession(); return default; },
                 "ReadCallback" => () => { bench.ReadCallback(); return default; },
                 "WriteCallback" => () => { bench.WriteCallback(); return default; },
                 _ => throw new ArgumentException(method),

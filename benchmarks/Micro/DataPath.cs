@@ -50,6 +50,7 @@ public class DataPath
 
     private RemoteCacheServer? _server;
     private RemoteCacheClient? _client;
+    private RemoteCacheSession? _session;
     private string? _socketPath;
     private byte[] _pinned = Array.Empty<byte>();
     private Memory<byte>[] _slices = Array.Empty<Memory<byte>>();
@@ -60,7 +61,7 @@ public class DataPath
 
     // The low-level path's completion counter: one static delegate, no per-operation state.
     private static readonly IoCallback s_onDone = OnDone;
-    private static int s_completed;
+    private static long s_completed;
     private static int s_failed;
     private static int s_firstFailure;
 
@@ -101,6 +102,7 @@ public class DataPath
         if (_client.Capacity != RegionSize * RegionsPerServer)
             throw new InvalidOperationException($"cache capacity {_client.Capacity}, expected {RegionSize * RegionsPerServer}");
         _slots = _client.Capacity / Size;
+        _session = _client.OpenSession();
 
         _pinned = GC.AllocateArray<byte>(Window * Size, pinned: true);
         _pinned.AsSpan().Fill(0x5a);
@@ -121,6 +123,8 @@ public class DataPath
     [GlobalCleanup]
     public void Cleanup()
     {
+        _session?.Dispose();
+        _session = null;
         _client?.Dispose();
         _client = null;
         _server?.Dispose();
@@ -176,8 +180,7 @@ public class DataPath
 
     // The same ValueTask operations, consumed without a continuation: spin on IsCompleted (which moves the data
     // on this thread, as an await's first check does), then GetResult. Measures the ValueTask machinery when no
-    // continuation runs on the client's poller, and is not exposed to the re-entrancy crash of awaits that
-    // resume there (see README.md).
+    // continuation runs on the client's poller (an await that suspends is resumed there).
     [Benchmark(OperationsPerInvoke = Window)]
     [BenchmarkCategory("ValueTaskSpin")]
     public void ReadAsyncSpinWait()
@@ -234,6 +237,48 @@ public class DataPath
         for (int i = 0; i < Window; i++)
             client.Write(NextAddress(), _native + i * Size, Size, s_onDone, null);
         WaitAll(client);
+    }
+
+    // ---- RemoteCacheSession: one native session on this thread, one blittable call per operation ----------------
+
+    [Benchmark(OperationsPerInvoke = Window)]
+    [BenchmarkCategory("Session")]
+    public void ReadSession() => RunSession(write: false);
+
+    [Benchmark(OperationsPerInvoke = Window)]
+    [BenchmarkCategory("Session")]
+    public void WriteSession() => RunSession(write: true);
+
+    private unsafe void RunSession(bool write)
+    {
+        var session = _session!;
+        for (int i = 0; i < Window; i++)
+        {
+            var buffer = (void*)(_native + i * Size);
+            var status = write ? session.Write(NextAddress(), buffer, Size, (ulong)i) : session.Read(NextAddress(), buffer, Size, (ulong)i);
+            if (status != RcStatus.Ok)
+                throw new InvalidOperationException($"session submission failed: {status}");
+        }
+        Span<RcCompletion> done = stackalloc RcCompletion[64];
+        long start = 0;
+        for (int finished = 0; finished < Window;)
+        {
+            int n = session.Poll(done);
+            for (int k = 0; k < n; k++)
+                if (done[k].Status != 0)
+                    throw new InvalidOperationException($"session operation failed: {(RcStatus)done[k].Status}");
+            finished += n;
+            if (n != 0)
+            {
+                start = 0;
+                continue;
+            }
+            long now = Stopwatch.GetTimestamp();
+            if (start == 0)
+                start = now;
+            else if (now - start > HangTicks)
+                throw new TimeoutException("no session completion for 30 s");
+        }
     }
 
     private static void WaitAll(RemoteCacheClient client)

@@ -299,7 +299,14 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
                     _work.Wait(100);
                 continue;
             }
-            if (!spin.NextSpinWillYield || idle is null)
+            if (idle is null)
+            {
+                // Every lane with work is in active hands, and they drive it themselves: back off to
+                // real sleeps rather than take a core from them (or from a server on a small machine).
+                spin.SpinOnce();
+                continue;
+            }
+            if (!spin.NextSpinWillYield)
             {
                 spin.SpinOnce(sleep1Threshold: -1);
                 continue;
