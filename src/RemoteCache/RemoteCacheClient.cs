@@ -68,47 +68,31 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
         if (list.Length == 0)
             throw new ArgumentException("a cache needs at least one endpoint", nameof(endpoints));
         var name = options.Name ?? $"cache {options.CacheId}";
-        var unmanaged = new List<IntPtr>();
+        using var strings = new Utf8StringArray(list.Append(options.Token ?? "").ToArray());
+        var native = new RcCacheOptions
+        {
+            CacheId = options.CacheId,
+            Token = strings.Pointers[list.Length],  // the token rides after the endpoints
+            RegionsPerServer = options.RegionsPerServer,
+            Config = options.Config.ToNative(),
+            SessionCapacity = options.SessionCapacity,
+            OpTimeoutMs = ToMilliseconds(options.OperationTimeout),
+            ConnectTimeoutMs = ToMilliseconds(options.ConnectTimeout),
+        };
+        var status = NativeMethods.CacheOpen(strings.Pointers, (nuint)list.Length, &native, out var cache);
+        if (status != RcStatus.Ok)
+        {
+            cache.Dispose();
+            throw Errors.For(status, name, -1, 0);
+        }
         try
         {
-            foreach (var e in list)
-                unmanaged.Add(Marshal.StringToCoTaskMemUTF8(e ?? throw new ArgumentException("null endpoint", nameof(endpoints))));
-            var token = Marshal.StringToCoTaskMemUTF8(options.Token ?? "");
-            unmanaged.Add(token);
-            var native = new RcCacheOptions
-            {
-                CacheId = options.CacheId,
-                Token = token,
-                RegionsPerServer = options.RegionsPerServer,
-                Config = options.Config.ToNative(),
-                SessionCapacity = options.SessionCapacity,
-                OpTimeoutMs = ToMilliseconds(options.OperationTimeout),
-                ConnectTimeoutMs = ToMilliseconds(options.ConnectTimeout),
-            };
-            var pointers = unmanaged.Take(list.Length).ToArray();
-            fixed (IntPtr* eps = pointers)
-            {
-                var status = NativeMethods.CacheOpen(eps, (nuint)list.Length, &native, out var cache);
-                if (status != RcStatus.Ok)
-                {
-                    cache.Dispose();
-                    throw Errors.For(status, name, -1, 0);
-                }
-                try
-                {
-                    return new RemoteCacheClient(cache, options, name);
-                }
-                catch
-                {
-                    cache.Dispose();
-                    throw;
-                }
-            }
+            return new RemoteCacheClient(cache, options, name);
         }
-        finally
+        catch
         {
-            foreach (var p in unmanaged)
-                Marshal.FreeCoTaskMem(p);
+            cache.Dispose();
+            throw;
         }
     }
 

@@ -30,37 +30,25 @@ public sealed unsafe class RemoteCacheServer : IDisposable
     public static RemoteCacheServer Start(IEnumerable<string> listen, long regionSize = 0, long memoryLimit = 0, int threads = 0)
     {
         ArgumentNullException.ThrowIfNull(listen);
-        var list = listen.ToArray();
-        var pointers = list.Select(Marshal.StringToCoTaskMemUTF8).ToArray();
-        try
+        using var strings = new Utf8StringArray(listen.ToArray());
+        var options = new RcServerOptions
         {
-            fixed (IntPtr* eps = pointers)
-            {
-                var options = new RcServerOptions
-                {
-                    Listen = (IntPtr)eps,
-                    ListenCount = (nuint)list.Length,
-                    RegionSize = (ulong)regionSize,
-                    MemoryLimit = (ulong)memoryLimit,
-                    MaxThreads = (uint)threads,
-                };
-                var status = NativeMethods.ServerStart(&options, out var server);
-                if (status != RcStatus.Ok)
-                {
-                    server.Dispose();
-                    throw Errors.For(status, "embedded server", -1, 0);
-                }
-                var bound = new List<string>();
-                for (nuint i = 0; NativeMethods.ServerEndpoint(server, i) is var p && p != IntPtr.Zero; i++)
-                    bound.Add(Marshal.PtrToStringUTF8(p)!);
-                return new RemoteCacheServer(server, bound);
-            }
-        }
-        finally
+            Listen = (IntPtr)strings.Pointers,
+            ListenCount = (nuint)strings.Count,
+            RegionSize = (ulong)regionSize,
+            MemoryLimit = (ulong)memoryLimit,
+            MaxThreads = (uint)threads,
+        };
+        var status = NativeMethods.ServerStart(&options, out var server);
+        if (status != RcStatus.Ok)
         {
-            foreach (var p in pointers)
-                Marshal.FreeCoTaskMem(p);
+            server.Dispose();
+            throw Errors.For(status, "embedded server", -1, 0);
         }
+        var bound = new List<string>();
+        for (nuint i = 0; NativeMethods.ServerEndpoint(server, i) is var p && p != IntPtr.Zero; i++)
+            bound.Add(Marshal.PtrToStringUTF8(p)!);
+        return new RemoteCacheServer(server, bound);
     }
 
     /// <summary>The endpoints as bound (a port of 0 resolved).</summary>

@@ -6,6 +6,8 @@
 // client and server threads do not share one address space, allocator or scheduler group.
 #include <remotecache/remotecache.h>
 
+#include "size_arg.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -85,21 +87,9 @@ constexpr const char* kUsage =
     "  --json                     one JSON object per line instead of a table\n";
 
 uint64_t parse_size(const std::string& flag, const std::string& text) {
-  size_t end = 0;
-  uint64_t value = 0;
-  try {
-    value = std::stoull(text, &end, 10);
-  } catch (const std::exception&) {
-    throw UsageError(flag + ": not a size: '" + text + "'");
-  }
-  const std::string suffix = text.substr(end);
-  unsigned shift = 0;
-  if (suffix == "K" || suffix == "k") shift = 10;
-  else if (suffix == "M" || suffix == "m") shift = 20;
-  else if (suffix == "G" || suffix == "g") shift = 30;
-  else if (!suffix.empty()) throw UsageError(flag + ": bad size suffix in '" + text + "'");
-  if (text[0] == '-' || value > (UINT64_MAX >> shift)) throw UsageError(flag + ": out of range");
-  return value << shift;
+  const auto value = rc::tools::parse_size(text);
+  if (!value) throw UsageError(flag + ": not a size (a number with an optional K, M or G): '" + text + "'");
+  return *value;
 }
 
 uint32_t parse_u32(const std::string& flag, const std::string& text, uint32_t min, uint32_t max) {

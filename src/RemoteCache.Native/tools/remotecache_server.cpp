@@ -16,21 +16,14 @@
 #include <vector>
 
 #include "common/log.h"
+#include "size_arg.h"
 
 namespace {
 
 bool parse_size(const char* text, uint64_t& out) {
-  char* end = nullptr;
-  const unsigned long long value = std::strtoull(text, &end, 10);
-  if (end == text) return false;
-  uint64_t scale = 1;
-  if (*end == 'K' || *end == 'k') scale = 1ull << 10;
-  if (*end == 'M' || *end == 'm') scale = 1ull << 20;
-  if (*end == 'G' || *end == 'g') scale = 1ull << 30;
-  if (scale != 1) ++end;
-  if (*end != '\0') return false;
-  out = value * scale;
-  return true;
+  const auto value = rc::tools::parse_size(text);
+  if (value) out = *value;
+  return value.has_value();
 }
 
 int usage(const char* why) {

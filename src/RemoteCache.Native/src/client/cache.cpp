@@ -247,9 +247,9 @@ Status Cache::reconfigure(const rc_config& config) {
   if (config.server_threads != s_.load()) {
     if (const Status st = set_server_threads(config.server_threads); st != RC_OK) return st;
   }
+  s_ = config.server_threads;  // before make_workers: new connections announce the new s
   if (config.client_threads != c_.load()) {
     std::shared_ptr<WorkerSet> fresh;
-    s_ = config.server_threads;
     if (config.client_threads > 0) {
       if (const Status st = make_workers(config.client_threads, fresh); st != RC_OK) return st;
     }
@@ -257,7 +257,6 @@ Status Cache::reconfigure(const rc_config& config) {
     c_ = config.client_threads;
     epoch_.fetch_add(1, std::memory_order_acq_rel);
   }
-  s_ = config.server_threads;
   b_ = config.batch_size;
   q_ = config.queue_depth;
   return RC_OK;
