@@ -1,4 +1,5 @@
 using System;
+using System.Buffers;
 using System.Diagnostics;
 using System.Threading;
 using RemoteCache.Interop;
@@ -7,7 +8,9 @@ namespace RemoteCache;
 
 /// <summary>
 /// One native session shared by many callers. The native session belongs to one thread at a time, so
-/// every call into it happens under <see cref="_gate"/>; completions are dispatched after the gate is
+/// every call into it happens while holding <see cref="_busy"/> (a flag, not a Monitor: the gate is taken
+/// twice per operation and uncontended almost always, where a CAS costs a fraction of Monitor enter/exit);
+/// completions are dispatched after the gate is
 /// released, so that callbacks and continuations can submit again without re-entering the session.
 /// A client's background poller may block in rc_wait while holding the gate: a submitter that finds
 /// the gate taken wakes it with rc_wake (the one thread-safe session call).
@@ -22,17 +25,18 @@ internal sealed unsafe class Lane : IDisposable
     // code leaves the work to an outer level or the poller instead of growing the stack.
     private const int MaxDepth = 4;
     [ThreadStatic] private static int t_depth;
-    [ThreadStatic] private static (Operation Op, RcStatus Status)[][]? t_buffers;
+    [ThreadStatic] private static Finished[][]? t_buffers;
 
     /// <summary>Whether the calling thread is running completions right now.</summary>
     public static bool InDispatch => t_depth > 0;
 
-    private readonly object _gate = new();
+    private int _busy;  // 1 while a thread is inside the native session
     private readonly SessionHandle _handle;
     private readonly IntPtr _session;
     private readonly Operation[] _ops;
-    private readonly int[] _next;   // free-list links, by operation index
-    private long _freeHead;         // low 32 bits: index + 1 of the first free operation; high: ABA counter
+    private readonly int[] _next;   // free-list and return-stack links, by operation index (-1 ends)
+    private int _free = -1;         // first free operation, under the gate
+    private int _returned = -1;     // first operation handed back from outside the gate (lock-free stack)
     private volatile bool _pollerWaiting;
     private bool _closed;
 
@@ -48,7 +52,7 @@ internal sealed unsafe class Lane : IDisposable
         for (int i = capacity - 1; i >= 0; i--)
         {
             _ops[i] = new Operation(this, i);
-            Return(_ops[i]);
+            ReturnLocked(_ops[i]);
         }
     }
 
@@ -58,76 +62,105 @@ internal sealed unsafe class Lane : IDisposable
     public int Outstanding => Volatile.Read(ref _outstanding);
     private int _outstanding;
 
-    /// <summary>Bumped by every submission, so the poller can tell a busy lane from an abandoned one.</summary>
+    /// <summary>Bumped by every submission and caller's poll, so the poller can tell a busy lane from an abandoned one.</summary>
     public int Activity;
 
-    // ---- operation pool (lock-free: operations come back from any thread) --------------------------
+    // ---- operation pool ------------------------------------------------------------------------------
+    // Operations are rented and (on the callback path) returned under the gate with plain stores. Only a
+    // ValueTask's consumer hands its operation back from an arbitrary thread: it pushes onto a lock-free
+    // return stack that the gate holder takes whole when its own list runs dry (push + take-all has no ABA).
 
-    public Operation? Rent()
+    private Operation? RentLocked()
     {
-        for (;;)
-        {
-            long head = Volatile.Read(ref _freeHead);
-            int index = (int)(head & 0xffffffff) - 1;
-            if (index < 0)
-                return null;
-            long next = ((head >> 32) + 1) << 32 | (uint)(_next[index] + 1);
-            if (Interlocked.CompareExchange(ref _freeHead, next, head) == head)
-                return _ops[index];
-        }
+        if (_free < 0)
+            _free = Interlocked.Exchange(ref _returned, -1);
+        int index = _free;
+        if (index < 0)
+            return null;
+        _free = _next[index];
+        return _ops[index];
     }
 
+    private void ReturnLocked(Operation op)
+    {
+        _next[op.Index] = _free;
+        _free = op.Index;
+    }
+
+    /// <summary>Gives an operation back from any thread (a consumed ValueTask).</summary>
     public void Return(Operation op)
     {
         for (;;)
         {
-            long head = Volatile.Read(ref _freeHead);
-            _next[op.Index] = (int)(head & 0xffffffff) - 1;
-            long next = ((head >> 32) + 1) << 32 | (uint)(op.Index + 1);
-            if (Interlocked.CompareExchange(ref _freeHead, next, head) == head)
+            int head = Volatile.Read(ref _returned);
+            _next[op.Index] = head;
+            if (Interlocked.CompareExchange(ref _returned, op.Index, head) == head)
                 return;
         }
     }
 
     // ---- submission -------------------------------------------------------------------------------
 
-    /// <summary>Hands one operation to the native session; retries while the session is full.</summary>
-    public RcStatus Submit(Operation op, bool write, void* buffer)
+    /// <summary>
+    /// Rents an operation, fills it in and hands it to the native session; while the session or the pool
+    /// is full it harvests completions and retries. On success <paramref name="op"/> is in flight.
+    /// </summary>
+    public RcStatus Submit(bool write, long address, long length, void* buffer, IoCallback? callback, object? context,
+                           MemoryHandle pin, out Operation? op)
     {
         for (;;)
         {
             Enter();
             if (_closed)
             {
-                Monitor.Exit(_gate);
+                Exit();
+                op = null;
                 return RcStatus.Closed;
             }
-            var status = write
-                ? NativeMethods.Write(_session, (ulong)op.Address, buffer, (ulong)op.Length, (ulong)op.Index)
-                : NativeMethods.Read(_session, (ulong)op.Address, buffer, (ulong)op.Length, (ulong)op.Index);
-            if (status != RcStatus.Busy)
+            op = RentLocked();
+            if (op is not null)
             {
-                if (status == RcStatus.Ok && _outstanding++ == 0)
-                    Owner.NotifyOutstanding();
-                Activity++;
-                Monitor.Exit(_gate);
-                return status;
+                var status = write
+                    ? NativeMethods.Write(_session, (ulong)address, buffer, (ulong)length, (ulong)op.Index)
+                    : NativeMethods.Read(_session, (ulong)address, buffer, (ulong)length, (ulong)op.Index);
+                if (status != RcStatus.Busy)
+                {
+                    Activity++;
+                    if (status == RcStatus.Ok)
+                    {
+                        op.Start(address, length, callback, context, pin);
+                        if (_outstanding++ == 0)
+                            Owner.NotifyOutstanding();
+                    }
+                    else
+                    {
+                        ReturnLocked(op);
+                        op = null;
+                    }
+                    Exit();
+                    return status;
+                }
+                ReturnLocked(op);
             }
-            // Full: harvest what has finished (outside the gate), then try again.
+            // Full (session or pool): harvest what has finished (dispatched outside the gate), then retry.
             int n = t_depth < MaxDepth ? PollLocked(0, out var finished) : NoPoll(out finished);
-            Monitor.Exit(_gate);
+            Exit();
             Dispatch(finished, n);
             if (n == 0)
                 Thread.Yield();
         }
     }
 
+    private bool TryEnter() => Interlocked.CompareExchange(ref _busy, 1, 0) == 0;
+
+    private void Exit() => Volatile.Write(ref _busy, 0);
+
     private void Enter()
     {
-        if (Monitor.TryEnter(_gate))
+        if (TryEnter())
             return;
         var spin = new SpinWait();
-        while (!Monitor.TryEnter(_gate))
+        while (!TryEnter())
         {
             if (_pollerWaiting)
                 NativeMethods.Wake(_session);
@@ -137,13 +170,18 @@ internal sealed unsafe class Lane : IDisposable
 
     // ---- progress ---------------------------------------------------------------------------------
 
-    /// <summary>Polls once if nobody else is in the session; returns the operations it completed.</summary>
-    public int Drive()
+    /// <summary>
+    /// Polls once if nobody else is in the session; returns the operations it completed. A caller's
+    /// poll counts as activity (the poller leaves the lane to it); the poller's own does not.
+    /// </summary>
+    public int Drive(bool byPoller = false)
     {
-        if (t_depth >= MaxDepth || !Monitor.TryEnter(_gate))
+        if (t_depth >= MaxDepth || !TryEnter())
             return 0;
+        if (!byPoller)
+            Activity++;
         int n = PollLocked(0, out var finished);
-        Monitor.Exit(_gate);
+        Exit();
         Dispatch(finished, n);
         return n;
     }
@@ -155,7 +193,7 @@ internal sealed unsafe class Lane : IDisposable
         _pollerWaiting = true;
         int n = PollLocked(timeoutMs, out var finished);
         _pollerWaiting = false;
-        Monitor.Exit(_gate);
+        Exit();
         Dispatch(finished, n);
         return n;
     }
@@ -176,16 +214,16 @@ internal sealed unsafe class Lane : IDisposable
         }
     }
 
-    private static int NoPoll(out (Operation Op, RcStatus Status)[] finished)
+    private static int NoPoll(out Finished[] finished)
     {
-        finished = Array.Empty<(Operation, RcStatus)>();
+        finished = Array.Empty<Finished>();
         return 0;
     }
 
-    private int PollLocked(int waitMs, out (Operation Op, RcStatus Status)[] finished)
+    private int PollLocked(int waitMs, out Finished[] finished)
     {
-        var buffers = t_buffers ??= new (Operation, RcStatus)[MaxDepth][];
-        finished = buffers[t_depth] ??= new (Operation, RcStatus)[PollBatch];
+        var buffers = t_buffers ??= new Finished[MaxDepth][];
+        finished = buffers[t_depth] ??= new Finished[PollBatch];
         if (_closed)
             return 0;
         RcCompletion* completions = stackalloc RcCompletion[PollBatch];
@@ -196,11 +234,26 @@ internal sealed unsafe class Lane : IDisposable
             return 0;
         _outstanding -= n;
         for (int i = 0; i < n; i++)
-            finished[i] = (_ops[(int)completions[i].Tag], (RcStatus)completions[i].Status);
+        {
+            var op = _ops[(int)completions[i].Tag];
+            var status = (RcStatus)completions[i].Status;
+            if (op.Callback is { } callback)
+            {
+                // Back to the pool now, so the callback can submit again without finding it empty.
+                finished[i] = new Finished(null, status, callback, op.Context);
+                op.Callback = null;
+                op.Context = null;
+                ReturnLocked(op);
+            }
+            else
+            {
+                finished[i] = new Finished(op, status, null, null);
+            }
+        }
         return n;
     }
 
-    private static void Dispatch((Operation Op, RcStatus Status)[] finished, int n)
+    private static void Dispatch(Finished[] finished, int n)
     {
         if (n == 0)
             return;
@@ -209,9 +262,12 @@ internal sealed unsafe class Lane : IDisposable
         {
             for (int i = 0; i < n; i++)
             {
-                var (op, status) = finished[i];
+                var f = finished[i];
                 finished[i] = default;
-                op.Complete(status);
+                if (f.Callback is not null)
+                    f.Callback(f.Status, f.Context);
+                else
+                    f.Op!.Complete(f.Status);
             }
         }
         finally
@@ -231,13 +287,16 @@ internal sealed unsafe class Lane : IDisposable
 
     public void Dispose()
     {
-        lock (_gate)
-        {
-            if (_closed)
-                return;
-            _closed = true;
-        }
+        Enter();
+        bool wasClosed = _closed;
+        _closed = true;
+        Exit();
+        if (wasClosed)
+            return;
         _handle.DangerousRelease();
         _handle.Dispose();  // rc_session_close: waits for anything still in flight
     }
+
+    /// <summary>A harvested completion: a callback to run, or a ValueTask operation to complete.</summary>
+    private readonly record struct Finished(Operation? Op, RcStatus Status, IoCallback? Callback, object? Context);
 }

@@ -37,21 +37,21 @@ internal sealed class Operation : IValueTaskSource
     public long Address;
     public long Length;
 
-    /// <summary>Called once, by whichever thread harvested the completion.</summary>
+    /// <summary>Fills in an operation the native session accepted (under the lane's gate).</summary>
+    public void Start(long address, long length, IoCallback? callback, object? context, MemoryHandle pin)
+    {
+        Address = address;
+        Length = length;
+        Callback = callback;
+        Context = context;
+        Pin = pin;
+    }
+
+    /// <summary>Completes a ValueTask operation, once, on whichever thread harvested it.</summary>
     public void Complete(RcStatus status)
     {
         Pin.Dispose();
         Pin = default;
-        var callback = Callback;
-        if (callback is not null)
-        {
-            var context = Context;
-            Callback = null;
-            Context = null;
-            Lane.Return(this);  // before the callback, which may submit again and want it back
-            callback(status, context);
-            return;
-        }
         if (status == RcStatus.Ok)
             _core.SetResult(true);
         else

@@ -139,18 +139,14 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
     private ValueTask Submit(long address, Memory<byte> buffer, bool write)
     {
         CheckRange(address, buffer.Length);
-        var lane = PickLane();
-        var op = Rent(lane, address, buffer.Length);
-        op.Pin = buffer.Pin();
-        var status = lane.Submit(op, write, op.Pin.Pointer);
+        var pin = buffer.Pin();
+        var status = PickLane().Submit(write, address, buffer.Length, pin.Pointer, null, null, pin, out var op);
         if (status != RcStatus.Ok)
         {
-            op.Pin.Dispose();
-            op.Pin = default;
-            lane.Return(op);
+            pin.Dispose();
             throw Errors.For(status, Name, address, buffer.Length);
         }
-        return new ValueTask(op, op.Version);
+        return new ValueTask(op!, op!.Version);
     }
 
     // ---- low-level callback API (FASTER devices) ----------------------------------------------------
@@ -175,18 +171,9 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
     {
         ArgumentNullException.ThrowIfNull(callback);
         CheckRange(address, length);
-        var lane = PickLane();
-        var op = Rent(lane, address, length);
-        op.Callback = callback;
-        op.Context = context;
-        var status = lane.Submit(op, write, (void*)buffer);
+        var status = PickLane().Submit(write, address, length, (void*)buffer, callback, context, default, out _);
         if (status != RcStatus.Ok)
-        {
-            op.Callback = null;
-            op.Context = null;
-            lane.Return(op);
             throw Errors.For(status, Name, address, length);
-        }
     }
 
     /// <summary>
@@ -228,22 +215,6 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
 
     private Lane PickLane() => _lanes[(uint)Environment.CurrentManagedThreadId % (uint)_lanes.Length];
 
-    private Operation Rent(Lane lane, long address, long length)
-    {
-        var op = lane.Rent();
-        var spin = new SpinWait();
-        while (op is null)
-        {
-            // Every operation of the lane is in flight or not yet consumed by its awaiter.
-            lane.Drive();
-            spin.SpinOnce();
-            op = lane.Rent();
-        }
-        op.Address = address;
-        op.Length = length;
-        return op;
-    }
-
     internal void NotifyOutstanding() => _work.Set();
 
     // Finishes what callers leave behind: a lane with outstanding operations that nobody submits on or
@@ -268,7 +239,7 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
                     lastActivity[i] = activity;  // someone is busy on it: leave batching to them
                     continue;
                 }
-                done += lane.Drive();
+                done += lane.Drive(byPoller: true);
                 idle ??= lane;
             }
             if (done > 0)
