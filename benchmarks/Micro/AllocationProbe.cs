@@ -106,7 +106,7 @@ internal static class AllocationProbe
             }
             watch.Stop();
             long allocated = GC.GetTotalAllocatedBytes(precise: true) - before;
-            long ops = (long)invocations * DataPath.Window;
+            long ops = (long)invocations * (method.EndsWith("Session", StringComparison.Ordinal) || method.EndsWith("Callback", StringComparison.Ordinal) ? DataPath.Stream : DataPath.Window);
             Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
                 $"{{\"probe\":\"alloc\",\"transport\":\"{transport}\",\"size\":{size},\"method\":\"{method}\",\"invocations\":{invocations},\"ops\":{ops},\"bytes\":{allocated},\"bytes_per_op\":{(double)allocated / ops:0.####},\"gen0\":{GC.CollectionCount(0) - gen0},\"suspended_invocations\":{suspended},\"ns_per_op\":{watch.Elapsed.TotalNanoseconds / ops:0.#}}}"));
         }

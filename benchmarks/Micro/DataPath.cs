@@ -19,13 +19,17 @@ namespace RemoteCache.Benchmarks.Micro;
 /// ValueTask path: <see cref="RemoteCacheClient.ReadAsync"/>/<see cref="RemoteCacheClient.WriteAsync"/> into
 /// slices of a pre-pinned array (so <c>Memory.Pin</c> takes no GC handle), all submitted, then awaited in order.
 /// Low-level path: <see cref="RemoteCacheClient.Read"/>/<see cref="RemoteCacheClient.Write"/> into native memory
-/// with one static cached <see cref="IoCallback"/> counting completions, then <see cref="RemoteCacheClient.Poll"/>
-/// until all have completed.
+/// with one static cached <see cref="IoCallback"/> counting completions, polled with <see cref="RemoteCacheClient.Poll"/>;
+/// it and the session path keep the window full for <see cref="Stream"/> operations per invocation (a continuous
+/// window, as remotecache-bench keeps), where the ValueTask benchmarks submit a window and await it.
 /// </remarks>
 public class DataPath
 {
-    /// <summary>Operations per invocation (and outstanding at most).</summary>
+    /// <summary>Operations outstanding at most (remotecache-bench's --window).</summary>
     public const int Window = 256;
+
+    /// <summary>Operations per invocation of the callback and session benchmarks, which keep the window full.</summary>
+    public const int Stream = 16 * Window;
 
     /// <summary>c=0 s=1 b=64 q=4: the application thread does the client work; one server thread.</summary>
     public const uint ClientThreads = 0, ServerThreads = 1, BatchSize = 64, QueueDepth = 4;
@@ -217,52 +221,85 @@ public class DataPath
 
     // ---- low-level callback API ---------------------------------------------------------------------
 
-    [Benchmark(OperationsPerInvoke = Window)]
+    [Benchmark(OperationsPerInvoke = Stream)]
     [BenchmarkCategory("Callback")]
-    public void ReadCallback()
-    {
-        var client = _client!;
-        Volatile.Write(ref s_completed, 0);
-        for (int i = 0; i < Window; i++)
-            client.Read(NextAddress(), _native + i * Size, Size, s_onDone, null);
-        WaitAll(client);
-    }
+    public void ReadCallback() => RunCallbacks(write: false);
 
-    [Benchmark(OperationsPerInvoke = Window)]
+    [Benchmark(OperationsPerInvoke = Stream)]
     [BenchmarkCategory("Callback")]
-    public void WriteCallback()
+    public void WriteCallback() => RunCallbacks(write: true);
+
+    // A continuous window, as remotecache-bench keeps one: submit whenever fewer than Window are outstanding.
+    private void RunCallbacks(bool write)
     {
         var client = _client!;
         Volatile.Write(ref s_completed, 0);
-        for (int i = 0; i < Window; i++)
-            client.Write(NextAddress(), _native + i * Size, Size, s_onDone, null);
-        WaitAll(client);
+        long start = 0;
+        uint idle = 0;
+        int issued = 0;
+        while (Volatile.Read(ref s_completed) < Stream)
+        {
+            int completed = (int)Volatile.Read(ref s_completed);
+            while (issued < Stream && issued - completed < Window)
+            {
+                var buffer = _native + (issued % Window) * Size;
+                if (write)
+                    client.Write(NextAddress(), buffer, Size, s_onDone, null);
+                else
+                    client.Read(NextAddress(), buffer, Size, s_onDone, null);
+                issued++;
+            }
+            if (client.Poll() != 0)
+            {
+                idle = 0;
+                continue;
+            }
+            // As remotecache-bench (which falls back to rc_wait after 4096 empty polls), give the core away now
+            // and then: on 2 cores the client's poller or the server thread may be waiting for it.
+            if ((++idle & 0xfff) == 0)
+                Thread.Yield();
+            if ((idle & 0xffff) == 0)
+            {
+                long now = Stopwatch.GetTimestamp();
+                if (start == 0)
+                    start = now;
+                else if (now - start > HangTicks)
+                    throw new TimeoutException($"{Volatile.Read(ref s_completed)} of {Stream} callbacks after 30 s; {client.Outstanding} outstanding");
+            }
+        }
+        if (Volatile.Read(ref s_failed) != 0)
+            throw new InvalidOperationException($"{s_failed} operations failed; first status {(RcStatus)s_firstFailure}");
     }
 
     // ---- RemoteCacheSession: one native session on this thread, one blittable call per operation ----------------
 
-    [Benchmark(OperationsPerInvoke = Window)]
+    [Benchmark(OperationsPerInvoke = Stream)]
     [BenchmarkCategory("Session")]
     public void ReadSession() => RunSession(write: false);
 
-    [Benchmark(OperationsPerInvoke = Window)]
+    [Benchmark(OperationsPerInvoke = Stream)]
     [BenchmarkCategory("Session")]
     public void WriteSession() => RunSession(write: true);
 
     private unsafe void RunSession(bool write)
     {
         var session = _session!;
-        for (int i = 0; i < Window; i++)
-        {
-            var buffer = (void*)(_native + i * Size);
-            var status = write ? session.Write(NextAddress(), buffer, Size, (ulong)i) : session.Read(NextAddress(), buffer, Size, (ulong)i);
-            if (status != RcStatus.Ok)
-                throw new InvalidOperationException($"session submission failed: {status}");
-        }
         Span<RcCompletion> done = stackalloc RcCompletion[64];
         long start = 0;
-        for (int finished = 0; finished < Window;)
+        int issued = 0;
+        for (int finished = 0; finished < Stream;)
         {
+            while (issued < Stream && issued - finished < Window)
+            {
+                int slot = issued % Window;
+                var buffer = (void*)(_native + slot * Size);
+                var status = write ? session.Write(NextAddress(), buffer, Size, (ulong)slot) : session.Read(NextAddress(), buffer, Size, (ulong)slot);
+                if (status == RcStatus.Busy)
+                    break;
+                if (status != RcStatus.Ok)
+                    throw new InvalidOperationException($"session submission failed: {status}");
+                issued++;
+            }
             int n = session.Poll(done);
             for (int k = 0; k < n; k++)
                 if (done[k].Status != 0)
@@ -279,34 +316,5 @@ public class DataPath
             else if (now - start > HangTicks)
                 throw new TimeoutException("no session completion for 30 s");
         }
-    }
-
-    private static void WaitAll(RemoteCacheClient client)
-    {
-        long start = 0;
-        uint idle = 0;
-        while (Volatile.Read(ref s_completed) < Window)
-        {
-            if (client.Poll() != 0)
-            {
-                idle = 0;
-                continue;
-            }
-            // As remotecache-bench (which falls back to rc_wait after 4096 empty polls), give the core away now
-            // and then: on 2 cores a lock holder (the client's poller) or the server thread may be waiting for it.
-            if ((++idle & 0xfff) == 0)
-                Thread.Yield();
-            // Rarely look at the clock: the operation timeout (10 s) should fail a lost operation long before.
-            if ((idle & 0xffff) == 0)
-            {
-                long now = Stopwatch.GetTimestamp();
-                if (start == 0)
-                    start = now;
-                else if (now - start > HangTicks)
-                    throw new TimeoutException($"{Volatile.Read(ref s_completed)} of {Window} callbacks after 30 s; {client.Outstanding} outstanding");
-            }
-        }
-        if (Volatile.Read(ref s_failed) != 0)
-            throw new InvalidOperationException($"{s_failed} operations failed; first status {(RcStatus)s_firstFailure}");
     }
 }
