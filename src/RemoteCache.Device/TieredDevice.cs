@@ -1,0 +1,353 @@
+using System;
+using System.Collections.Generic;
+using System.Linq;
+using System.Threading;
+using FASTER.core;
+using Microsoft.Extensions.Logging;
+
+namespace RemoteCache.Device;
+
+/// <summary>
+/// A FASTER log device made of tiers, fastest first (typically a <see cref="RemoteCacheDevice"/> over an SSD
+/// device from <see cref="Devices.CreateLogDevice"/>), all sharing one address space.
+/// </summary>
+/// <remarks>
+/// <para><b>Writes</b> go to every live tier. A write completes when every tier is done with the source buffer
+/// (FASTER reuses it at completion); it reports the status of the commit-point tier, the tier whose copy makes the
+/// write durable.</para>
+/// <para><b>Reads</b> go to the fastest tier that holds the segment and, for tiers before the commit point, whose
+/// write of the whole range completed in this process; otherwise to the next tier. The commit-point tier and those
+/// after it are trusted for every segment they hold (they persist across restarts).</para>
+/// <para><b>Failures</b>: a tier before the commit point that fails an operation (its cache server was lost) is
+/// taken out: the read that failed is retried on the next tier, later operations skip it, nothing reaches FASTER.
+/// The failure is logged and counted (<see cref="FailedTiers"/>, <see cref="TierFailures"/>). Errors of the
+/// commit-point tier and beyond reach FASTER, after a failed read has been tried on any later tier.</para>
+/// <para>The device owns its tiers: <see cref="Dispose"/> disposes them.</para>
+/// </remarks>
+public sealed class TieredDevice : StorageDeviceBase
+{
+    private static readonly DeviceIOCompletionCallback s_onRead = OnTierRead;
+    private static readonly DeviceIOCompletionCallback s_onWrite = OnTierWrite;
+
+    private readonly Tier[] _tiers;
+    private readonly int _commitPoint;
+    private readonly ILogger? _logger;
+    private readonly Pool<ReadOp> _reads = new(() => new ReadOp());
+    private readonly Pool<WriteOp> _writes;
+    private long _tierFailures;
+    private long _fallThroughs;
+
+    /// <summary>Creates a tiered device.</summary>
+    /// <param name="commitPoint">Index of the tier whose completed write makes a write durable (usually the last, the SSD).</param>
+    /// <param name="tiers">The tiers, fastest first.</param>
+    /// <param name="logger">Where tier failures are reported.</param>
+    public TieredDevice(int commitPoint, IReadOnlyList<IDevice> tiers, ILogger? logger = null)
+        : base(Describe(tiers, commitPoint), SectorSizeOf(tiers), tiers[^1].Capacity)
+    {
+        if (commitPoint < 0 || commitPoint >= tiers.Count)
+            throw new ArgumentOutOfRangeException(nameof(commitPoint), commitPoint, $"there are {tiers.Count} tiers");
+        _tiers = tiers.Select((d, i) => new Tier(d, tracked: i < commitPoint)).ToArray();
+        _commitPoint = commitPoint;
+        _logger = logger;
+        int count = _tiers.Length;
+        _writes = new Pool<WriteOp>(() => new WriteOp(count));
+    }
+
+    /// <summary>Creates a tiered device from tiers given fastest first; the last one is the commit point.</summary>
+    public TieredDevice(params IDevice[] tiers) : this(tiers.Length - 1, tiers)
+    {
+    }
+
+    /// <summary>The tiers, fastest first.</summary>
+    public IReadOnlyList<IDevice> Tiers => _tiers.Select(t => t.Device).ToArray();
+
+    /// <summary>Index of the commit-point tier.</summary>
+    public int CommitPoint => _commitPoint;
+
+    /// <summary>Operations failed by tiers before the commit point (each took its tier out).</summary>
+    public long TierFailures => Interlocked.Read(ref _tierFailures);
+
+    /// <summary>Reads a tier could not serve (not resident, write not completed, or failed) that went to a later tier.</summary>
+    public long FallThroughs => Interlocked.Read(ref _fallThroughs);
+
+    /// <summary>Indexes of the tiers taken out by a failure.</summary>
+    public IReadOnlyList<int> FailedTiers => Enumerable.Range(0, _tiers.Length).Where(i => _tiers[i].Failed).ToArray();
+
+    /// <summary>Reads served by tier <paramref name="tier"/>.</summary>
+    public long ReadsServedBy(int tier) => Interlocked.Read(ref _tiers[tier].Served);
+
+    /// <inheritdoc/>
+    public override void Initialize(long segmentSize, LightEpoch? epoch = null, bool omitSegmentIdFromFilename = false)
+    {
+        base.Initialize(segmentSize, epoch, omitSegmentIdFromFilename);
+        foreach (var tier in _tiers)
+            tier.Device.Initialize(segmentSize, epoch, omitSegmentIdFromFilename);
+        // The log's extent is what the commit-point tier holds (recovered from disk after a restart).
+        startSegment = _tiers[_commitPoint].Device.StartSegment;
+        endSegment = _tiers[_commitPoint].Device.EndSegment;
+    }
+
+    /// <inheritdoc/>
+    public override bool Throttle()
+    {
+        foreach (var tier in _tiers)
+            if (!tier.Failed && tier.Device.Throttle())
+                return true;
+        return false;
+    }
+
+    /// <inheritdoc/>
+    public override bool TryComplete()
+    {
+        bool any = false;
+        foreach (var tier in _tiers)
+            if (!tier.Failed)
+                any |= tier.Device.TryComplete();
+        return any;
+    }
+
+    /// <inheritdoc/>
+    public override long GetFileSize(int segment) => _tiers[_commitPoint].Device.GetFileSize(segment);
+
+    /// <inheritdoc/>
+    public override void Reset()
+    {
+        foreach (var tier in _tiers)
+            tier.Device.Reset();
+    }
+
+    // ---- reads ------------------------------------------------------------------------------------
+
+    /// <inheritdoc/>
+    public override void ReadAsync(int segmentId, ulong sourceAddress, IntPtr destinationAddress, uint readLength,
+                                   DeviceIOCompletionCallback callback, object context)
+    {
+        var op = _reads.Rent();
+        op.Device = this;
+        op.Segment = segmentId;
+        op.Offset = sourceAddress;
+        op.Destination = destinationAddress;
+        op.Length = readLength;
+        op.Callback = callback;
+        op.Context = context;
+        Route(op, 0);
+    }
+
+    private void Route(ReadOp op, int from)
+    {
+        long start = (long)op.Offset;
+        long end = Math.Min(start + op.Length, segmentSize > 0 ? segmentSize : long.MaxValue);
+        for (int i = from; i < _tiers.Length; i++)
+        {
+            var tier = _tiers[i];
+            bool last = i == _tiers.Length - 1;
+            if (!last && (tier.Failed || op.Segment < tier.Device.StartSegment ||
+                          (tier.Tracked && !tier.Written.Contains(op.Segment, start, end))))
+                continue;
+            if (i > from || from > 0)
+                Interlocked.Increment(ref _fallThroughs);
+            op.Tier = i;
+            tier.Device.ReadAsync(op.Segment, op.Offset, op.Destination, op.Length, s_onRead, op);
+            return;
+        }
+    }
+
+    private static void OnTierRead(uint errorCode, uint numBytes, object context)
+    {
+        var op = (ReadOp)context;
+        var device = op.Device!;
+        var tier = device._tiers[op.Tier];
+        if (errorCode != 0 && op.Tier < device._tiers.Length - 1)
+        {
+            if (errorCode != RemoteCacheDevice.NotResident && op.Tier < device._commitPoint)
+                device.TakeOut(op.Tier, errorCode, "read");
+            device.Route(op, op.Tier + 1);
+            return;
+        }
+        if (errorCode == 0)
+            Interlocked.Increment(ref tier.Served);
+        var callback = op.Callback!;
+        var userContext = op.Context;
+        op.Clear();
+        device._reads.Return(op);
+        callback(errorCode, numBytes, userContext!);
+    }
+
+    // ---- writes -----------------------------------------------------------------------------------
+
+    /// <inheritdoc/>
+    public override void WriteAsync(IntPtr sourceAddress, int segmentId, ulong destinationAddress, uint numBytesToWrite,
+                                    DeviceIOCompletionCallback callback, object context)
+    {
+        var op = _writes.Rent();
+        op.Device = this;
+        op.Segment = segmentId;
+        op.Start = (long)destinationAddress;
+        op.End = (long)destinationAddress + numBytesToWrite;
+        op.Callback = callback;
+        op.Context = context;
+        op.Status = 0;
+        op.NumBytes = numBytesToWrite;
+        op.Remaining = 1;  // held by this method until every tier has been issued
+        for (int i = 0; i < _tiers.Length; i++)
+        {
+            var tier = _tiers[i];
+            if (tier.Failed)
+                continue;
+            if (tier.Tracked && tier.Written.BeginWrite(segmentId, op.Start, op.End))
+                tier.Written.RemoveBelow(tier.Device.StartSegment);  // a new segment: forget the evicted ones
+            Interlocked.Increment(ref op.Remaining);
+            tier.Device.WriteAsync(sourceAddress, segmentId, destinationAddress, numBytesToWrite, s_onWrite, op.Parts[i]);
+        }
+        op.Release();
+    }
+
+    private static void OnTierWrite(uint errorCode, uint numBytes, object context)
+    {
+        var part = (WritePart)context;
+        var op = part.Op;
+        var device = op.Device!;
+        var tier = device._tiers[part.Tier];
+        if (tier.Tracked)
+        {
+            // Only what the tier still holds is readable from it (a segment below its start was not kept).
+            bool kept = errorCode == 0 && op.Segment >= tier.Device.StartSegment;
+            tier.Written.EndWrite(op.Segment, op.Start, op.End, kept);
+        }
+        if (part.Tier == device._commitPoint)
+        {
+            op.Status = errorCode;
+            op.NumBytes = numBytes;
+        }
+        else if (errorCode != 0)
+        {
+            if (part.Tier < device._commitPoint)
+                device.TakeOut(part.Tier, errorCode, "write");
+            else
+                device._logger?.LogWarning("tier {Tier} ({Name}) failed a write of segment {Segment}: error 0x{Code:x}",
+                                           part.Tier, tier.Device.FileName, op.Segment, errorCode);
+        }
+        op.Release();
+    }
+
+    // ---- segments ---------------------------------------------------------------------------------
+
+    /// <inheritdoc/>
+    public override void RemoveSegmentAsync(int segment, AsyncCallback callback, IAsyncResult result)
+    {
+        // Every tier is asked (one that does not hold the segment completes at once); the callback runs once,
+        // after the last of them.
+        int remaining = _tiers.Length;
+        foreach (var tier in _tiers)
+        {
+            tier.Written.Remove(segment);
+            tier.Device.RemoveSegmentAsync(segment, r =>
+            {
+                if (Interlocked.Decrement(ref remaining) == 0)
+                    callback(r);
+            }, result);
+        }
+    }
+
+    /// <inheritdoc/>
+    public override void Dispose()
+    {
+        foreach (var tier in _tiers)
+            tier.Device.Dispose();
+    }
+
+    // ---- failure ----------------------------------------------------------------------------------
+
+    private void TakeOut(int index, uint errorCode, string what)
+    {
+        Interlocked.Increment(ref _tierFailures);
+        var tier = _tiers[index];
+        if (tier.Failed)
+            return;
+        tier.Failed = true;
+        var status = RemoteCacheDevice.StatusOf(errorCode);
+        _logger?.LogError("tier {Tier} ({Name}) failed a {What} (error 0x{Code:x}{Status}); its reads go to the next tier from now on",
+                          index, tier.Device.FileName, what, errorCode, status is null ? "" : $", {status}");
+    }
+
+    private static uint SectorSizeOf(IReadOnlyList<IDevice> tiers)
+    {
+        ArgumentNullException.ThrowIfNull(tiers);
+        if (tiers.Count == 0)
+            throw new ArgumentException("a tiered device needs at least one tier", nameof(tiers));
+        return tiers.Max(t => t.SectorSize);
+    }
+
+    private static string Describe(IReadOnlyList<IDevice> tiers, int commitPoint) =>
+        "tiered:" + string.Join(";", tiers.Select((t, i) => (i == commitPoint ? "*" : "") + t.FileName));
+
+    private sealed class Tier
+    {
+        public Tier(IDevice device, bool tracked)
+        {
+            Device = device;
+            Tracked = tracked;
+        }
+
+        public readonly IDevice Device;
+        public readonly bool Tracked;  // before the commit point: readable only where its write completed
+        public readonly WrittenRanges Written = new();
+        public volatile bool Failed;
+        public long Served;
+    }
+
+    private sealed class ReadOp
+    {
+        public TieredDevice? Device;
+        public int Segment;
+        public ulong Offset;
+        public IntPtr Destination;
+        public uint Length;
+        public int Tier;
+        public DeviceIOCompletionCallback? Callback;
+        public object? Context;
+
+        public void Clear()
+        {
+            Device = null;
+            Callback = null;
+            Context = null;
+        }
+    }
+
+    private sealed class WriteOp
+    {
+        public WriteOp(int tiers)
+        {
+            Parts = new WritePart[tiers];
+            for (int i = 0; i < tiers; i++)
+                Parts[i] = new WritePart(this, i);
+        }
+
+        public readonly WritePart[] Parts;  // the per-tier contexts
+        public TieredDevice? Device;
+        public int Segment;
+        public long Start, End;
+        public DeviceIOCompletionCallback? Callback;
+        public object? Context;
+        public uint Status, NumBytes;
+        public int Remaining;
+
+        public void Release()
+        {
+            if (Interlocked.Decrement(ref Remaining) != 0)
+                return;
+            var device = Device!;
+            var callback = Callback!;
+            var context = Context;
+            uint status = Status, numBytes = NumBytes;
+            Device = null;
+            Callback = null;
+            Context = null;
+            device._writes.Return(this);
+            callback(status, numBytes, context!);
+        }
+    }
+
+    private sealed record WritePart(WriteOp Op, int Tier);
+}

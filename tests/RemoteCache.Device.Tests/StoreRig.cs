@@ -1,0 +1,181 @@
+using System;
+using System.Collections.Generic;
+using System.IO;
+using System.Numerics;
+using FASTER.core;
+using Xunit.Sdk;
+
+namespace RemoteCache.Device.Tests;
+
+/// <summary>The shape of a FasterKV log in a test: page, memory and segment sizes (as bit counts).</summary>
+public sealed record LogShape(int PageBits, int MemoryBits, int SegmentBits, long Records)
+{
+    public LogSettings Settings(IDevice device) => new()
+    {
+        LogDevice = device,
+        PageSizeBits = PageBits,
+        MemorySizeBits = MemoryBits,
+        SegmentSizeBits = SegmentBits,
+    };
+}
+
+/// <summary>A FasterKV&lt;long, TValue&gt; over a given device, with the load / read-back / update checks the tests share.</summary>
+public sealed class StoreRig<TValue> : IDisposable where TValue : unmanaged
+{
+    private readonly ValueKind<TValue> _kind;
+    private readonly LogShape _shape;
+    private ClientSession<long, TValue, TValue, TValue, Empty, SimpleFunctions<long, TValue>>? _session;
+
+    public StoreRig(ValueKind<TValue> kind, LogShape shape, IDevice device, string? checkpointDir = null)
+    {
+        _kind = kind;
+        _shape = shape;
+        Device = device;
+        Kv = new FasterKV<long, TValue>(
+            Math.Max(1L << 10, (long)BitOperations.RoundUpToPowerOf2((ulong)shape.Records)),
+            shape.Settings(device),
+            checkpointDir is null ? null : new CheckpointSettings { CheckpointDir = checkpointDir });
+        _session = Kv.For(new SimpleFunctions<long, TValue>(kind.Add)).NewSession<SimpleFunctions<long, TValue>>();
+    }
+
+    public FasterKV<long, TValue> Kv { get; }
+    public IDevice Device { get; }
+    private ClientSession<long, TValue, TValue, TValue, Empty, SimpleFunctions<long, TValue>> Session =>
+        _session ?? throw new ObjectDisposedException(nameof(StoreRig<TValue>));
+
+    /// <summary>Log bytes beyond what FASTER keeps in memory: the part only the device holds.</summary>
+    public long BytesOnDeviceOnly => Kv.Log.HeadAddress - Kv.Log.BeginAddress;
+
+    public void Load(long version = 0)
+    {
+        for (long key = 0; key < _shape.Records; key++)
+            Session.Upsert(key, _kind.Make(key, version));
+        Session.CompletePending(wait: true);
+    }
+
+    /// <summary>Upserts the even keys and RMWs the odd ones (by +1 version) from <paramref name="from"/> to <paramref name="from"/> + 1.</summary>
+    public void UpdateAll(long from)
+    {
+        var increment = _kind.Make(0, 1);
+        for (long key = 0; key < _shape.Records; key++)
+        {
+            if ((key & 1) == 0)
+                Session.Upsert(key, _kind.Make(key, from + 1));
+            else
+                Session.RMW(key, increment);
+            if ((key & 255) == 255)
+                Session.CompletePending(wait: true);
+        }
+        Session.CompletePending(wait: true);
+    }
+
+    /// <summary>
+    /// Reads every key (in an order that scatters them over the log), checks each value and returns how many
+    /// reads went to the device. <paramref name="onProgress"/> runs after each batch with the keys done.
+    /// </summary>
+    public long ReadBackAll(long version, Action<long>? onProgress = null)
+    {
+        var session = Session;
+        var errors = new List<string>();
+        long pending = 0, found = 0;
+        const int Batch = 256;
+        long stride = FindStride(_shape.Records);
+        for (long i = 0; i < _shape.Records; i++)
+        {
+            long key = i * stride % _shape.Records;
+            TValue output = default;
+            var status = session.Read(ref key, ref output);
+            if (status.IsPending)
+            {
+                pending++;
+            }
+            else
+            {
+                Record(status, key, output);
+            }
+            if (i % Batch == Batch - 1 || i == _shape.Records - 1)
+            {
+                session.CompletePendingWithOutputs(out var outputs, wait: true);
+                using (outputs)
+                {
+                    while (outputs.Next())
+                        Record(outputs.Current.Status, outputs.Current.Key, outputs.Current.Output);
+                }
+                onProgress?.Invoke(i + 1);
+            }
+        }
+        if (errors.Count > 0)
+            throw new XunitException($"{errors.Count} wrong reads of {_shape.Records} ({_kind.Name}); first: {string.Join("; ", errors.GetRange(0, Math.Min(5, errors.Count)))}");
+        if (found != _shape.Records)
+            throw new XunitException($"{found} of {_shape.Records} keys found");
+        return pending;
+
+        void Record(Status status, long key, TValue output)
+        {
+            if (!status.Found)
+            {
+                errors.Add($"key {key}: status {status}");
+                return;
+            }
+            found++;
+            if (_kind.Check(output, key, version) is { } problem)
+                errors.Add(problem);
+        }
+    }
+
+    public Guid Checkpoint()
+    {
+        var (success, token) = Kv.TakeFullCheckpointAsync(CheckpointType.FoldOver).AsTask().GetAwaiter().GetResult();
+        if (!success)
+            throw new XunitException("TakeFullCheckpointAsync failed");
+        Kv.CompleteCheckpointAsync().AsTask().GetAwaiter().GetResult();
+        return token;
+    }
+
+    public void Recover(Guid token) => Kv.Recover(token);
+
+    public void Dispose()
+    {
+        _session?.Dispose();
+        _session = null;
+        Kv.Dispose();
+        Device.Dispose();
+    }
+
+    // A stride coprime with the record count visits every key once, far from its neighbours in the log.
+    private static long FindStride(long records)
+    {
+        long stride = Math.Max(1, records / 3 + 7);
+        while (Gcd(stride, records) != 1)
+            stride++;
+        return stride;
+    }
+
+    private static long Gcd(long a, long b) => b == 0 ? a : Gcd(b, a % b);
+}
+
+/// <summary>A scratch directory for SSD segment files and checkpoints, deleted at dispose.</summary>
+public sealed class ScratchDir : IDisposable
+{
+    public ScratchDir(string name)
+    {
+        // Not /tmp if it is a tmpfs (no O_DIRECT there): under the test output folder, on the build disk.
+        Path = System.IO.Path.Combine(AppContext.BaseDirectory, "scratch", $"{name}-{Environment.ProcessId}-{Guid.NewGuid():N}");
+        Directory.CreateDirectory(Path);
+    }
+
+    public string Path { get; }
+
+    public string File(string name) => System.IO.Path.Combine(Path, name);
+
+    public void Dispose()
+    {
+        try
+        {
+            Directory.Delete(Path, recursive: true);
+        }
+        catch (IOException)
+        {
+        }
+    }
+}
