@@ -34,7 +34,6 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
     private readonly bool _ownsCache;
     private readonly Pool<Io> _pool = new(() => new Io());
     private Slot[] _slots = Array.Empty<Slot>();
-    private int _inFlight;
     private int _disposed;
 
     /// <summary>Creates a device over <paramref name="cache"/>, which must hold a whole number of FASTER segments.</summary>
@@ -57,8 +56,8 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
     /// <summary>Segments the cache holds at once (known after FASTER initialized the device).</summary>
     public int RingSegments => _slots.Length;
 
-    /// <summary>Operations submitted to the cache and not yet completed.</summary>
-    public int InFlight => Volatile.Read(ref _inFlight);
+    /// <summary>Operations submitted to the cache and not yet completed (by anyone using the cache).</summary>
+    public int InFlight => _cache.Outstanding;
 
     /// <summary>The device error code FASTER receives for a failed native operation.</summary>
     public static uint ErrorCodeOf(RcStatus status) => ErrorBase | (uint)(-(int)status & 0xff);
@@ -87,7 +86,8 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
     }
 
     /// <inheritdoc/>
-    public override bool Throttle() => Volatile.Read(ref _inFlight) > ThrottleLimit;
+    // The client's per-lane counts, kept under the lanes' gates: no shared counter bounces between cores per I/O.
+    public override bool Throttle() => _cache.Outstanding > ThrottleLimit;
 
     /// <inheritdoc/>
     public override bool TryComplete() => Volatile.Read(ref _disposed) == 0 && _cache.Poll() > 0;
@@ -264,7 +264,6 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
         io.Length = length;
         io.Callback = callback;
         io.Context = context;
-        Interlocked.Increment(ref _inFlight);
         try
         {
             if (write)
@@ -294,7 +293,6 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
         var slot = io.Slot!;
         io.Clear();
         device._pool.Return(io);
-        Interlocked.Decrement(ref device._inFlight);
         device.Leave(slot);
         callback(status == RcStatus.Ok ? 0 : ErrorCodeOf(status), status == RcStatus.Ok ? length : 0, userContext!);
     }

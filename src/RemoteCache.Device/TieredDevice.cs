@@ -180,6 +180,8 @@ public sealed class TieredDevice : StorageDeviceBase
                                     DeviceIOCompletionCallback callback, object context)
     {
         var op = _writes.Rent();
+        if (op.Parts.Length != _tiers.Length)
+            op = new WriteOp(_tiers.Length);  // pooled by another tiered device with another tier count
         op.Device = this;
         op.Segment = segmentId;
         op.Start = (long)destinationAddress;

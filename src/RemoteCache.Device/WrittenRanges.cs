@@ -49,20 +49,23 @@ internal sealed class WrittenRanges
         private readonly List<(long Start, long End)> _done = new();
         private readonly List<(long Start, long End)> _writing = new();
 
+        // Reads (one per device read) look at an immutable copy without locking; writes (one per page flush)
+        // replace it under the lock.
+        private (long Start, long End)[] _snapshot = System.Array.Empty<(long, long)>();
+
         public bool Contains(long start, long end)
         {
-            lock (this)
+            foreach (var (s, e) in System.Threading.Volatile.Read(ref _snapshot))
             {
-                foreach (var (s, e) in _done)
-                {
-                    if (s > start)
-                        return false;
-                    if (end <= e)
-                        return true;
-                }
-                return false;
+                if (s > start)
+                    return false;
+                if (end <= e)
+                    return true;
             }
+            return false;
         }
+
+        private void Publish() => System.Threading.Volatile.Write(ref _snapshot, _done.ToArray());
 
         public void Begin(long start, long end)
         {
@@ -70,6 +73,7 @@ internal sealed class WrittenRanges
             {
                 Cut(start, end);
                 _writing.Add((start, end));
+                Publish();
             }
         }
 
@@ -84,6 +88,7 @@ internal sealed class WrittenRanges
                     if (s < end && start < e)
                         return;  // another write of these bytes is still in flight
                 Add(start, end);
+                Publish();
             }
         }
 

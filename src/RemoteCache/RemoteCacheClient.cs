@@ -1,5 +1,6 @@
 using System;
 using System.Collections.Generic;
+using System.Diagnostics;
 using System.Linq;
 using System.Runtime.InteropServices;
 using System.Text;
@@ -202,7 +203,16 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
     }
 
     /// <summary>Operations submitted and not yet finished.</summary>
-    public int Outstanding => _lanes.Sum(l => l.Outstanding);
+    public int Outstanding
+    {
+        get
+        {
+            int n = 0;
+            foreach (var lane in _lanes)
+                n += lane.Outstanding;
+            return n;
+        }
+    }
 
     // ---- internals --------------------------------------------------------------------------------
 
@@ -213,15 +223,37 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
             throw Errors.For(RcStatus.OutOfRange, Name, address, length, $"the cache holds {Capacity} bytes");
     }
 
-    private Lane PickLane() => _lanes[(uint)Environment.CurrentManagedThreadId % (uint)_lanes.Length];
+    // Threads get consecutive ordinals on first use, so that a few busy threads land on different lanes
+    // (managed thread ids of threads started together can share a residue).
+    [ThreadStatic] private static int t_ordinal;
+    private static int s_ordinals;
+
+    private Lane PickLane()
+    {
+        int ordinal = t_ordinal;
+        if (ordinal == 0)
+            t_ordinal = ordinal = Interlocked.Increment(ref s_ordinals);
+        return _lanes[(uint)ordinal % (uint)_lanes.Length];
+    }
 
     internal void NotifyOutstanding() => _work.Set();
+
+    private bool NothingOutstanding()
+    {
+        foreach (var lane in _lanes)
+            if (lane.Outstanding != 0)
+                return false;
+        return true;
+    }
+
+    private static readonly long QuietTicks = Stopwatch.Frequency / 20_000;  // 50 µs
 
     // Finishes what callers leave behind: a lane with outstanding operations that nobody submits on or
     // awaits is polled here, first briefly, then blocking in rc_wait (a submitter wakes it with rc_wake).
     private void PollerLoop()
     {
         var lastActivity = new int[_lanes.Length];
+        var lastChange = new long[_lanes.Length];  // when lastActivity last moved
         var spin = new SpinWait();
         int next = 0;
         while (!_stopping)
@@ -237,8 +269,14 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
                 if (activity != lastActivity[i])
                 {
                     lastActivity[i] = activity;  // someone is busy on it: leave batching to them
+                    lastChange[i] = Stopwatch.GetTimestamp();
                     continue;
                 }
+                // A caller between two of its polls is not an abandoned lane: step in only once it has been quiet
+                // for a while (as long as an awaiting caller drives before it suspends), so that the poller does
+                // not compete for the lane (and a core) with a caller that drives it.
+                if (Stopwatch.GetTimestamp() - lastChange[i] < QuietTicks)
+                    continue;
                 done += lane.Drive(byPoller: true);
                 idle ??= lane;
             }
@@ -247,10 +285,10 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
                 spin.Reset();
                 continue;
             }
-            if (idle is null && _lanes.All(l => l.Outstanding == 0))
+            if (idle is null && NothingOutstanding())
             {
                 _work.Reset();
-                if (_lanes.All(l => l.Outstanding == 0))
+                if (NothingOutstanding())
                     _work.Wait(100);
                 continue;
             }
