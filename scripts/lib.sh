@@ -38,6 +38,10 @@ ensure_packages() {
 # The packages every native build needs.
 NATIVE_PACKAGES=(cmake ninja-build g++ libgtest-dev libgmock-dev python3)
 
+# The YCSB main job's baselines: smbd (samba) and its client library (libsmbclient) for SMB, fio for the
+# SSD reference. The tests run a small main job too.
+YCSB_PACKAGES=(samba libsmbclient fio)
+
 # build_native DIR [cmake args...]: configures and builds src/RemoteCache.Native into DIR, under the
 # command prefix in the BUILD_WRAP array if set (sanitized builds run their test binaries to list tests).
 BUILD_WRAP=()

@@ -1,21 +1,27 @@
 #!/usr/bin/env bash
-# The main job. Today: the native data path's benchmark against references measured in the same run
-# (shared-memory and loopback-TCP round trips, redis-server on loopback), printed as a table of
-# targets and ratios; raw rows go to artifacts/bench-native.json. When the YCSB comparison lands,
-# this becomes FASTER on RemoteCache vs SSD vs SMB.
+# The main job: YCSB on FASTER comparing, in one run and with the same data and memory budget, the log
+# in memory (upper bound), TieredDevice(RemoteCache over SSD) with a local cache server (embedded,
+# shared memory), SSD only (O_DIRECT) and an SMB file server (Samba's smbd on loopback). Read-only,
+# uniform and Zipf, 1 and 2 threads; about 5 minutes here. Prints the table and the target ratios and
+# writes artifacts/ycsb/results.csv, results.json and chart.png.
 #
-# usage: bash scripts/run.sh [--seconds T] [--quick]
+# usage: bash scripts/run.sh [ycsb flags]   (bash scripts/run.sh --help lists them: records, value size,
+#        memory fraction, threads, devices, workload, distributions, duration, ...)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 # shellcheck source=lib.sh
 source scripts/lib.sh
 
-ensure_packages "${NATIVE_PACKAGES[@]}" redis-server
-mkdir -p build
-if ! build_native build/bench -DCMAKE_BUILD_TYPE=Release -DRC_BUILD_TESTS=OFF >build/bench.log 2>&1; then
-  cat build/bench.log >&2
-  echo "run.sh: the native build failed (log above, also in build/bench.log)" >&2
+ensure_packages "${NATIVE_PACKAGES[@]}" "${YCSB_PACKAGES[@]}"
+if ! command -v dotnet >/dev/null 2>&1; then
+  echo "run.sh: the .NET SDK is not installed (https://dot.net); the libraries target net8.0" >&2
   exit 1
 fi
-python3 scripts/bench_native.py build/bench "$@"
+mkdir -p build
+if ! dotnet build -c Release benchmarks/Ycsb >build/ycsb-build.log 2>&1; then
+  tail -40 build/ycsb-build.log >&2
+  echo "run.sh: building benchmarks/Ycsb failed (log above, all of it in build/ycsb-build.log)" >&2
+  exit 1
+fi
+exec dotnet benchmarks/Ycsb/bin/Release/net8.0/RemoteCache.Benchmarks.Ycsb.dll --out artifacts/ycsb "$@"

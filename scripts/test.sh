@@ -41,9 +41,9 @@ CTEST_TIMEOUT=300
 CLANG_C=clang-14
 CLANG_CXX=clang++-14
 
-PACKAGES=("${NATIVE_PACKAGES[@]}" clang-14 libclang-rt-14-dev llvm-14 redis-server)
+PACKAGES=("${NATIVE_PACKAGES[@]}" "${YCSB_PACKAGES[@]}" clang-14 libclang-rt-14-dev llvm-14 redis-server)
 if (( QUICK )); then
-  PACKAGES=("${NATIVE_PACKAGES[@]}")
+  PACKAGES=("${NATIVE_PACKAGES[@]}" "${YCSB_PACKAGES[@]}")
 fi
 
 # ---- bookkeeping --------------------------------------------------------------------------------

@@ -1,0 +1,324 @@
+using System;
+using System.Collections.Generic;
+using System.Diagnostics;
+using System.IO;
+using System.Threading;
+using FASTER.core;
+using RemoteCache.Benchmarks.Ycsb.Baselines;
+using RemoteCache.Device;
+
+namespace RemoteCache.Benchmarks.Ycsb;
+
+/// <summary>One measured run phase.</summary>
+public sealed record RunResult(string Device, string Workload, string Distribution, int Threads, int ValueBytes,
+                               long Records, long Operations, double Seconds, double MeanUs, double P50Us, double P99Us,
+                               long Errors, string Note)
+{
+    public double OpsPerSecond => Operations / Seconds;
+}
+
+/// <summary>What the runner reports while it works (the live display).</summary>
+public interface IProgressSink
+{
+    void Phase(string description, double total);
+    void Advance(double done);
+}
+
+/// <summary>
+/// Loads one FasterKV per device with the same records and memory budget, then runs the workload phases on it:
+/// warm-up (not measured) and a timed run per (distribution, thread count). Each thread has its own session and
+/// keeps up to <see cref="YcsbOptions.Depth"/> operations pending on the device, as FASTER's own benchmark does.
+/// </summary>
+public sealed class Runner<TValue, TValues> where TValue : unmanaged where TValues : IValues<TValue>
+{
+    private readonly YcsbOptions _o;
+    private readonly Environment _env;
+    private readonly IProgressSink _progress;
+
+    public Runner(YcsbOptions options, Environment env, IProgressSink progress)
+    {
+        _o = options;
+        _env = env;
+        _progress = progress;
+    }
+
+    /// <summary>Shared pieces the device configurations use: the cache server, the Samba server, the data folder.</summary>
+    public sealed class Environment
+    {
+        public required string DataDir;
+        public required Func<long, RemoteCacheClient> OpenCache;  // a cache of at least that many bytes
+        public required Func<SambaServer> Samba;
+    }
+
+    public static long RecordBytes => 8 + 8 + ((TValues.Bytes + 7) & ~7);
+
+    public LogShape Shape(bool everythingInMemory)
+    {
+        long logBytes = _o.Records * RecordBytes;
+        int memoryBits = everythingInMemory
+            ? Math.Max(20, (int)Math.Ceiling(Math.Log2(logBytes * 1.5)))
+            : Math.Max(16, (int)Math.Floor(Math.Log2((double)logBytes / _o.MemoryFraction)));  // at least F times smaller
+        int pageBits = Math.Clamp(memoryBits - 6, 12, 22);
+        int segmentBits = Math.Clamp(memoryBits + 1, 20, 28);
+        return new LogShape(pageBits, memoryBits, segmentBits, logBytes);
+    }
+
+    /// <summary>The cache holds the whole log (as Redy's remote tier holds the working set), in whole segments.</summary>
+    public static long CacheBytes(LogShape shape)
+    {
+        long segment = 1L << shape.SegmentBits;
+        return (shape.LogBytes * 5 / 4 + segment - 1) / segment * segment + segment;
+    }
+
+    public List<RunResult> RunDevice(string device)
+    {
+        var results = new List<RunResult>();
+        bool inMemory = device == "memory";
+        var shape = Shape(inMemory);
+        string dir = Path.Combine(_env.DataDir, device);
+        if (Directory.Exists(dir))
+            Directory.Delete(dir, recursive: true);
+        Directory.CreateDirectory(dir);
+        TieredDevice? tiered = null;
+        IDevice log = device switch
+        {
+            "memory" => new NullDevice(),
+            "remotecache" => tiered = new TieredDevice(new RemoteCacheDevice(_env.OpenCache(CacheBytes(shape)), ownsCache: true),
+                                                        new DirectFileDevice(Path.Combine(dir, "hlog"))),
+            "ssd" => new DirectFileDevice(Path.Combine(dir, "hlog")),
+            "smb" => new SmbFileDevice($"{_env.Samba().ShareUrl}/{device}-{System.Environment.ProcessId}", SambaServer.User, _env.Samba().Password),
+            "faster-local" => Devices.CreateLogDevice(Path.Combine(dir, "hlog.log"), deleteOnClose: true),
+            _ => throw new ArgumentException($"unknown device '{device}'"),
+        };
+        var kv = new FasterKV<long, TValue>(
+            (long)System.Numerics.BitOperations.RoundUpToPowerOf2((ulong)Math.Max(1024, _o.Records / 2)),
+            new LogSettings
+            {
+                LogDevice = log,
+                PageSizeBits = shape.PageBits,
+                MemorySizeBits = shape.MemoryBits,
+                SegmentSizeBits = shape.SegmentBits,
+            });
+        try
+        {
+            Load(kv, device);
+            string note = inMemory ? "log in memory" : $"{(double)(kv.Log.TailAddress - kv.Log.BeginAddress) / (1L << shape.MemoryBits):0.#}x memory";
+            foreach (var distribution in _o.Distributions)
+            {
+                foreach (int threads in _o.Threads)
+                {
+                    var r = RunPhase(kv, device, distribution, threads, note);
+                    results.Add(r);
+                }
+            }
+            if (tiered is not null && tiered.FailedTiers.Count > 0)
+                Console.Error.WriteLine($"remotecache: tier(s) {string.Join(",", tiered.FailedTiers)} failed during the run");
+        }
+        finally
+        {
+            kv.Dispose();
+            log.Dispose();
+            if (Directory.Exists(dir))
+                Directory.Delete(dir, recursive: true);
+        }
+        return results;
+    }
+
+    private void Load(FasterKV<long, TValue> kv, string device)
+    {
+        _progress.Phase($"{device}: load {_o.Records:N0} records", _o.Records);
+        using var session = kv.For(new YcsbFunctions<TValue, TValues>()).NewSession<YcsbFunctions<TValue, TValues>>();
+        for (long key = 0; key < _o.Records; key++)
+        {
+            session.Upsert(key, TValues.Make(key, 0));
+            if ((key & 0xffff) == 0xffff)
+                _progress.Advance(key + 1);
+        }
+        session.CompletePending(wait: true);
+        _progress.Advance(_o.Records);
+    }
+
+    private RunResult RunPhase(FasterKV<long, TValue> kv, string device, Distribution distribution, int threads, string note)
+    {
+        var inserted = new InsertCounter(_o.Records);
+        var workers = new Worker[threads];
+        var stop = 0;
+        var measuring = 0;
+        using var started = new CountdownEvent(threads);
+        for (int t = 0; t < threads; t++)
+            workers[t] = new Worker(this, kv, Chooser(distribution, inserted), inserted, seed: 1000 * t + (int)distribution);
+        var threadList = new Thread[threads];
+        for (int t = 0; t < threads; t++)
+        {
+            var w = workers[t];
+            threadList[t] = new Thread(() => w.Run(started, ref stop, ref measuring)) { IsBackground = true, Name = $"ycsb {t}" };
+            threadList[t].Start();
+        }
+        started.Wait();
+        string label = $"{device}: {_o.Workload.Name} {distribution.ToString().ToLowerInvariant()}, {threads} thread{(threads > 1 ? "s" : "")}";
+        double total = _o.Warmup.TotalSeconds + _o.Duration.TotalSeconds;
+        _progress.Phase(label, total);
+        var clock = Stopwatch.StartNew();
+        Tick(clock, _o.Warmup.TotalSeconds);
+        long opsBefore = Sum(workers);
+        var measured = Stopwatch.StartNew();
+        Volatile.Write(ref measuring, 1);
+        Tick(clock, total);
+        Volatile.Write(ref measuring, 0);
+        long ops = Sum(workers) - opsBefore;
+        double seconds = measured.Elapsed.TotalSeconds;
+        Volatile.Write(ref stop, 1);
+        foreach (var t in threadList)
+            t.Join();
+        var latency = new Histogram();
+        long errors = 0;
+        foreach (var w in workers)
+        {
+            latency.Add(w.Functions.Latency);
+            errors += w.Functions.Errors + w.Errors;
+        }
+        return new RunResult(device, _o.Workload.Name, distribution.ToString().ToLowerInvariant(), threads, TValues.Bytes, _o.Records,
+                             ops, seconds, latency.MeanNs / 1000, latency.Quantile(0.5) / 1000.0, latency.Quantile(0.99) / 1000.0,
+                             errors, note);
+    }
+
+    private void Tick(Stopwatch clock, double until)
+    {
+        while (clock.Elapsed.TotalSeconds < until)
+        {
+            Thread.Sleep(200);
+            _progress.Advance(Math.Min(until, clock.Elapsed.TotalSeconds));
+        }
+    }
+
+    private static long Sum(Worker[] workers)
+    {
+        long n = 0;
+        foreach (var w in workers)
+            n += Volatile.Read(ref w.Completed);
+        return n;
+    }
+
+    private IKeyChooser Chooser(Distribution d, InsertCounter inserted) => d switch
+    {
+        Distribution.Uniform => new UniformChooser(_o.Records),
+        Distribution.Zipfian => new ScrambledZipfianChooser(_o.Records, _o.Theta),
+        Distribution.ZipfianRaw => new ZipfianChooser(_o.Records, _o.Theta),
+        Distribution.Latest => new LatestChooser(inserted, _o.Theta),
+        _ => throw new ArgumentOutOfRangeException(nameof(d)),
+    };
+
+    private sealed class Worker
+    {
+        private readonly Runner<TValue, TValues> _runner;
+        private readonly FasterKV<long, TValue> _kv;
+        private readonly IKeyChooser _chooser;
+        private readonly InsertCounter _inserted;
+        private readonly Random _rng;
+        public readonly YcsbFunctions<TValue, TValues> Functions = new();
+        public long Completed;
+        public long Errors;
+
+        public Worker(Runner<TValue, TValues> runner, FasterKV<long, TValue> kv, IKeyChooser chooser, InsertCounter inserted, int seed)
+        {
+            _runner = runner;
+            _kv = kv;
+            _chooser = chooser;
+            _inserted = inserted;
+            _rng = new Random(seed);
+        }
+
+        public void Run(CountdownEvent started, ref int stop, ref int measuring)
+        {
+            var o = _runner._o;
+            var f = Functions;
+            using var session = _kv.For(f).NewSession<YcsbFunctions<TValue, TValues>>();
+            var workload = o.Workload;
+            var delta = TValues.Make(0, 1);
+            started.Signal();
+            while (Volatile.Read(ref stop) == 0)
+            {
+                f.Recording = Volatile.Read(ref measuring) != 0;
+                // Completed counts issued operations; those still pending are bounded by Depth and drained below.
+                for (int i = 0; i < 64; i++)
+                {
+                    long start = Stopwatch.GetTimestamp();
+                    switch (workload.Choose(_rng.NextDouble()))
+                    {
+                        case Workload.Op.Read:
+                        {
+                            long key = _chooser.Next(_rng);
+                            TValue input = default, output = default;
+                            var status = session.Read(ref key, ref input, ref output, start);
+                            if (status.IsPending)
+                                f.Outstanding++;
+                            else
+                                Done(status.Found && TValues.Stamp(output) / 1000 == key, start);
+                            break;
+                        }
+                        case Workload.Op.Update:
+                        {
+                            long key = _chooser.Next(_rng);
+                            session.Upsert(key, TValues.Make(key, 1));
+                            Done(true, start);
+                            break;
+                        }
+                        case Workload.Op.Insert:
+                        {
+                            long key = _inserted.Take();
+                            session.Upsert(key, TValues.Make(key, 0));
+                            Done(true, start);
+                            break;
+                        }
+                        case Workload.Op.ReadModifyWrite:
+                        {
+                            long key = _chooser.Next(_rng);
+                            TValue input = delta, output = default;
+                            var status = session.RMW(ref key, ref input, ref output, start);
+                            if (status.IsPending)
+                                f.Outstanding++;
+                            else
+                                Done(true, start);
+                            break;
+                        }
+                        case Workload.Op.Scan:
+                        {
+                            // A hash index has no key order: a scan reads consecutive keys one by one, as a whole.
+                            long first = _chooser.Next(_rng);
+                            int length = 1 + _rng.Next(Workload.MaxScanLength);
+                            bool recording = f.Recording;
+                            f.Recording = false;
+                            for (long key = first; key < first + length && key < _inserted.Count; key++)
+                            {
+                                TValue input = default, output = default;
+                                long k = key;
+                                if (session.Read(ref k, ref input, ref output, start).IsPending)
+                                    f.Outstanding++;
+                            }
+                            session.CompletePending(wait: true);
+                            f.Recording = recording;
+                            Done(true, start);
+                            break;
+                        }
+                    }
+                    Completed++;
+                    while (f.Outstanding >= o.Depth)
+                        session.CompletePending(wait: false);
+                }
+                session.CompletePending(wait: false);
+            }
+            session.CompletePending(wait: true);
+
+            void Done(bool right, long start)
+            {
+                if (!right)
+                    Errors++;
+                if (f.Recording)
+                    f.Latency.Record(YcsbFunctions<TValue, TValues>.Elapsed(start));
+            }
+        }
+    }
+}
+
+/// <summary>The FASTER log geometry of a run: page, memory and segment sizes as bit counts.</summary>
+public sealed record LogShape(int PageBits, int MemoryBits, int SegmentBits, long LogBytes);

@@ -1,0 +1,95 @@
+using System;
+using System.Collections.Generic;
+using System.Globalization;
+using System.Linq;
+
+namespace RemoteCache.Benchmarks.Ycsb;
+
+/// <summary>The benchmark's flags (a small parser of our own: System.CommandLine 3.0.0 restores here, but a dozen
+/// flags do not need it).</summary>
+public sealed class YcsbOptions
+{
+    public long Records = 2_800_000;              // 8 B values: ~67 MB of log, 8x the 8 MiB memory budget
+    public int ValueBytes = 8;
+    public double MemoryFraction = 8;             // log bytes / FASTER memory
+    public int[] Threads = { 1, 2 };
+    public string[] Devices = { "memory", "remotecache", "ssd", "smb" };
+    public Workload Workload = Workload.Parse("readonly");
+    public Distribution[] Distributions = { Distribution.Uniform, Distribution.Zipfian };
+    public TimeSpan Duration = TimeSpan.FromSeconds(8);
+    public TimeSpan Warmup = TimeSpan.FromSeconds(2);
+    public double Theta = ZipfianChooser.DefaultTheta;
+    public int Depth = 32;                        // pending operations per thread
+    public string Transport = "shm";
+    public string Output = "artifacts/ycsb";
+    public string? DataDir;
+    public bool Fio = true;
+
+    public const string Usage = """
+        usage: RemoteCache.Benchmarks.Ycsb [flags]
+          --records N          records loaded (default 2800000; with 8 B values a 67 MB log)
+          --value-size 8|1024  value bytes (keys are 8 B)
+          --memory-fraction F  FASTER log memory = log size / F (default 8)
+          --threads 1,2        thread counts to sweep
+          --devices LIST       memory,remotecache,ssd,smb (also: faster-local, FASTER's own Linux device)
+          --workload W         A-F or readonly (default readonly: 100 % reads, Redy §8.3)
+          --distributions L    uniform,zipfian (also: zipfian-raw unscrambled, latest)
+          --theta T            Zipf constant (default 0.99)
+          --duration S         measured seconds per phase (default 8)
+          --warmup S           unmeasured seconds before each phase (default 2)
+          --depth D            pending operations per thread (default 32)
+          --transport shm|tcp  how FASTER reaches the local cache server (default shm)
+          --out DIR            where results.csv, results.json and chart.png go (default artifacts/ycsb)
+          --data-dir DIR       where the SSD files go (default: under --out, on its disk)
+          --no-fio             skip the fio --direct=1 reference of the SSD device
+        """;
+
+    public static YcsbOptions Parse(string[] args)
+    {
+        var o = new YcsbOptions();
+        for (int i = 0; i < args.Length; i++)
+        {
+            string Value() => i + 1 < args.Length ? args[++i] : throw new ArgumentException($"{args[i]} needs a value");
+            switch (args[i])
+            {
+                case "--records": o.Records = long.Parse(Value(), CultureInfo.InvariantCulture); break;
+                case "--value-size": o.ValueBytes = int.Parse(Value(), CultureInfo.InvariantCulture); break;
+                case "--memory-fraction": o.MemoryFraction = double.Parse(Value(), CultureInfo.InvariantCulture); break;
+                case "--threads": o.Threads = List(Value()).Select(t => int.Parse(t, CultureInfo.InvariantCulture)).ToArray(); break;
+                case "--devices": o.Devices = List(Value()); break;
+                case "--workload": o.Workload = Workload.Parse(Value()); break;
+                case "--distributions": o.Distributions = List(Value()).Select(ParseDistribution).ToArray(); break;
+                case "--theta": o.Theta = double.Parse(Value(), CultureInfo.InvariantCulture); break;
+                case "--duration": o.Duration = TimeSpan.FromSeconds(double.Parse(Value(), CultureInfo.InvariantCulture)); break;
+                case "--warmup": o.Warmup = TimeSpan.FromSeconds(double.Parse(Value(), CultureInfo.InvariantCulture)); break;
+                case "--depth": o.Depth = int.Parse(Value(), CultureInfo.InvariantCulture); break;
+                case "--transport": o.Transport = Value(); break;
+                case "--out": o.Output = Value(); break;
+                case "--data-dir": o.DataDir = Value(); break;
+                case "--no-fio": o.Fio = false; break;
+                case "-h" or "--help": throw new HelpRequested();
+                default: throw new ArgumentException($"unknown flag '{args[i]}'");
+            }
+        }
+        if (o.ValueBytes is not (8 or 1024))
+            throw new ArgumentException("--value-size must be 8 or 1024");
+        if (o.Records < 1000 || o.MemoryFraction < 1 || o.Depth < 1 || o.Threads.Any(t => t < 1) || o.Transport is not ("shm" or "tcp"))
+            throw new ArgumentException("--records >= 1000, --memory-fraction >= 1, --depth >= 1, --threads >= 1, --transport shm|tcp");
+        return o;
+    }
+
+    private static string[] List(string value) => value.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries);
+
+    private static Distribution ParseDistribution(string name) => name.ToLowerInvariant() switch
+    {
+        "uniform" => Distribution.Uniform,
+        "zipfian" or "zipf" => Distribution.Zipfian,
+        "zipfian-raw" => Distribution.ZipfianRaw,
+        "latest" => Distribution.Latest,
+        _ => throw new ArgumentException($"unknown distribution '{name}'"),
+    };
+
+    public sealed class HelpRequested : Exception
+    {
+    }
+}
