@@ -73,7 +73,8 @@ struct Options {
 
 constexpr const char* kUsage =
     "usage: remotecache-bench [options]\n"
-    "  --transport shm|tcp|verbs  transport of the spawned server (default shm)\n"
+    "  --transport shm|tcp|verbs  transport of the spawned server (default shm; verbs listens on\n"
+    "                             $RC_VERBS_ADDR, an RDMA-capable interface's IPv4 address)\n"
     "  --connect ENDPOINT         use a running server instead of spawning one\n"
     "  --op read|write|mix        operation (mix = 50/50; default read)\n"
     "  --size BYTES               bytes per operation (K/M/G suffixes; default 8)\n"
@@ -397,7 +398,12 @@ class ServerProcess {
 
 std::string listen_endpoint(const std::string& transport) {
   if (transport == "shm") return "shm:" + std::string(g_socket_path);
-  return transport + ":127.0.0.1:0";  // tcp, or verbs passed through for the library to judge
+  if (transport == "verbs") {
+    // rdma_cm needs the address of an RDMA-capable interface (loopback has no RDMA device).
+    const char* addr = std::getenv("RC_VERBS_ADDR");
+    return "verbs:" + std::string(addr != nullptr ? addr : "127.0.0.1") + ":0";
+  }
+  return transport + ":127.0.0.1:0";
 }
 
 // ---- workers --------------------------------------------------------------------------------

@@ -12,17 +12,28 @@
 #include "transport/shm/shm_transport.h"
 #include "transport/socket_util.h"
 #include "transport/tcp/tcp_transport.h"
+#ifdef RC_HAVE_VERBS
+#include "transport/verbs/verbs_transport.h"
+#endif
 
 namespace rc::transport {
+
+[[maybe_unused]] constexpr const char* kNoVerbs =
+    "this library was built without rdma-core: install libibverbs-dev and librdmacm-dev and rebuild "
+    "for the verbs transport";
 
 std::unique_ptr<ClientConnection> connect(const Endpoint& endpoint, const ConnectParams& params,
                                           Status& status) {
   switch (endpoint.kind) {
     case TransportKind::Shm: return shm::connect(endpoint, params, status);
     case TransportKind::Tcp: return tcp::connect(endpoint, params, status);
+#ifdef RC_HAVE_VERBS
+    case TransportKind::Verbs: return verbs::connect(endpoint, params, status);
+#else
     case TransportKind::Verbs: break;
+#endif
   }
-  status = fail(RC_E_UNSUPPORTED, "the verbs transport is not built into this library yet");
+  status = fail(RC_E_UNSUPPORTED, kNoVerbs);
   return nullptr;
 }
 
@@ -30,9 +41,13 @@ std::unique_ptr<Listener> listen(const Endpoint& endpoint, Status& status) {
   switch (endpoint.kind) {
     case TransportKind::Shm: return shm::listen(endpoint, status);
     case TransportKind::Tcp: return tcp::listen(endpoint, status);
+#ifdef RC_HAVE_VERBS
+    case TransportKind::Verbs: return verbs::listen(endpoint, status);
+#else
     case TransportKind::Verbs: break;
+#endif
   }
-  status = fail(RC_E_UNSUPPORTED, "the verbs transport is not built into this library yet");
+  status = fail(RC_E_UNSUPPORTED, kNoVerbs);
   return nullptr;
 }
 

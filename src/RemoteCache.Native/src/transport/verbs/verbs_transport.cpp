@@ -1,0 +1,845 @@
+#include "transport/verbs/verbs_transport.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <netdb.h>
+#include <poll.h>
+#include <rdma/rdma_cma.h>
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "transport/socket_util.h"
+
+namespace rc::transport::verbs {
+namespace {
+
+constexpr uint32_t kSlots = 64;  // = the largest q: a ring slot per request in flight
+constexpr uint32_t kSlotBytes = (wire::kMaxFrame + 4095u) & ~4095u;
+constexpr uint32_t kStageBytes = wire::kMaxChunk;  // one-sided requests are cut at kMaxChunk
+constexpr uint32_t kHandshakeBytes = 16384;
+constexpr uint32_t kSignalEvery = 16;
+constexpr uint32_t kMaxSendWr = 2 * kSlots + 16;
+constexpr uint32_t kMaxRecvWr = kSlots + 8;
+constexpr uint64_t kMessageTag = uint64_t{1} << 63;  // wr_id of a message write: tag | WRs it retires
+constexpr uint64_t kHandshakeTag = uint64_t{1} << 62;
+constexpr uint64_t kRecvTag = uint64_t{1} << 61;  // every receive: a failed completion has no opcode to tell
+constexpr uint64_t kProbeEveryNs = 2'000'000;
+
+// What a side tells its peer about the ring the peer writes into.
+struct RingInfo {
+  uint64_t addr;
+  uint32_t rkey;
+  uint32_t slots;
+  uint32_t slot_bytes;
+  uint32_t reserved;
+};
+
+std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+// A clear error when this machine has no RDMA device at all (rdma_cm's own errors are less direct).
+Status require_device() {
+  int count = 0;
+  ibv_device** list = ibv_get_device_list(&count);
+  if (list != nullptr) ibv_free_device_list(list);
+  if (count > 0) return RC_OK;
+  return fail(RC_E_UNSUPPORTED,
+              "no RDMA device: ibv_get_device_list found none (the verbs transport needs an RDMA NIC, or "
+              "Soft-RoCE: rdma link add rxe0 type rxe netdev IFACE; tests/rdma-vm runs one in a VM)");
+}
+
+bool resolve(const Endpoint& ep, sockaddr_in& out) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(ep.host.c_str(), nullptr, &hints, &res) != 0 || res == nullptr) return false;
+  std::memcpy(&out, res->ai_addr, sizeof out);
+  out.sin_port = htons(ep.port);
+  freeaddrinfo(res);
+  return true;
+}
+
+// Anonymous memory for registered buffers, unmapped on destruction.
+class Buffer {
+ public:
+  Buffer() = default;
+  explicit Buffer(std::size_t bytes) : size_(bytes) {
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    base_ = p == MAP_FAILED ? nullptr : static_cast<std::byte*>(p);
+  }
+  Buffer(Buffer&& o) noexcept : base_(o.base_), size_(o.size_) { o.base_ = nullptr; }
+  Buffer& operator=(Buffer&& o) noexcept {
+    std::swap(base_, o.base_);
+    std::swap(size_, o.size_);
+    return *this;
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() {
+    if (base_ != nullptr) munmap(base_, size_);
+  }
+  std::byte* data() const { return base_; }
+  std::size_t size() const { return size_; }
+
+ private:
+  std::byte* base_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+// Waits for the next rdma_cm event on `ec` (non-blocking fd) until the deadline or `stop`; null on timeout.
+rdma_cm_event* next_cm_event(rdma_event_channel* ec, uint64_t deadline_ns, const EventFd* stop) {
+  for (;;) {
+    rdma_cm_event* ev = nullptr;
+    if (rdma_get_cm_event(ec, &ev) == 0) return ev;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return nullptr;
+    if (!wait_readable(ec->fd, stop, deadline_ns)) return nullptr;
+  }
+}
+
+void set_nonblocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+// One RC queue pair and everything it needs: its cm id and event channel, protection domain,
+// completion queue (one for sends and receives) with its channel, and the memory registrations.
+// Owns them all; tears down in reverse order. Used by one thread at a time.
+class QueuePair {
+ public:
+  QueuePair(rdma_event_channel* ec, rdma_cm_id* id) : ec_(ec), id_(id) {}
+  ~QueuePair() {
+    if (connected_) rdma_disconnect(id_);
+    if (id_ != nullptr && id_->qp != nullptr) rdma_destroy_qp(id_);
+    for (ibv_mr* mr : mrs_) ibv_dereg_mr(mr);
+    if (cq_ != nullptr) ibv_destroy_cq(cq_);
+    if (cc_ != nullptr) ibv_destroy_comp_channel(cc_);
+    if (pd_ != nullptr) ibv_dealloc_pd(pd_);
+    if (id_ != nullptr) rdma_destroy_id(id_);
+    if (ec_ != nullptr) rdma_destroy_event_channel(ec_);
+  }
+  QueuePair(const QueuePair&) = delete;
+  QueuePair& operator=(const QueuePair&) = delete;
+
+  Status create() {
+    pd_ = ibv_alloc_pd(id_->verbs);
+    cc_ = pd_ != nullptr ? ibv_create_comp_channel(id_->verbs) : nullptr;
+    cq_ = cc_ != nullptr ? ibv_create_cq(id_->verbs, kMaxSendWr + kMaxRecvWr, nullptr, cc_, 0) : nullptr;
+    if (cq_ == nullptr) return fail(RC_E_INTERNAL, errno_text("verbs: PD/CQ creation"));
+    set_nonblocking(cc_->fd);
+    // Ask for generous inline data and settle for what the device grants.
+    for (uint32_t inline_bytes : {256u, 128u, 64u, 0u}) {
+      ibv_qp_init_attr attr{};
+      attr.send_cq = cq_;
+      attr.recv_cq = cq_;
+      attr.qp_type = IBV_QPT_RC;
+      attr.sq_sig_all = 0;
+      attr.cap.max_send_wr = kMaxSendWr;
+      attr.cap.max_recv_wr = kMaxRecvWr;
+      attr.cap.max_send_sge = 1;
+      attr.cap.max_recv_sge = 1;
+      attr.cap.max_inline_data = inline_bytes;
+      if (rdma_create_qp(id_, pd_, &attr) == 0) {
+        max_inline_ = attr.cap.max_inline_data;
+        return RC_OK;
+      }
+    }
+    return fail(RC_E_INTERNAL, errno_text("verbs: rdma_create_qp"));
+  }
+
+  ibv_mr* reg(void* addr, std::size_t bytes, int access) {
+    ibv_mr* mr = ibv_reg_mr(pd_, addr, bytes, access);
+    if (mr != nullptr) mrs_.push_back(mr);
+    return mr;
+  }
+
+  Status post_recv(uint64_t wr_id, void* addr, uint32_t bytes, uint32_t lkey) {
+    ibv_sge sge{reinterpret_cast<uint64_t>(addr), bytes, lkey};
+    ibv_recv_wr wr{};
+    wr.wr_id = wr_id | kRecvTag;
+    wr.sg_list = bytes > 0 ? &sge : nullptr;
+    wr.num_sge = bytes > 0 ? 1 : 0;
+    ibv_recv_wr* bad = nullptr;
+    return ibv_post_recv(id_->qp, &wr, &bad) == 0 ? RC_OK : fail(RC_E_DISCONNECTED, errno_text("verbs: post_recv"));
+  }
+
+  // Posts one send-queue work request. `force_signal` for WRs whose completion someone waits for;
+  // the others are signaled every kSignalEvery, which also retires the unsignaled ones before them.
+  Status post_send(ibv_send_wr& wr, bool force_signal) {
+    if (sq_used_ >= kMaxSendWr) {
+      reap();
+      if (sq_used_ >= kMaxSendWr) return RC_E_BUSY;
+    }
+    const bool signal = force_signal || unsignaled_ + 1 >= kSignalEvery || sq_used_ + 2 >= kMaxSendWr;
+    if (signal) {
+      const uint64_t covered = unsignaled_ + 1;
+      if ((wr.wr_id & (kMessageTag | kHandshakeTag)) != 0 || !force_signal) wr.wr_id = kMessageTag | covered;
+      else covered_[wr.wr_id % kSlots] = covered;
+      wr.send_flags |= IBV_SEND_SIGNALED;
+      unsignaled_ = 0;
+    } else {
+      ++unsignaled_;
+    }
+    ibv_send_wr* bad = nullptr;
+    if (ibv_post_send(id_->qp, &wr, &bad) != 0) return fail(RC_E_DISCONNECTED, errno_text("verbs: post_send"));
+    ++sq_used_;
+    return RC_OK;
+  }
+
+  // Drains the completion queue into the lists below. A failed completion breaks the connection:
+  // after it, every outstanding request flushes with an error too.
+  void reap() {
+    ibv_wc wcs[32];
+    for (int n; (n = ibv_poll_cq(cq_, 32, wcs)) > 0;) {
+      for (int i = 0; i < n; ++i) on_completion(wcs[i]);
+    }
+  }
+
+  void arm() { ibv_req_notify_cq(cq_, 0); }
+  void disarm() {
+    ibv_cq* cq = nullptr;
+    void* ctx = nullptr;
+    while (ibv_get_cq_event(cc_, &cq, &ctx) == 0) ibv_ack_cq_events(cq, 1);
+  }
+  void fds(std::vector<int>& out) const {
+    out.push_back(cc_->fd);
+    out.push_back(ec_->fd);
+  }
+
+  // rdma_cm events after the connection is up: a disconnect (the peer closed or died) breaks it.
+  void watch_cm() {
+    rdma_cm_event* ev = nullptr;
+    while (rdma_get_cm_event(ec_, &ev) == 0) {
+      const auto type = ev->event;
+      rdma_ack_cm_event(ev);
+      if (type == RDMA_CM_EVENT_DISCONNECTED || type == RDMA_CM_EVENT_DEVICE_REMOVAL ||
+          type == RDMA_CM_EVENT_TIMEWAIT_EXIT) {
+        broken_ = true;
+        connected_ = false;
+      }
+    }
+  }
+
+  Status alive() {
+    watch_cm();
+    reap();
+    return broken_ ? fail(RC_E_DISCONNECTED, "verbs: the peer is gone (queue pair broken or disconnected)") : RC_OK;
+  }
+
+  // alive() for the hot path: rdma_cm is asked at most every kProbeEveryNs (it costs a system call);
+  // a broken queue pair shows up in completions anyway.
+  Status still_there() {
+    const uint64_t now = coarse_now_ns();
+    if (!broken_ && now - last_probe_ns_ < kProbeEveryNs) return RC_OK;
+    last_probe_ns_ = now;
+    return alive();
+  }
+
+  uint64_t last_probe_ns_ = 0;
+
+  rdma_event_channel* ec_;
+  rdma_cm_id* id_;
+  ibv_pd* pd_ = nullptr;
+  ibv_comp_channel* cc_ = nullptr;
+  ibv_cq* cq_ = nullptr;
+  std::vector<ibv_mr*> mrs_;
+  uint32_t max_inline_ = 0;
+  bool connected_ = false;
+  bool broken_ = false;
+
+  uint32_t sq_used_ = 0;
+  uint32_t unsignaled_ = 0;
+  uint64_t covered_[kSlots] = {};          // send-queue WRs a signaled one-sided WR retires, by slot
+  std::deque<uint32_t> arrivals_;          // lengths of frames written into our ring, in order
+  std::deque<std::pair<uint64_t, Status>> one_sided_done_;  // (staging slot, status), in post order
+  int64_t handshake_bytes_ = -1;           // a received handshake message's length
+
+ private:
+  void on_completion(const ibv_wc& wc) {
+    if (wc.status != IBV_WC_SUCCESS) {
+      if (!broken_ && wc.status != IBV_WC_WR_FLUSH_ERR)
+        RC_LOG_WARN("verbs: work completion failed: %s", ibv_wc_status_str(wc.status));
+      broken_ = true;
+    }
+    if ((wc.wr_id & kRecvTag) != 0) {
+      if (wc.status != IBV_WC_SUCCESS) return;
+      if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) arrivals_.push_back(ntohl(wc.imm_data));
+      else handshake_bytes_ = wc.byte_len;
+      return;
+    }
+    // A send-queue completion. Its status is known even when it failed (then its opcode is not).
+    if ((wc.wr_id & kMessageTag) != 0) {
+      sq_used_ -= static_cast<uint32_t>(std::min<uint64_t>(sq_used_, wc.wr_id & ~kMessageTag));
+    } else if ((wc.wr_id & kHandshakeTag) != 0) {
+      sq_used_ -= std::min<uint32_t>(sq_used_, 1);
+    } else {
+      const uint64_t slot = wc.wr_id % kSlots;
+      sq_used_ -= static_cast<uint32_t>(std::min<uint64_t>(sq_used_, covered_[slot]));
+      one_sided_done_.emplace_back(slot, wc.status == IBV_WC_SUCCESS ? RC_OK : RC_E_DISCONNECTED);
+    }
+  }
+};
+
+// Writes `frame` into slot `slot` of the peer's ring with RDMA WRITE WITH IMMEDIATE (imm = length),
+// from our registered staging slot (or inline when it fits).
+Status write_frame(QueuePair& qp, std::span<const std::byte> frame, std::byte* stage, uint32_t lkey,
+                   const RingInfo& peer, uint32_t slot) {
+  if (frame.size() > peer.slot_bytes) return fail(RC_E_INTERNAL, "verbs: frame larger than a ring slot");
+  const bool inline_it = frame.size() <= qp.max_inline_;
+  std::byte* src = inline_it ? const_cast<std::byte*>(frame.data()) : stage;
+  if (!inline_it) std::memcpy(stage, frame.data(), frame.size());
+  ibv_sge sge{reinterpret_cast<uint64_t>(src), static_cast<uint32_t>(frame.size()), lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = kMessageTag;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  wr.send_flags = inline_it ? IBV_SEND_INLINE : 0;
+  wr.imm_data = htonl(static_cast<uint32_t>(frame.size()));
+  wr.wr.rdma.remote_addr = peer.addr + uint64_t{slot} * peer.slot_bytes;
+  wr.wr.rdma.rkey = peer.rkey;
+  return qp.post_send(wr, false);
+}
+
+Status send_message(QueuePair& qp, std::byte* buf, uint32_t bytes, uint32_t lkey) {
+  ibv_sge sge{reinterpret_cast<uint64_t>(buf), bytes, lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = kHandshakeTag;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  return qp.post_send(wr, true);
+}
+
+// Waits for the handshake message (a SEND into the first posted receive buffer).
+bool wait_message(QueuePair& qp, uint64_t deadline_ns, const EventFd* stop) {
+  for (;;) {
+    qp.reap();
+    if (qp.handshake_bytes_ >= 0) return true;
+    if (qp.broken_ || now_ns() >= deadline_ns) return false;
+    if (stop != nullptr) {
+      pollfd p{stop->fd(), POLLIN, 0};
+      if (poll(&p, 1, 0) > 0) return false;
+    }
+    qp.arm();
+    qp.reap();
+    if (qp.handshake_bytes_ >= 0) return true;
+    if (!wait_readable(qp.cc_->fd, stop, std::min(deadline_ns, now_ns() + 10'000'000))) continue;
+    qp.disarm();
+  }
+}
+
+bool wait_cm(rdma_event_channel* ec, rdma_cm_event_type want, uint64_t deadline_ns, const EventFd* stop,
+             std::string& got) {
+  rdma_cm_event* ev = next_cm_event(ec, deadline_ns, stop);
+  if (ev == nullptr) {
+    got = "no event (timeout)";
+    return false;
+  }
+  const auto type = ev->event;
+  const int status = ev->status;
+  rdma_ack_cm_event(ev);
+  got = std::string(rdma_event_str(type)) + (status != 0 ? " (status " + std::to_string(status) + ")" : "");
+  return type == want;
+}
+
+// ---- client -----------------------------------------------------------------------------------
+
+class VerbsClientConnection final : public ClientConnection {
+ public:
+  VerbsClientConnection(std::unique_ptr<QueuePair> qp, Buffer handshake, Buffer responses, Buffer requests,
+                        Buffer stage, const wire::ConnectReply& reply, std::vector<wire::RegionDescriptor> regions,
+                        const RingInfo& server_ring, uint32_t request_lkey, uint32_t stage_lkey)
+      : qp_(std::move(qp)),
+        handshake_(std::move(handshake)),
+        responses_(std::move(responses)),
+        requests_(std::move(requests)),
+        stage_(std::move(stage)),
+        reply_(reply),
+        regions_(std::move(regions)),
+        server_ring_(server_ring),
+        request_lkey_(request_lkey),
+        stage_lkey_(stage_lkey) {
+    for (uint32_t i = 0; i < kSlots; ++i) free_slots_.push_back(kSlots - 1 - i);
+  }
+
+  const wire::ConnectReply& reply() const override { return reply_; }
+  bool one_sided() const override { return true; }
+  uint32_t max_inline() const override { return qp_->max_inline_; }
+
+  Status post_read(uint64_t wr_id, uint16_t region, uint64_t offset, void* dst, uint32_t length) override {
+    return post_one_sided(IBV_WR_RDMA_READ, wr_id, region, offset, dst, length);
+  }
+
+  Status post_write(uint64_t wr_id, uint16_t region, uint64_t offset, const void* src, uint32_t length) override {
+    return post_one_sided(IBV_WR_RDMA_WRITE, wr_id, region, offset, const_cast<void*>(src), length);
+  }
+
+  std::size_t poll_completions(WorkCompletion* out, std::size_t max) override {
+    qp_->reap();
+    std::size_t n = 0;
+    while (n < max && !qp_->one_sided_done_.empty()) {
+      const auto [slot, status] = qp_->one_sided_done_.front();
+      qp_->one_sided_done_.pop_front();
+      Posted& p = posted_[slot];
+      if (status == RC_OK && p.read_into != nullptr)
+        std::memcpy(p.read_into, stage_.data() + slot * kStageBytes, p.length);
+      out[n++] = WorkCompletion{p.wr_id, status};
+      free_slots_.push_back(static_cast<uint32_t>(slot));
+    }
+    return n;
+  }
+
+  Status send_frame(std::span<const std::byte> frame) override {
+    if (qp_->broken_) return fail(RC_E_DISCONNECTED, "verbs: the connection is broken");
+    if (sent_ - released_ >= kSlots) return RC_E_BUSY;  // every request slot awaits its response
+    const uint32_t slot = static_cast<uint32_t>(sent_ % kSlots);
+    const Status st = write_frame(*qp_, frame, requests_.data() + std::size_t{slot} * kSlotBytes, request_lkey_,
+                                  server_ring_, slot);
+    if (st == RC_OK) ++sent_;
+    return st;
+  }
+
+  Status poll_response(std::span<const std::byte>& frame) override {
+    qp_->reap();
+    if (qp_->arrivals_.empty()) {
+      return qp_->broken_ ? fail(RC_E_DISCONNECTED, "verbs: the connection is broken") : RC_E_BUSY;
+    }
+    const uint32_t length = qp_->arrivals_.front();
+    if (length > kSlotBytes) return fail(RC_E_PROTOCOL, "verbs: response longer than a ring slot");
+    frame = {responses_.data() + std::size_t(released_ % kSlots) * kSlotBytes, length};
+    return RC_OK;
+  }
+
+  void release_response() override {
+    qp_->arrivals_.pop_front();
+    ++released_;
+    qp_->post_recv(0, nullptr, 0, 0);  // the receive the next response's immediate consumes
+  }
+
+  void arm_wait() override { qp_->arm(); }
+  void disarm_wait() override { qp_->disarm(); }
+  void wait_fds(std::vector<int>& fds) const override { qp_->fds(fds); }
+  Status check_alive() override { return qp_->alive(); }
+
+ private:
+  struct Posted {
+    uint64_t wr_id = 0;
+    void* read_into = nullptr;
+    uint32_t length = 0;
+  };
+
+  Status post_one_sided(ibv_wr_opcode opcode, uint64_t wr_id, uint16_t region, uint64_t offset, void* buf,
+                        uint32_t length) {
+    if (qp_->still_there() != RC_OK) return fail(RC_E_DISCONNECTED, "verbs: the cache server is gone");
+    if (region >= regions_.size() || offset > reply_.region_size || length > reply_.region_size - offset)
+      return fail(RC_E_OUT_OF_RANGE, "one-sided access outside the granted region");
+    if (length > kStageBytes) return fail(RC_E_INVALID_ARGUMENT, "verbs: one-sided request above kMaxChunk");
+    if (free_slots_.empty()) return fail(RC_E_INTERNAL, "verbs: more one-sided requests in flight than q allows");
+    const uint32_t slot = free_slots_.back();
+    free_slots_.pop_back();
+    std::byte* stage = stage_.data() + std::size_t{slot} * kStageBytes;
+    const bool write = opcode == IBV_WR_RDMA_WRITE;
+    const bool inline_it = write && length <= qp_->max_inline_;
+    if (write && !inline_it) std::memcpy(stage, buf, length);
+    posted_[slot] = Posted{wr_id, write ? nullptr : buf, length};
+    ibv_sge sge{reinterpret_cast<uint64_t>(inline_it ? buf : stage), length, stage_lkey_};
+    ibv_send_wr wr{};
+    wr.wr_id = slot;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = opcode;
+    wr.send_flags = inline_it ? IBV_SEND_INLINE : 0;
+    wr.wr.rdma.remote_addr = regions_[region].addr + offset;
+    wr.wr.rdma.rkey = static_cast<uint32_t>(regions_[region].key);
+    Status st = qp_->post_send(wr, true);
+    if (st == RC_E_BUSY) {
+      st = fail(RC_E_INTERNAL, "verbs: send queue full");
+    }
+    if (st != RC_OK) free_slots_.push_back(slot);
+    return st;
+  }
+
+  std::unique_ptr<QueuePair> qp_;
+  Buffer handshake_;
+  Buffer responses_;  // the ring the server writes responses into (registered, remote write)
+  Buffer requests_;   // staging for request frames
+  Buffer stage_;      // staging for one-sided data, one kStageBytes slot per request in flight
+  wire::ConnectReply reply_;
+  std::vector<wire::RegionDescriptor> regions_;
+  RingInfo server_ring_;
+  uint32_t request_lkey_;
+  uint32_t stage_lkey_;
+  uint64_t sent_ = 0;
+  uint64_t released_ = 0;
+  std::vector<uint32_t> free_slots_;
+  Posted posted_[kSlots];
+};
+
+// ---- server -----------------------------------------------------------------------------------
+
+class VerbsServerConnection final : public ServerConnection {
+ public:
+  VerbsServerConnection(std::unique_ptr<QueuePair> qp, Buffer handshake, Buffer requests, Buffer responses,
+                        const RingInfo& client_ring, uint32_t response_lkey, std::string peer)
+      : qp_(std::move(qp)),
+        handshake_(std::move(handshake)),
+        requests_(std::move(requests)),
+        responses_(std::move(responses)),
+        client_ring_(client_ring),
+        response_lkey_(response_lkey),
+        peer_(std::move(peer)),
+        frame_(std::make_unique<std::byte[]>(kSlotBytes)) {}
+
+  Status next_request(std::span<const std::byte>& frame) override {
+    if (!flush()) return RC_E_BUSY;
+    qp_->reap();
+    if (qp_->arrivals_.empty())
+      return qp_->broken_ ? fail(RC_E_DISCONNECTED, "verbs: the client is gone") : RC_E_BUSY;
+    const uint32_t length = qp_->arrivals_.front();
+    qp_->arrivals_.pop_front();
+    if (length > kSlotBytes) return fail(RC_E_PROTOCOL, "verbs: request longer than a ring slot");
+    // Copy out of the ring first: the client could rewrite the slot while the frame is parsed.
+    std::memcpy(frame_.get(), requests_.data() + std::size_t(received_ % kSlots) * kSlotBytes, length);
+    ++received_;
+    qp_->post_recv(0, nullptr, 0, 0);
+    frame = {frame_.get(), length};
+    return RC_OK;
+  }
+
+  Status send_response(std::span<const std::byte> frame) override {
+    if (outbox_.empty()) {
+      const Status st = write_next(frame);
+      if (st != RC_E_BUSY) return st;
+    }
+    outbox_.emplace_back(frame.begin(), frame.end());
+    return RC_OK;
+  }
+
+  bool flush() override {
+    while (!outbox_.empty()) {
+      const auto& f = outbox_.front();
+      if (write_next({f.data(), f.size()}) != RC_OK) break;
+      outbox_.pop_front();
+    }
+    return outbox_.empty();
+  }
+
+  bool needs_server_thread() const override { return false; }
+  Status check_alive() override { return qp_->alive(); }
+  void arm_wait() override { qp_->arm(); }
+  void disarm_wait() override { qp_->disarm(); }
+  void wait_fds(std::vector<int>& fds) const override { qp_->fds(fds); }
+  std::string peer() const override { return peer_; }
+
+ private:
+  Status write_next(std::span<const std::byte> frame) {
+    if (qp_->broken_) return fail(RC_E_DISCONNECTED, "verbs: the client is gone");
+    const uint32_t slot = static_cast<uint32_t>(sent_ % kSlots);
+    const Status st = write_frame(*qp_, frame, responses_.data() + std::size_t{slot} * kSlotBytes, response_lkey_,
+                                  client_ring_, slot);
+    if (st == RC_OK) ++sent_;
+    return st;
+  }
+
+  std::unique_ptr<QueuePair> qp_;
+  Buffer handshake_;
+  Buffer requests_;   // the ring clients write requests into
+  Buffer responses_;  // staging for response frames
+  RingInfo client_ring_;
+  uint32_t response_lkey_;
+  std::string peer_;
+  std::unique_ptr<std::byte[]> frame_;
+  std::deque<std::vector<std::byte>> outbox_;
+  uint64_t received_ = 0;
+  uint64_t sent_ = 0;
+};
+
+constexpr int kRemoteAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+
+rdma_conn_param connection_parameters() {
+  rdma_conn_param p{};
+  p.responder_resources = 16;
+  p.initiator_depth = 16;
+  p.retry_count = 7;
+  p.rnr_retry_count = 7;  // receives are reposted as frames are consumed; wait rather than fail
+  return p;
+}
+
+class VerbsPending final : public PendingConnection {
+ public:
+  VerbsPending(rdma_cm_id* id, std::string peer) : id_(id), peer_(std::move(peer)) {}
+  ~VerbsPending() override {
+    if (id_ != nullptr) {
+      rdma_reject(id_, nullptr, 0);
+      rdma_destroy_id(id_);
+    }
+  }
+
+  std::unique_ptr<ServerConnection> handshake(const Admit& admit, const EventFd& stop, Status& status) override {
+    const uint64_t deadline = now_ns() + uint64_t{kHandshakeTimeoutMs} * 1'000'000;
+    rdma_event_channel* ec = rdma_create_event_channel();
+    if (ec == nullptr || rdma_migrate_id(id_, ec) != 0) {
+      if (ec != nullptr) rdma_destroy_event_channel(ec);
+      status = fail(RC_E_INTERNAL, errno_text("verbs: rdma_migrate_id"));
+      return nullptr;
+    }
+    set_nonblocking(ec->fd);
+    auto qp = std::make_unique<QueuePair>(ec, id_);
+    id_ = nullptr;  // owned by qp now
+    if ((status = qp->create()) != RC_OK) return nullptr;
+
+    Buffer handshake(kHandshakeBytes);
+    Buffer requests(std::size_t{kSlots} * kSlotBytes);
+    Buffer responses(std::size_t{kSlots} * kSlotBytes);
+    ibv_mr* hs_mr = handshake.data() ? qp->reg(handshake.data(), handshake.size(), IBV_ACCESS_LOCAL_WRITE) : nullptr;
+    ibv_mr* req_mr = requests.data() ? qp->reg(requests.data(), requests.size(), kRemoteAccess) : nullptr;
+    ibv_mr* resp_mr = responses.data() ? qp->reg(responses.data(), responses.size(), IBV_ACCESS_LOCAL_WRITE) : nullptr;
+    if (hs_mr == nullptr || req_mr == nullptr || resp_mr == nullptr) {
+      status = fail(RC_E_INTERNAL, errno_text("verbs: registering connection buffers"));
+      return nullptr;
+    }
+    // The first receive takes the client's Connect; the rest take its requests' immediates.
+    if ((status = qp->post_recv(kHandshakeTag, handshake.data(), kHandshakeBytes, hs_mr->lkey)) != RC_OK) return nullptr;
+    for (uint32_t i = 0; i < kSlots; ++i) {
+      if ((status = qp->post_recv(0, nullptr, 0, 0)) != RC_OK) return nullptr;
+    }
+    rdma_conn_param param = connection_parameters();
+    if (rdma_accept(qp->id_, &param) != 0) {
+      status = fail(RC_E_DISCONNECTED, errno_text("verbs: rdma_accept"));
+      return nullptr;
+    }
+    std::string got;
+    if (!wait_cm(ec, RDMA_CM_EVENT_ESTABLISHED, deadline, &stop, got)) {
+      status = fail(RC_E_DISCONNECTED, "verbs: connection from " + peer_ + " not established: " + got);
+      return nullptr;
+    }
+    qp->connected_ = true;
+    if (!wait_message(*qp, deadline, &stop)) {
+      RC_LOG_WARN("verbs: %s sent no Connect within %u ms", peer_.c_str(), kHandshakeTimeoutMs);
+      status = RC_E_PROTOCOL;
+      return nullptr;
+    }
+    const std::size_t frame_bytes = sizeof(wire::FrameHeader) + sizeof(wire::ConnectRequest);
+    wire::ConnectRequest request{};
+    RingInfo client_ring{};
+    if (qp->handshake_bytes_ != static_cast<int64_t>(frame_bytes + sizeof(RingInfo)) ||
+        !decode_connect_request({handshake.data(), frame_bytes}, request)) {
+      RC_LOG_WARN("verbs: refusing %s: its first message was not a valid Connect", peer_.c_str());
+      status = RC_E_PROTOCOL;
+      return nullptr;
+    }
+    std::memcpy(&client_ring, handshake.data() + frame_bytes, sizeof client_ring);
+    if (client_ring.slots != kSlots || client_ring.slot_bytes != kSlotBytes) {
+      RC_LOG_WARN("verbs: refusing %s: its response ring has another geometry", peer_.c_str());
+      status = RC_E_PROTOCOL;
+      return nullptr;
+    }
+
+    Grant grant = admit(request);
+    std::vector<wire::RegionDescriptor> descriptors;
+    if (grant.status == RC_OK) {
+      for (const RegionMemory& r : grant.regions) {
+        ibv_mr* mr = qp->reg(r.base, r.size, kRemoteAccess);
+        if (mr == nullptr) {
+          grant = Grant{RC_E_NO_MEMORY, errno_text("cannot register a region with the RDMA device"), {}, 0};
+          descriptors.clear();
+          break;
+        }
+        descriptors.push_back({reinterpret_cast<uint64_t>(r.base), mr->rkey});
+      }
+    }
+    const auto reply = encode_connect_reply(grant, descriptors);
+    const RingInfo ring{reinterpret_cast<uint64_t>(requests.data()), req_mr->rkey, kSlots, kSlotBytes, 0};
+    if (reply.size() + sizeof ring > kHandshakeBytes) {
+      status = fail(RC_E_INVALID_ARGUMENT, "verbs: too many regions for one Connect reply");
+      return nullptr;
+    }
+    std::memcpy(handshake.data(), reply.data(), reply.size());
+    std::memcpy(handshake.data() + reply.size(), &ring, sizeof ring);
+    status = send_message(*qp, handshake.data(), static_cast<uint32_t>(reply.size() + sizeof ring), hs_mr->lkey);
+    if (status != RC_OK) return nullptr;
+    if (grant.status != RC_OK) {
+      status = grant.status;
+      return nullptr;
+    }
+    return std::make_unique<VerbsServerConnection>(std::move(qp), std::move(handshake), std::move(requests),
+                                                   std::move(responses), client_ring, resp_mr->lkey, peer_);
+  }
+
+ private:
+  rdma_cm_id* id_;
+  std::string peer_;
+};
+
+class VerbsListener final : public Listener {
+ public:
+  VerbsListener(rdma_event_channel* ec, rdma_cm_id* id, std::string endpoint)
+      : ec_(ec), id_(id), endpoint_(std::move(endpoint)) {}
+  ~VerbsListener() override {
+    rdma_destroy_id(id_);
+    rdma_destroy_event_channel(ec_);
+  }
+
+  std::string endpoint() const override { return endpoint_; }
+
+  std::unique_ptr<PendingConnection> accept(Status& status) override {
+    for (;;) {
+      rdma_cm_event* ev = next_cm_event(ec_, UINT64_MAX, &stop_);
+      if (ev == nullptr) {
+        status = RC_E_CLOSED;
+        return nullptr;
+      }
+      if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
+        rdma_ack_cm_event(ev);
+        continue;
+      }
+      rdma_cm_id* child = ev->id;
+      char host[INET6_ADDRSTRLEN] = "?";
+      const sockaddr* peer = rdma_get_peer_addr(child);
+      if (peer != nullptr && peer->sa_family == AF_INET)
+        inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(peer)->sin_addr, host, sizeof host);
+      rdma_ack_cm_event(ev);
+      status = RC_OK;
+      return std::make_unique<VerbsPending>(child, std::string("verbs:") + host);
+    }
+  }
+
+  void shutdown() override { stop_.signal(); }
+
+ private:
+  rdma_event_channel* ec_;
+  rdma_cm_id* id_;
+  std::string endpoint_;
+  EventFd stop_;
+};
+
+}  // namespace
+
+std::unique_ptr<ClientConnection> connect(const Endpoint& endpoint, const ConnectParams& params,
+                                          Status& status) {
+  if ((status = require_device()) != RC_OK) return nullptr;
+  sockaddr_in addr{};
+  if (!resolve(endpoint, addr)) {
+    status = fail(RC_E_INVALID_ARGUMENT, "verbs: cannot resolve " + endpoint.host);
+    return nullptr;
+  }
+  const uint64_t deadline = now_ns() + uint64_t{params.timeout_ms} * 1'000'000;
+  rdma_event_channel* ec = rdma_create_event_channel();
+  rdma_cm_id* id = nullptr;
+  if (ec == nullptr || rdma_create_id(ec, &id, nullptr, RDMA_PS_TCP) != 0) {
+    if (ec != nullptr) rdma_destroy_event_channel(ec);
+    status = fail(RC_E_INTERNAL, errno_text("verbs: rdma_create_id"));
+    return nullptr;
+  }
+  set_nonblocking(ec->fd);
+  auto qp = std::make_unique<QueuePair>(ec, id);
+  const std::string target = endpoint.to_string();
+  std::string got;
+  const int resolve_ms = static_cast<int>(std::max<uint32_t>(params.timeout_ms, 100));
+  if (rdma_resolve_addr(id, nullptr, reinterpret_cast<sockaddr*>(&addr), resolve_ms) != 0 ||
+      !wait_cm(ec, RDMA_CM_EVENT_ADDR_RESOLVED, deadline, nullptr, got)) {
+    status = fail(RC_E_DISCONNECTED, "verbs: cannot resolve an RDMA route to " + target + ": " +
+                                         (got.empty() ? errno_text("rdma_resolve_addr") : got));
+    return nullptr;
+  }
+  if (rdma_resolve_route(id, resolve_ms) != 0 || !wait_cm(ec, RDMA_CM_EVENT_ROUTE_RESOLVED, deadline, nullptr, got)) {
+    status = fail(RC_E_DISCONNECTED, "verbs: cannot resolve a route to " + target + ": " + got);
+    return nullptr;
+  }
+  if ((status = qp->create()) != RC_OK) return nullptr;
+
+  Buffer handshake(kHandshakeBytes);
+  Buffer responses(std::size_t{kSlots} * kSlotBytes);
+  Buffer requests(std::size_t{kSlots} * kSlotBytes);
+  Buffer stage(std::size_t{kSlots} * kStageBytes);
+  ibv_mr* hs_mr = handshake.data() ? qp->reg(handshake.data(), handshake.size(), IBV_ACCESS_LOCAL_WRITE) : nullptr;
+  ibv_mr* resp_mr = responses.data() ? qp->reg(responses.data(), responses.size(), kRemoteAccess) : nullptr;
+  ibv_mr* req_mr = requests.data() ? qp->reg(requests.data(), requests.size(), IBV_ACCESS_LOCAL_WRITE) : nullptr;
+  ibv_mr* stage_mr = stage.data() ? qp->reg(stage.data(), stage.size(), IBV_ACCESS_LOCAL_WRITE) : nullptr;
+  if (hs_mr == nullptr || resp_mr == nullptr || req_mr == nullptr || stage_mr == nullptr) {
+    status = fail(RC_E_INTERNAL, errno_text("verbs: registering connection buffers"));
+    return nullptr;
+  }
+  // The first receive takes the Connect reply; the rest take the responses' immediates.
+  if ((status = qp->post_recv(kHandshakeTag, handshake.data(), kHandshakeBytes, hs_mr->lkey)) != RC_OK) return nullptr;
+  for (uint32_t i = 0; i < kSlots; ++i) {
+    if ((status = qp->post_recv(0, nullptr, 0, 0)) != RC_OK) return nullptr;
+  }
+  rdma_conn_param param = connection_parameters();
+  if (rdma_connect(id, &param) != 0 || !wait_cm(ec, RDMA_CM_EVENT_ESTABLISHED, deadline, nullptr, got)) {
+    status = fail(RC_E_DISCONNECTED, "verbs: cannot connect to " + target + ": " + (got.empty() ? errno_text("rdma_connect") : got));
+    return nullptr;
+  }
+  qp->connected_ = true;
+
+  const auto request = encode_connect_request(params.request);
+  const RingInfo ring{reinterpret_cast<uint64_t>(responses.data()), resp_mr->rkey, kSlots, kSlotBytes, 0};
+  std::memcpy(handshake.data(), request.data(), request.size());
+  std::memcpy(handshake.data() + request.size(), &ring, sizeof ring);
+  // The reply lands in the same buffer; the send is done with it before the server can answer.
+  if ((status = send_message(*qp, handshake.data(), static_cast<uint32_t>(request.size() + sizeof ring), hs_mr->lkey)) != RC_OK)
+    return nullptr;
+  if (!wait_message(*qp, deadline, nullptr)) {
+    status = fail(qp->broken_ ? RC_E_DISCONNECTED : RC_E_TIMEOUT, "verbs: no Connect reply from " + target);
+    return nullptr;
+  }
+  const auto bytes = static_cast<std::size_t>(qp->handshake_bytes_);
+  if (bytes < sizeof(wire::FrameHeader) + sizeof(RingInfo)) {
+    status = fail(RC_E_PROTOCOL, "verbs: Connect reply too short");
+    return nullptr;
+  }
+  const auto header = wire::read_header(handshake.data());
+  const std::size_t reply_bytes = std::min<std::size_t>(header.bytes, bytes);
+  wire::ConnectReply reply{};
+  std::vector<wire::RegionDescriptor> regions;
+  status = decode_connect_reply({handshake.data(), reply_bytes}, reply, regions);
+  if (status != RC_OK) return nullptr;
+  RingInfo server_ring{};
+  if (bytes != reply_bytes + sizeof server_ring) {
+    status = fail(RC_E_PROTOCOL, "verbs: Connect reply lacks the request ring");
+    return nullptr;
+  }
+  std::memcpy(&server_ring, handshake.data() + reply_bytes, sizeof server_ring);
+  if (server_ring.slots != kSlots || server_ring.slot_bytes != kSlotBytes) {
+    status = fail(RC_E_PROTOCOL, "verbs: the server's request ring has another geometry");
+    return nullptr;
+  }
+  const uint32_t req_lkey = req_mr->lkey, stage_lkey = stage_mr->lkey;
+  status = RC_OK;
+  return std::make_unique<VerbsClientConnection>(std::move(qp), std::move(handshake), std::move(responses),
+                                                 std::move(requests), std::move(stage), reply, std::move(regions),
+                                                 server_ring, req_lkey, stage_lkey);
+}
+
+std::unique_ptr<Listener> listen(const Endpoint& endpoint, Status& status) {
+  if ((status = require_device()) != RC_OK) return nullptr;
+  sockaddr_in addr{};
+  if (!resolve(endpoint, addr)) {
+    status = fail(RC_E_INVALID_ARGUMENT, "verbs: cannot resolve " + endpoint.host);
+    return nullptr;
+  }
+  rdma_event_channel* ec = rdma_create_event_channel();
+  rdma_cm_id* id = nullptr;
+  if (ec == nullptr || rdma_create_id(ec, &id, nullptr, RDMA_PS_TCP) != 0) {
+    if (ec != nullptr) rdma_destroy_event_channel(ec);
+    status = fail(RC_E_INTERNAL, errno_text("verbs: rdma_create_id"));
+    return nullptr;
+  }
+  set_nonblocking(ec->fd);
+  if (rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&addr)) != 0 || rdma_listen(id, 64) != 0) {
+    status = fail(RC_E_INVALID_ARGUMENT, "cannot listen on " + endpoint.to_string() + ": " +
+                                             errno_text("rdma_bind_addr/rdma_listen") +
+                                             " (is the address on an RDMA-capable interface?)");
+    rdma_destroy_id(id);
+    rdma_destroy_event_channel(ec);
+    return nullptr;
+  }
+  const uint16_t port = ntohs(rdma_get_src_port(id));
+  status = RC_OK;
+  return std::make_unique<VerbsListener>(ec, id, "verbs:" + endpoint.host + ":" + std::to_string(port));
+}
+
+}  // namespace rc::transport::verbs

@@ -1,0 +1,28 @@
+// verbs: RDMA RC queue pairs on rdma-core (libibverbs + librdmacm), Redy §4.
+//   - connection setup with rdma_cm; the Connect request and reply travel as two-sided SEND/RECV
+//     messages right after the connection is established, the reply carrying each region's MR
+//     address and rkey and the address and rkey of the server's request ring;
+//   - lone requests are one-sided RDMA READ / WRITE against those MRs (no server CPU), through a
+//     registered staging slot, or inline when a write fits the device's max_inline_data;
+//   - batches are RDMA WRITE WITH IMMEDIATE into a slot of the peer's message ring (requests into the
+//     server's, responses back into the client's); the immediate value carries the frame length and
+//     the receiver polls its completion queue for arrivals. A ring has one slot per request the
+//     client may have in flight (q <= 64), so a slot is never overwritten before it was consumed;
+//   - message writes are signaled selectively (every kSignalEvery-th, or when the send queue fills);
+//     one-sided operations are always signaled, their completions are the caller's;
+//   - a broken QP flushes every outstanding work request with an error completion, which reaches
+//     the caller as RC_E_DISCONNECTED; rdma_cm's DISCONNECTED event ends waits.
+// Without an RDMA device, connect and listen fail with RC_E_UNSUPPORTED and a message naming it.
+#pragma once
+
+#include <memory>
+
+#include "transport/transport.h"
+
+namespace rc::transport::verbs {
+
+std::unique_ptr<ClientConnection> connect(const Endpoint& endpoint, const ConnectParams& params,
+                                          Status& status);
+std::unique_ptr<Listener> listen(const Endpoint& endpoint, Status& status);
+
+}  // namespace rc::transport::verbs
