@@ -6,6 +6,8 @@
 #   3. native-tsan     build/native-tsan   clang-14, -DRC_SANITIZE=thread, ctest
 #   4. fuzz-frame      build/native-fuzz   clang-14 libFuzzer, 60 s from generated seed frames
 #   5. dotnet          dotnet test RemoteCache.sln (skipped while there is no solution)
+#   6. rdma-vm         tests/rdma-vm/run.sh: a qemu VM with Soft-RoCE runs the conformance suite over
+#                      verbs, the verbs benchmarks and perftest (the verbs tests must run there, not skip)
 # and prints a summary table. Exit status is non-zero when any suite failed.
 #
 # usage: bash scripts/test.sh [--quick]     --quick: step 1 only (plus package check)
@@ -279,6 +281,12 @@ step_dotnet() {
   dotnet test RemoteCache.sln
 }
 
+# ---- RDMA: the verbs transport on Soft-RoCE in a VM -----------------------------------------------
+
+step_rdma_vm() {
+  RC_RDMA_VM_REQUIRE_VERBS=1 bash tests/rdma-vm/run.sh
+}
+
 # ---- main ---------------------------------------------------------------------------------------
 
 banner "packages"
@@ -298,6 +306,7 @@ if (( ! QUICK )); then
   run_suite native-tsan step_tsan
   run_suite fuzz-frame step_fuzz
   run_suite dotnet step_dotnet
+  run_suite rdma-vm step_rdma_vm
 fi
 
 summary

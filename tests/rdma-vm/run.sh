@@ -1,0 +1,197 @@
+#!/usr/bin/env bash
+# RDMA VM harness: the verbs transport against raw verbs, on Soft-RoCE inside one throwaway VM.
+#
+#   1. installs the Debian packages it needs (only when missing) and builds src/RemoteCache.Native in
+#      Release into build/rdma-vm (rdma-core present, so the verbs transport is compiled in);
+#   2. boots ONE VM (tests/rdma-vm/rxe-vm.sh) and runs there, each under a section marker:
+#      ibv_devinfo -v; perftest baselines (ib_read_lat, ib_write_lat, ib_write_bw);
+#      the conformance suite's verbs instantiation; remotecache-bench over verbs (8 B read, 8 B write,
+#      batched 16 B writes);
+#   3. prints a summary (perftest figures, our p50s and ops/s, the three ratios against their targets)
+#      and writes artifacts/rdma-vm/{output.txt,console.txt,summary.json}.
+#
+# Everything inside the VM is emulated (qemu TCG), so absolute times mean little: only the ratios
+# against perftest measured in the same boot are meaningful.
+#
+# Exit status: non-zero when the build fails, the VM does not boot or finish, or a verbs conformance test
+# fails. Missed performance targets and unavailable sections are reported, not fatal.
+#
+# usage: bash tests/rdma-vm/run.sh
+# environment (all optional):
+#   RC_RDMA_VM_MEM            guest memory in MB (default 2048: the bench's cache is registered memory)
+#   RC_RDMA_VM_TIMEOUT        limit for the VM in seconds, boot included (default 540)
+#   RC_RDMA_VM_SMP            guest CPUs (default 2, one per host core here)
+#   RC_RDMA_VM_REQUIRE_VERBS  1: also fail when the verbs conformance tests are skipped or absent
+#   RC_SKIP_APT=1             never call apt-get (see scripts/lib.sh)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$ROOT"
+# shellcheck source-path=SCRIPTDIR/../.. source=scripts/lib.sh
+source scripts/lib.sh
+
+START=$SECONDS
+HERE=tests/rdma-vm
+BUILD_DIR=build/rdma-vm
+OUT_DIR=artifacts/rdma-vm
+VM_MEM=${RC_RDMA_VM_MEM:-2048}
+VM_TIMEOUT=${RC_RDMA_VM_TIMEOUT:-540}
+VM_SMP=${RC_RDMA_VM_SMP:-2}
+
+banner() { printf '\n== %s\n' "$*"; }
+# Whatever ends the harness (a failed build included), say how it ended and how long it took.
+# shellcheck disable=SC2317  # called through the trap
+on_exit() {
+  local rc=$? s=$((SECONDS - START)) verdict=passed
+  ((rc == 0)) || verdict="FAILED (exit $rc)"
+  printf 'rdma-vm harness: %s after %dm%02ds\n' "$verdict" $((s / 60)) $((s % 60))
+}
+trap on_exit EXIT
+
+# ---- 1. packages and build ---------------------------------------------------------------------
+
+banner "packages"
+# The build needs rdma-core's headers (else the verbs transport is compiled out); the rest is rxe-vm.sh's.
+packages=("${NATIVE_PACKAGES[@]}")
+for p in libibverbs-dev librdmacm-dev qemu-system-x86 rdma-core ibverbs-providers ibverbs-utils perftest \
+  busybox-static cpio kmod iproute2; do
+  [[ " ${packages[*]} " == *" $p "* ]] || packages+=("$p")
+done
+ensure_packages "${packages[@]}"
+
+banner "build ($BUILD_DIR, Release)"
+build_native "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release
+
+# The test binary is tests/remotecache-tests (src/RemoteCache.Native/tests/CMakeLists.txt); the tools sit
+# at the top of the build tree, where the tests (RC_SERVER_PATH) and the bench (next to itself) find the
+# server. Paths are absolute because the VM mirrors them.
+ABS_BUILD="$ROOT/$BUILD_DIR"
+TESTS_BIN="$ABS_BUILD/tests/remotecache-tests"
+BENCH_BIN="$ABS_BUILD/remotecache-bench"
+SERVER_BIN="$ABS_BUILD/remotecache-server"
+for f in "$TESTS_BIN" "$BENCH_BIN" "$SERVER_BIN"; do
+  [[ -x $f ]] || { echo "rdma-vm: $f was not built" >&2; exit 1; }
+done
+
+# The bench must know the flags and the verbs transport; if it does not (yet), its sections are skipped
+# and reported as not available instead of failing inside the VM.
+BENCH_OK=1
+bench_help=$("$BENCH_BIN" --help 2>&1) || true
+for flag in --transport verbs --op --size --batch --qdepth --client-threads --server-threads --seconds --json; do
+  if [[ $bench_help != *"$flag"* ]]; then
+    echo "rdma-vm: remotecache-bench --help does not mention '$flag'; bench sections skipped" >&2
+    BENCH_OK=0
+  fi
+done
+
+# ---- 2. the guest script -----------------------------------------------------------------------
+
+rm -rf "$OUT_DIR"
+mkdir -p "$OUT_DIR"
+GUEST="$ROOT/$OUT_DIR/guest.sh"
+# Runs under busybox sh in the VM. Every section prints "===== rdma-vm: NAME =====" first and
+# "===== rdma-vm: NAME done rc=N =====" last; summarize.py splits the output on these. Each tool runs
+# under its own timeout so one hang costs one section, not the whole VM. The whole script normally takes
+# 1.5 min on an idle host (the conformance suite ~1 min of it) and up to ~4 min on a busy one; each
+# timeout is several times its tool's normal duration, and the VM's own limit is the backstop.
+cat > "$GUEST" <<EOF
+#!/bin/sh
+export RC_VERBS_ADDR=10.0.2.15
+ADDR=\$RC_VERBS_ADDR
+TESTS=$TESTS_BIN
+BENCH=$BENCH_BIN
+BENCH_OK=$BENCH_OK
+EOF
+cat >> "$GUEST" <<'EOF'
+begin() { SECTION=$1; echo; echo "===== rdma-vm: $1 ====="; }
+end() { echo "===== rdma-vm: $SECTION done rc=$1 ====="; }
+
+# perftest NAME TOOL ARGS...: TOOL as server in the background, then as client to $ADDR, in one section.
+# The client's table comes first; the server's own copy follows after "--- server side ---".
+# perftest calibrates its cycle counter against gettimeofday; under emulation on a busy host that can
+# fail ("Correlation coefficient r^2 < 0.9") and the table then reads "inf", so such a run is repeated once.
+perftest() {
+  name=$1; shift
+  begin "$name"
+  attempt=1
+  while :; do
+    echo "\$ $* $ADDR   (attempt $attempt)"
+    timeout 60 "$@" > /tmp/perftest-server.log 2>&1 &
+    srv=$!
+    # The client fails outright if the server is not listening yet (TCP port 18515 for the exchange).
+    i=0
+    while [ $i -lt 100 ] && ! netstat -ltn 2>/dev/null | grep -q ':18515 '; do sleep 0.1; i=$((i + 1)); done
+    timeout 30 "$@" "$ADDR" > /tmp/perftest-client.log 2>&1
+    rc=$?
+    [ $rc -eq 0 ] || kill $srv 2>/dev/null
+    wait $srv
+    cat /tmp/perftest-client.log
+    if [ $attempt -lt 2 ] && { [ $rc -ne 0 ] || grep -Eq ' (inf|-?nan) ' /tmp/perftest-client.log; }; then
+      echo "--- no valid result (exit $rc); retrying ---"
+      attempt=$((attempt + 1))
+      continue
+    fi
+    break
+  done
+  echo "--- server side ---"
+  cat /tmp/perftest-server.log
+  end $rc
+}
+
+# bench NAME ARGS...: remotecache-bench over verbs (it spawns its own server on $RC_VERBS_ADDR).
+bench() {
+  name=$1; shift
+  begin "$name"
+  if [ "$BENCH_OK" != 1 ]; then
+    echo "not available: remotecache-bench lacks the needed flags or the verbs transport"
+    end 127
+    return
+  fi
+  echo "\$ remotecache-bench --transport verbs $*"
+  timeout 30 "$BENCH" --transport verbs "$@" --seconds 3 --json 2>&1
+  end $?
+}
+
+begin devinfo
+ibv_devinfo -v | head -n 40
+end $?
+echo "locked-memory limit: $(ulimit -l)"
+
+# No "-I 8" variant of ib_write_lat: perftest does not know rxe as an inline-capable device and turns
+# inline data off whatever -I says ("Device not recognized to implement inline feature").
+perftest ib_read_lat ib_read_lat -s 8 -n 2000
+perftest ib_write_lat ib_write_lat -s 8 -n 2000
+perftest ib_write_bw ib_write_bw -s 16 -n 20000
+
+begin conformance
+echo "\$ RC_VERBS_ADDR=$ADDR remotecache-tests --gtest_filter='*verbs*'"
+timeout 300 "$TESTS" --gtest_filter='*verbs*' 2>&1
+end $?
+
+bench bench_read --op read --size 8 --batch 1 --qdepth 1 --client-threads 0 --server-threads 0
+bench bench_write --op write --size 8 --batch 1 --qdepth 1 --client-threads 0 --server-threads 0
+bench bench_write_batch --op write --size 16 --batch 64 --qdepth 8 --client-threads 0 --server-threads 1
+# The harness judges the sections; the script itself always succeeds.
+exit 0
+EOF
+
+# ---- 3. one boot --------------------------------------------------------------------------------
+
+banner "VM (Soft-RoCE under qemu TCG; timeout ${VM_TIMEOUT} s)"
+set +e
+RC_RXE_CONSOLE_LOG="$ROOT/$OUT_DIR/console.txt" \
+  bash "$HERE/rxe-vm.sh" --mem "$VM_MEM" --smp "$VM_SMP" --timeout "$VM_TIMEOUT" --add "$ABS_BUILD" --add "$GUEST" \
+  -- sh "$GUEST" 2>&1 | tee "$OUT_DIR/output.txt"
+vm_rc=${PIPESTATUS[0]}
+set -e
+
+# ---- 4. summary ---------------------------------------------------------------------------------
+
+banner "summary"
+set +e
+python3 "$HERE/summarize.py" --vm-rc "$vm_rc" --require-verbs "${RC_RDMA_VM_REQUIRE_VERBS:-0}" \
+  --seconds "$((SECONDS - START))" --json "$OUT_DIR/summary.json" "$OUT_DIR/output.txt"
+rc=$?
+set -e
+echo "raw output: $OUT_DIR/output.txt  guest console: $OUT_DIR/console.txt  summary: $OUT_DIR/summary.json"
+exit "$rc"
