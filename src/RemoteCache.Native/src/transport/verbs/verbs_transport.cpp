@@ -104,6 +104,19 @@ rdma_cm_event* next_cm_event(rdma_event_channel* ec, uint64_t deadline_ns, const
 
 void set_nonblocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
+// A TCP-port-space cm id on its own non-blocking event channel (the caller owns both).
+Status new_cm_id(rdma_event_channel*& ec, rdma_cm_id*& id) {
+  ec = rdma_create_event_channel();
+  if (ec != nullptr && rdma_create_id(ec, &id, nullptr, RDMA_PS_TCP) == 0) {
+    set_nonblocking(ec->fd);
+    return RC_OK;
+  }
+  const Status st = fail(RC_E_INTERNAL, errno_text("verbs: rdma_create_id"));
+  if (ec != nullptr) rdma_destroy_event_channel(ec);
+  ec = nullptr;
+  return st;
+}
+
 // One RC queue pair and everything it needs: its cm id and event channel, protection domain,
 // completion queue (one for sends and receives) with its channel, and the memory registrations.
 // Owns them all; tears down in reverse order. Used by one thread at a time.
@@ -150,9 +163,21 @@ class QueuePair {
   }
 
   ibv_mr* reg(void* addr, std::size_t bytes, int access) {
-    ibv_mr* mr = ibv_reg_mr(pd_, addr, bytes, access);
+    ibv_mr* mr = addr != nullptr ? ibv_reg_mr(pd_, addr, bytes, access) : nullptr;
     if (mr != nullptr) mrs_.push_back(mr);
     return mr;
+  }
+
+  ibv_mr* reg(const Buffer& b, int access) { return reg(b.data(), b.size(), access); }
+
+  // Before connecting: the first receive takes the peer's handshake message (into `handshake`), the
+  // next kSlots the immediates of the frames it writes into our ring (reposted as frames are consumed).
+  Status post_initial_receives(const Buffer& handshake, uint32_t lkey) {
+    if (Status st = post_recv(kHandshakeTag, handshake.data(), kHandshakeBytes, lkey); st != RC_OK) return st;
+    for (uint32_t i = 0; i < kSlots; ++i) {
+      if (Status st = post_recv(0, nullptr, 0, 0); st != RC_OK) return st;
+    }
+    return RC_OK;
   }
 
   Status post_recv(uint64_t wr_id, void* addr, uint32_t bytes, uint32_t lkey) {
@@ -594,18 +619,14 @@ class VerbsPending final : public PendingConnection {
     Buffer handshake(kHandshakeBytes);
     Buffer requests(std::size_t{kSlots} * kSlotBytes);
     Buffer responses(std::size_t{kSlots} * kSlotBytes);
-    ibv_mr* hs_mr = handshake.data() ? qp->reg(handshake.data(), handshake.size(), IBV_ACCESS_LOCAL_WRITE) : nullptr;
-    ibv_mr* req_mr = requests.data() ? qp->reg(requests.data(), requests.size(), kRemoteAccess) : nullptr;
-    ibv_mr* resp_mr = responses.data() ? qp->reg(responses.data(), responses.size(), IBV_ACCESS_LOCAL_WRITE) : nullptr;
+    ibv_mr* hs_mr = qp->reg(handshake, IBV_ACCESS_LOCAL_WRITE);
+    ibv_mr* req_mr = qp->reg(requests, kRemoteAccess);
+    ibv_mr* resp_mr = qp->reg(responses, IBV_ACCESS_LOCAL_WRITE);
     if (hs_mr == nullptr || req_mr == nullptr || resp_mr == nullptr) {
       status = fail(RC_E_INTERNAL, errno_text("verbs: registering connection buffers"));
       return nullptr;
     }
-    // The first receive takes the client's Connect; the rest take its requests' immediates.
-    if ((status = qp->post_recv(kHandshakeTag, handshake.data(), kHandshakeBytes, hs_mr->lkey)) != RC_OK) return nullptr;
-    for (uint32_t i = 0; i < kSlots; ++i) {
-      if ((status = qp->post_recv(0, nullptr, 0, 0)) != RC_OK) return nullptr;
-    }
+    if ((status = qp->post_initial_receives(handshake, hs_mr->lkey)) != RC_OK) return nullptr;
     rdma_conn_param param = connection_parameters();
     if (rdma_accept(qp->id_, &param) != 0) {
       status = fail(RC_E_DISCONNECTED, errno_text("verbs: rdma_accept"));
@@ -727,14 +748,9 @@ std::unique_ptr<ClientConnection> connect(const Endpoint& endpoint, const Connec
     return nullptr;
   }
   const uint64_t deadline = now_ns() + uint64_t{params.timeout_ms} * 1'000'000;
-  rdma_event_channel* ec = rdma_create_event_channel();
+  rdma_event_channel* ec = nullptr;
   rdma_cm_id* id = nullptr;
-  if (ec == nullptr || rdma_create_id(ec, &id, nullptr, RDMA_PS_TCP) != 0) {
-    if (ec != nullptr) rdma_destroy_event_channel(ec);
-    status = fail(RC_E_INTERNAL, errno_text("verbs: rdma_create_id"));
-    return nullptr;
-  }
-  set_nonblocking(ec->fd);
+  if ((status = new_cm_id(ec, id)) != RC_OK) return nullptr;
   auto qp = std::make_unique<QueuePair>(ec, id);
   const std::string target = endpoint.to_string();
   std::string got;
@@ -755,19 +771,15 @@ std::unique_ptr<ClientConnection> connect(const Endpoint& endpoint, const Connec
   Buffer responses(std::size_t{kSlots} * kSlotBytes);
   Buffer requests(std::size_t{kSlots} * kSlotBytes);
   Buffer stage(std::size_t{kSlots} * kStageBytes);
-  ibv_mr* hs_mr = handshake.data() ? qp->reg(handshake.data(), handshake.size(), IBV_ACCESS_LOCAL_WRITE) : nullptr;
-  ibv_mr* resp_mr = responses.data() ? qp->reg(responses.data(), responses.size(), kRemoteAccess) : nullptr;
-  ibv_mr* req_mr = requests.data() ? qp->reg(requests.data(), requests.size(), IBV_ACCESS_LOCAL_WRITE) : nullptr;
-  ibv_mr* stage_mr = stage.data() ? qp->reg(stage.data(), stage.size(), IBV_ACCESS_LOCAL_WRITE) : nullptr;
+  ibv_mr* hs_mr = qp->reg(handshake, IBV_ACCESS_LOCAL_WRITE);
+  ibv_mr* resp_mr = qp->reg(responses, kRemoteAccess);
+  ibv_mr* req_mr = qp->reg(requests, IBV_ACCESS_LOCAL_WRITE);
+  ibv_mr* stage_mr = qp->reg(stage, IBV_ACCESS_LOCAL_WRITE);
   if (hs_mr == nullptr || resp_mr == nullptr || req_mr == nullptr || stage_mr == nullptr) {
     status = fail(RC_E_INTERNAL, errno_text("verbs: registering connection buffers"));
     return nullptr;
   }
-  // The first receive takes the Connect reply; the rest take the responses' immediates.
-  if ((status = qp->post_recv(kHandshakeTag, handshake.data(), kHandshakeBytes, hs_mr->lkey)) != RC_OK) return nullptr;
-  for (uint32_t i = 0; i < kSlots; ++i) {
-    if ((status = qp->post_recv(0, nullptr, 0, 0)) != RC_OK) return nullptr;
-  }
+  if ((status = qp->post_initial_receives(handshake, hs_mr->lkey)) != RC_OK) return nullptr;
   rdma_conn_param param = connection_parameters();
   if (rdma_connect(id, &param) != 0 || !wait_cm(ec, RDMA_CM_EVENT_ESTABLISHED, deadline, nullptr, got)) {
     status = fail(RC_E_DISCONNECTED, "verbs: cannot connect to " + target + ": " + (got.empty() ? errno_text("rdma_connect") : got));
@@ -821,14 +833,9 @@ std::unique_ptr<Listener> listen(const Endpoint& endpoint, Status& status) {
     status = fail(RC_E_INVALID_ARGUMENT, "verbs: cannot resolve " + endpoint.host);
     return nullptr;
   }
-  rdma_event_channel* ec = rdma_create_event_channel();
+  rdma_event_channel* ec = nullptr;
   rdma_cm_id* id = nullptr;
-  if (ec == nullptr || rdma_create_id(ec, &id, nullptr, RDMA_PS_TCP) != 0) {
-    if (ec != nullptr) rdma_destroy_event_channel(ec);
-    status = fail(RC_E_INTERNAL, errno_text("verbs: rdma_create_id"));
-    return nullptr;
-  }
-  set_nonblocking(ec->fd);
+  if ((status = new_cm_id(ec, id)) != RC_OK) return nullptr;
   if (rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&addr)) != 0 || rdma_listen(id, 64) != 0) {
     status = fail(RC_E_INVALID_ARGUMENT, "cannot listen on " + endpoint.to_string() + ": " +
                                              errno_text("rdma_bind_addr/rdma_listen") +
