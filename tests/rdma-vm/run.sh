@@ -148,7 +148,7 @@ bench() {
     return
   fi
   echo "\$ remotecache-bench --transport verbs $*"
-  timeout 30 "$BENCH" --transport verbs "$@" --seconds 3 --json 2>&1
+  timeout 30 "$BENCH" --transport verbs "$@" --seconds 2 --json 2>&1
   end $?
 }
 
@@ -159,18 +159,21 @@ echo "locked-memory limit: $(ulimit -l)"
 
 # No "-I 8" variant of ib_write_lat: perftest does not know rxe as an inline-capable device and turns
 # inline data off whatever -I says ("Device not recognized to implement inline feature").
-perftest ib_read_lat ib_read_lat -s 8 -n 2000
-perftest ib_write_lat ib_write_lat -s 8 -n 2000
-perftest ib_write_bw ib_write_bw -s 16 -n 20000
-
 begin conformance
 echo "\$ RC_VERBS_ADDR=$ADDR remotecache-tests --gtest_filter='*verbs*'"
 timeout 300 "$TESTS" --gtest_filter='*verbs*' 2>&1
 end $?
 
-bench bench_read --op read --size 8 --batch 1 --qdepth 1 --client-threads 0 --server-threads 0
-bench bench_write --op write --size 8 --batch 1 --qdepth 1 --client-threads 0 --server-threads 0
-bench bench_write_batch --op write --size 16 --batch 64 --qdepth 8 --client-threads 0 --server-threads 1
+# Three rounds, each baseline right before the RemoteCache figure it is compared with: the emulated
+# timings drift within a boot, and the summary takes the median of the three per-round ratios.
+for round in 1 2 3; do
+  perftest ib_read_lat_$round ib_read_lat -s 8 -n 2000
+  bench bench_read_$round --op read --size 8 --batch 1 --qdepth 1 --client-threads 0 --server-threads 0
+  perftest ib_write_lat_$round ib_write_lat -s 8 -n 2000
+  bench bench_write_$round --op write --size 8 --batch 1 --qdepth 1 --client-threads 0 --server-threads 0
+  perftest ib_write_bw_$round ib_write_bw -s 16 -n 20000
+  bench bench_write_batch_$round --op write --size 16 --batch 64 --qdepth 8 --client-threads 0 --server-threads 1
+done
 # The harness judges the sections; the script itself always succeeds.
 exit 0
 EOF

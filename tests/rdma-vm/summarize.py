@@ -186,26 +186,44 @@ def main():
         if m:
             boot = float(m.group(1))
 
-    read_lat = parse_perftest(sections.get("ib_read_lat"))
-    write_lat = parse_perftest(sections.get("ib_write_lat"))
-    write_bw = parse_perftest(sections.get("ib_write_bw"))
     conformance = parse_gtest(sections.get("conformance"))
-    bench = {"read": parse_bench(sections.get("bench_read")),
-             "write": parse_bench(sections.get("bench_write")),
-             "write_batch": parse_bench(sections.get("bench_write_batch"))}
 
-    def bench_value(name, key):
+    # The guest measures in rounds (section names end in _1, _2, ...; a plain name is one round), each
+    # baseline next to the figure compared with it. Ratios are per round; the verdict uses their median.
+    rounds = sorted({int(m.group(1)) for n in sections for m in [re.match(r"ib_read_lat_(\d+)$", n)] if m}) or [None]
+
+    def sec(name, r):
+        return sections.get(name if r is None else "%s_%d" % (name, r))
+
+    def bench_value(d, key):
         # A run with errors still prints its JSON; its figures are shown but not used for ratios.
-        d = bench[name]
         return d.get(key) if d and d.get("ok") and not d.get("errors") else None
 
+    per_round = []
+    for r in rounds:
+        rl, wl, bw = (parse_perftest(sec(n, r)) for n in ("ib_read_lat", "ib_write_lat", "ib_write_bw"))
+        b = {k: parse_bench(sec(n, r)) for k, n in (("read", "bench_read"), ("write", "bench_write"),
+                                                     ("write_batch", "bench_write_batch"))}
+        rate = get(bw, "msg_rate_mpps")
+        per_round.append({
+            "round": r, "ib_read_lat": rl, "ib_write_lat": wl, "ib_write_bw": bw, "bench": b,
+            "ratios": {
+                "read_p50_vs_ib_read_lat": ratio(bench_value(b["read"], "p50_us"), get(rl, "typical_us")),
+                "write_p50_vs_ib_write_lat": ratio(bench_value(b["write"], "p50_us"), get(wl, "typical_us")),
+                "batched_write_ops_vs_ib_write_bw_msgrate":
+                    ratio(bench_value(b["write_batch"], "ops_per_sec"), rate * 1e6 if rate else None),
+            }})
+
+    def median(values):
+        values = sorted(v for v in values if v is not None)
+        return values[len(values) // 2] if values else None
+
+    ratios = {k: median(pr["ratios"][k] for pr in per_round) for k in per_round[0]["ratios"]}
+    # The table shows the median round of the read ratio (its baseline and figures belong together).
+    mid = next((pr for pr in per_round if pr["ratios"]["read_p50_vs_ib_read_lat"] == ratios["read_p50_vs_ib_read_lat"]),
+               per_round[0])
+    read_lat, write_lat, write_bw, bench = mid["ib_read_lat"], mid["ib_write_lat"], mid["ib_write_bw"], mid["bench"]
     msg_rate = get(write_bw, "msg_rate_mpps")
-    ratios = {
-        "read_p50_vs_ib_read_lat": ratio(bench_value("read", "p50_us"), get(read_lat, "typical_us")),
-        "write_p50_vs_ib_write_lat": ratio(bench_value("write", "p50_us"), get(write_lat, "typical_us")),
-        "batched_write_ops_vs_ib_write_bw_msgrate":
-            ratio(bench_value("write_batch", "ops_per_sec"), msg_rate * 1e6 if msg_rate else None),
-    }
     met = {}
     for name, value in ratios.items():
         kind, target = TARGETS[name]
@@ -295,6 +313,11 @@ def main():
             verdict += " (unreliable: baseline stalled, see note)"
         out.append("    %-48s %13s   %-8s %s" % (labels[name], fmt(value, ".2f"),
                                                 ("<= " if kind == "le" else ">= ") + format(target, "g"), verdict))
+    if len(per_round) > 1:
+        out.append("    (median of %d rounds; figures above are from the round with the median read ratio)" % len(per_round))
+        for name in ratios:
+            out.append("    %-48s %s" % (labels[name] + ", per round",
+                                        "  ".join(fmt(pr["ratios"][name], ".2f") for pr in per_round)))
     if notes:
         out.append("")
         out += ["  note: " + n for n in notes]
@@ -319,6 +342,7 @@ def main():
                               "kind": "max" if TARGETS[name][0] == "le" else "min", "met": met[name],
                               "reliable": reliable[name]}
                        for name in ratios},
+            "rounds": [{"round": pr["round"], "ratios": pr["ratios"]} for pr in per_round],
         }
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=2)
