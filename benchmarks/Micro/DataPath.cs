@@ -158,55 +158,42 @@ public class DataPath
 
     [Benchmark(OperationsPerInvoke = Window)]
     [BenchmarkCategory("ValueTask")]
-    public async ValueTask ReadAsync()
-    {
-        var client = _client!;
-        var pending = _pending;
-        var slices = _slices;
-        for (int i = 0; i < pending.Length; i++)
-            pending[i] = client.ReadAsync(NextAddress(), slices[i]);
-        for (int i = 0; i < pending.Length; i++)
-            await pending[i];
-    }
+    public ValueTask ReadAsync() => AwaitAll(SubmitWindow(write: false));
 
     [Benchmark(OperationsPerInvoke = Window)]
     [BenchmarkCategory("ValueTask")]
-    public async ValueTask WriteAsync()
-    {
-        var client = _client!;
-        var pending = _pending;
-        var slices = _slices;
-        for (int i = 0; i < pending.Length; i++)
-            pending[i] = client.WriteAsync(NextAddress(), slices[i]);
-        for (int i = 0; i < pending.Length; i++)
-            await pending[i];
-    }
+    public ValueTask WriteAsync() => AwaitAll(SubmitWindow(write: true));
 
     // The same ValueTask operations, consumed without a continuation: spin on IsCompleted (which moves the data
     // on this thread, as an await's first check does), then GetResult. Measures the ValueTask machinery when no
     // continuation runs on the client's poller (an await that suspends is resumed there).
     [Benchmark(OperationsPerInvoke = Window)]
     [BenchmarkCategory("ValueTaskSpin")]
-    public void ReadAsyncSpinWait()
-    {
-        var client = _client!;
-        var pending = _pending;
-        var slices = _slices;
-        for (int i = 0; i < pending.Length; i++)
-            pending[i] = client.ReadAsync(NextAddress(), slices[i]);
-        for (int i = 0; i < pending.Length; i++)
-            SpinWaitFor(pending[i]);
-    }
+    public void ReadAsyncSpinWait() => SpinWaitAll(SubmitWindow(write: false));
 
     [Benchmark(OperationsPerInvoke = Window)]
     [BenchmarkCategory("ValueTaskSpin")]
-    public void WriteAsyncSpinWait()
+    public void WriteAsyncSpinWait() => SpinWaitAll(SubmitWindow(write: true));
+
+    // Submits a window of ValueTask operations into _pending (one slice of the pinned array each).
+    private ValueTask[] SubmitWindow(bool write)
     {
         var client = _client!;
         var pending = _pending;
         var slices = _slices;
         for (int i = 0; i < pending.Length; i++)
-            pending[i] = client.WriteAsync(NextAddress(), slices[i]);
+            pending[i] = write ? client.WriteAsync(NextAddress(), slices[i]) : client.ReadAsync(NextAddress(), slices[i]);
+        return pending;
+    }
+
+    private static async ValueTask AwaitAll(ValueTask[] pending)
+    {
+        for (int i = 0; i < pending.Length; i++)
+            await pending[i];
+    }
+
+    private static void SpinWaitAll(ValueTask[] pending)
+    {
         for (int i = 0; i < pending.Length; i++)
             SpinWaitFor(pending[i]);
     }
