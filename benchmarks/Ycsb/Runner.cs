@@ -15,6 +15,12 @@ public sealed record RunResult(string Device, string Workload, string Distributi
                                long Errors, string Note)
 {
     public double OpsPerSecond => Operations / Seconds;
+
+    /// <summary>Which round of the run measured it (1-based); every device runs each phase once per round.</summary>
+    public int Round { get; init; } = 1;
+
+    /// <summary>Managed bytes the process allocated per operation during the phase (FASTER's pending reads allocate).</summary>
+    public double AllocatedPerOp { get; init; }
 }
 
 /// <summary>What the runner reports while it works (the live display).</summary>
@@ -70,9 +76,38 @@ public sealed class Runner<TValue, TValues> where TValue : unmanaged where TValu
         return (shape.LogBytes * 5 / 4 + segment - 1) / segment * segment + segment;
     }
 
-    public List<RunResult> RunDevice(string device)
+    /// <summary>A device's loaded store: phases run on it round after round, until it is disposed.</summary>
+    public sealed class Store : IDisposable
     {
-        var results = new List<RunResult>();
+        internal Store(string device, FasterKV<long, TValue> kv, IDevice log, TieredDevice? tiered, string dir, string note)
+        {
+            Device = device;
+            Kv = kv;
+            Log = log;
+            Tiered = tiered;
+            Dir = dir;
+            Note = note;
+        }
+
+        public string Device { get; }
+        internal FasterKV<long, TValue> Kv { get; }
+        internal IDevice Log { get; }
+        internal TieredDevice? Tiered { get; }
+        internal string Dir { get; }
+        internal string Note { get; set; }
+
+        public void Dispose()
+        {
+            Kv.Dispose();
+            Log.Dispose();
+            if (Directory.Exists(Dir))
+                Directory.Delete(Dir, recursive: true);
+        }
+    }
+
+    /// <summary>Creates the device's store and loads every record into it.</summary>
+    public Store Open(string device)
+    {
         bool inMemory = device == "memory";
         var shape = Shape(inMemory);
         string dir = Path.Combine(_env.DataDir, device);
@@ -99,28 +134,29 @@ public sealed class Runner<TValue, TValues> where TValue : unmanaged where TValu
                 MemorySizeBits = shape.MemoryBits,
                 SegmentSizeBits = shape.SegmentBits,
             });
+        var store = new Store(device, kv, log, tiered, dir, "");
         try
         {
             Load(kv, device);
-            string note = inMemory ? "log in memory" : $"{(double)(kv.Log.TailAddress - kv.Log.BeginAddress) / (1L << shape.MemoryBits):0.#}x memory";
-            foreach (var distribution in _o.Distributions)
-            {
-                foreach (int threads in _o.Threads)
-                {
-                    var r = RunPhase(kv, device, distribution, threads, note);
-                    results.Add(r);
-                }
-            }
-            if (tiered is not null && tiered.FailedTiers.Count > 0)
-                Console.Error.WriteLine($"remotecache: tier(s) {string.Join(",", tiered.FailedTiers)} failed during the run");
         }
-        finally
+        catch
         {
-            kv.Dispose();
-            log.Dispose();
-            if (Directory.Exists(dir))
-                Directory.Delete(dir, recursive: true);
+            store.Dispose();
+            throw;
         }
+        store.Note = inMemory ? "log in memory" : $"{(double)(kv.Log.TailAddress - kv.Log.BeginAddress) / (1L << shape.MemoryBits):0.#}x memory";
+        return store;
+    }
+
+    /// <summary>Runs every (distribution, thread count) phase once on a loaded store.</summary>
+    public List<RunResult> RunPhases(Store store, int round)
+    {
+        var results = new List<RunResult>();
+        foreach (var distribution in _o.Distributions)
+            foreach (int threads in _o.Threads)
+                results.Add(RunPhase(store.Kv, store.Device, distribution, threads, store.Note, round));
+        if (store.Tiered is { FailedTiers.Count: > 0 } tiered)
+            Console.Error.WriteLine($"{store.Device}: tier(s) {string.Join(",", tiered.FailedTiers)} failed during the run");
         return results;
     }
 
@@ -138,7 +174,7 @@ public sealed class Runner<TValue, TValues> where TValue : unmanaged where TValu
         _progress.Advance(_o.Records);
     }
 
-    private RunResult RunPhase(FasterKV<long, TValue> kv, string device, Distribution distribution, int threads, string note)
+    private RunResult RunPhase(FasterKV<long, TValue> kv, string device, Distribution distribution, int threads, string note, int round)
     {
         var inserted = new InsertCounter(_o.Records);
         var workers = new Worker[threads];
@@ -155,17 +191,20 @@ public sealed class Runner<TValue, TValues> where TValue : unmanaged where TValu
             threadList[t].Start();
         }
         started.Wait();
-        string label = $"{device}: {_o.Workload.Name} {distribution.ToString().ToLowerInvariant()}, {threads} thread{(threads > 1 ? "s" : "")}";
+        string label = $"{device}: {_o.Workload.Name} {distribution.ToString().ToLowerInvariant()}, {threads} thread{(threads > 1 ? "s" : "")}" +
+                       (_o.Rounds > 1 ? $", round {round}/{_o.Rounds}" : "");
         double total = _o.Warmup.TotalSeconds + _o.Duration.TotalSeconds;
         _progress.Phase(label, total);
         var clock = Stopwatch.StartNew();
         Tick(clock, _o.Warmup.TotalSeconds);
         long opsBefore = Sum(workers);
+        long allocatedBefore = GC.GetTotalAllocatedBytes(precise: false);
         var measured = Stopwatch.StartNew();
         Volatile.Write(ref measuring, 1);
         Tick(clock, total);
         Volatile.Write(ref measuring, 0);
         long ops = Sum(workers) - opsBefore;
+        double allocatedPerOp = (double)(GC.GetTotalAllocatedBytes(precise: false) - allocatedBefore) / Math.Max(1, ops);
         double seconds = measured.Elapsed.TotalSeconds;
         Volatile.Write(ref stop, 1);
         foreach (var t in threadList)
@@ -179,7 +218,7 @@ public sealed class Runner<TValue, TValues> where TValue : unmanaged where TValu
         }
         return new RunResult(device, _o.Workload.Name, distribution.ToString().ToLowerInvariant(), threads, TValues.Bytes, _o.Records,
                              ops, seconds, latency.MeanNs / 1000, latency.Quantile(0.5) / 1000.0, latency.Quantile(0.99) / 1000.0,
-                             errors, note);
+                             errors, note) { Round = round, AllocatedPerOp = allocatedPerOp };
     }
 
     private void Tick(Stopwatch clock, double until)

@@ -16,8 +16,9 @@ public sealed class YcsbOptions
     public string[] Devices = { "memory", "remotecache", "ssd", "smb" };
     public Workload Workload = Workload.Parse("readonly");
     public Distribution[] Distributions = { Distribution.Uniform, Distribution.Zipfian };
-    public TimeSpan Duration = TimeSpan.FromSeconds(8);
-    public TimeSpan Warmup = TimeSpan.FromSeconds(2);
+    public TimeSpan Duration = TimeSpan.FromSeconds(4);
+    public TimeSpan Warmup = TimeSpan.FromSeconds(1);
+    public int Rounds = 3;                        // every device runs every phase once per round; medians reported
     public double Theta = ZipfianChooser.DefaultTheta;
     public int Depth = 32;                        // pending operations per thread
     public string Transport = "shm";
@@ -35,8 +36,10 @@ public sealed class YcsbOptions
           --workload W         A-F or readonly (default readonly: 100 % reads, Redy §8.3)
           --distributions L    uniform,zipfian (also: zipfian-raw unscrambled, latest)
           --theta T            Zipf constant (default 0.99)
-          --duration S         measured seconds per phase (default 8)
-          --warmup S           unmeasured seconds before each phase (default 2)
+          --duration S         measured seconds per phase (default 4)
+          --warmup S           unmeasured seconds before each phase (default 1)
+          --rounds N           rounds; each runs every device's phases once, devices taking turns, so that
+                               a noisy stretch of the machine hits all of them (default 3; medians reported)
           --depth D            pending operations per thread (default 32)
           --transport shm|tcp  how FASTER reaches the local cache server (default shm)
           --out DIR            where results.csv, results.json and chart.png go (default artifacts/ycsb)
@@ -62,6 +65,7 @@ public sealed class YcsbOptions
                 case "--theta": o.Theta = double.Parse(Value(), CultureInfo.InvariantCulture); break;
                 case "--duration": o.Duration = TimeSpan.FromSeconds(double.Parse(Value(), CultureInfo.InvariantCulture)); break;
                 case "--warmup": o.Warmup = TimeSpan.FromSeconds(double.Parse(Value(), CultureInfo.InvariantCulture)); break;
+                case "--rounds": o.Rounds = int.Parse(Value(), CultureInfo.InvariantCulture); break;
                 case "--depth": o.Depth = int.Parse(Value(), CultureInfo.InvariantCulture); break;
                 case "--transport": o.Transport = Value(); break;
                 case "--out": o.Output = Value(); break;
@@ -73,8 +77,8 @@ public sealed class YcsbOptions
         }
         if (o.ValueBytes is not (8 or 1024))
             throw new ArgumentException("--value-size must be 8 or 1024");
-        if (o.Records < 1000 || o.MemoryFraction < 1 || o.Depth < 1 || o.Threads.Any(t => t < 1) || o.Transport is not ("shm" or "tcp"))
-            throw new ArgumentException("--records >= 1000, --memory-fraction >= 1, --depth >= 1, --threads >= 1, --transport shm|tcp");
+        if (o.Records < 1000 || o.MemoryFraction < 1 || o.Depth < 1 || o.Rounds < 1 || o.Threads.Any(t => t < 1) || o.Transport is not ("shm" or "tcp"))
+            throw new ArgumentException("--records >= 1000, --memory-fraction >= 1, --depth >= 1, --rounds >= 1, --threads >= 1, --transport shm|tcp");
         return o;
     }
 

@@ -144,6 +144,8 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
     // A slot's Users counts operations inside it. An operation enters by counting itself and then checking the
     // slot's segment (both full fences), so a slot that changes segment can wait for Users to reach zero: the
     // new segment's writes are queued on the slot meanwhile, and whoever brings Users to zero issues them.
+    // Users is striped per thread: one shared counter, touched twice per I/O by every thread, was the hottest
+    // instruction of a two-thread YCSB run.
     // Nobody blocks, so a completion callback that writes again can never wait on itself.
 
     private Slot? Enter(int segment)
@@ -151,7 +153,7 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
         if (_slots.Length == 0 || segment < 0)
             return null;
         var slot = _slots[segment % _slots.Length];
-        Interlocked.Increment(ref slot.Users);
+        slot.Users.Add(1);
         if (Volatile.Read(ref slot.Segment) == segment)
             return slot;
         Leave(slot);
@@ -160,7 +162,8 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
 
     private void Leave(Slot slot)
     {
-        if (Interlocked.Decrement(ref slot.Users) == 0 && Volatile.Read(ref slot.Segment) == Slot.Switching)
+        slot.Users.Add(-1);
+        if (Volatile.Read(ref slot.Segment) == Slot.Switching && slot.Users.Sum() == 0)
             FinishSwitch(slot);
     }
 
@@ -210,7 +213,7 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
             write.Callback(0, write.Length, write.Context);  // below the ring, as below StartSegment: not kept
         else if (!switching)
             StartWrite(segment, write);
-        else if (Volatile.Read(ref slot.Users) == 0)
+        else if (slot.Users.Sum() == 0)
             FinishSwitch(slot);
     }
 
@@ -220,7 +223,7 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
         int segment;
         lock (slot)
         {
-            if (slot.Segment != Slot.Switching || Volatile.Read(ref slot.Users) != 0)
+            if (slot.Segment != Slot.Switching || slot.Users.Sum() != 0)
                 return;
             segment = slot.Target;
             pending = slot.Pending;
@@ -306,7 +309,7 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
 
         public readonly long Base;  // cache address of the slot
         public int Segment = Empty; // the segment held, Empty, or Switching (to Target, once Users is zero)
-        public int Users;
+        public readonly StripedCounter Users = new();
         public int Target;
         public System.Collections.Generic.List<PendingWrite>? Pending;
     }

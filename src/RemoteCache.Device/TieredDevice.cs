@@ -74,7 +74,7 @@ public sealed class TieredDevice : StorageDeviceBase
     public IReadOnlyList<int> FailedTiers => Enumerable.Range(0, _tiers.Length).Where(i => _tiers[i].Failed).ToArray();
 
     /// <summary>Reads served by tier <paramref name="tier"/>.</summary>
-    public long ReadsServedBy(int tier) => Interlocked.Read(ref _tiers[tier].Served);
+    public long ReadsServedBy(int tier) => _tiers[tier].Served.Sum();
 
     /// <inheritdoc/>
     public override void Initialize(long segmentSize, LightEpoch? epoch = null, bool omitSegmentIdFromFilename = false)
@@ -165,7 +165,7 @@ public sealed class TieredDevice : StorageDeviceBase
             return;
         }
         if (errorCode == 0)
-            Interlocked.Increment(ref tier.Served);
+            tier.Served.Add(1);  // striped: every reading thread bumps it
         var callback = op.Callback!;
         var userContext = op.Context;
         op.Clear();
@@ -295,7 +295,7 @@ public sealed class TieredDevice : StorageDeviceBase
         public readonly bool Tracked;  // before the commit point: readable only where its write completed
         public readonly WrittenRanges Written = new();
         public volatile bool Failed;
-        public long Served;
+        public readonly StripedCounter Served = new();
     }
 
     private sealed class ReadOp

@@ -193,12 +193,21 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
         return new RemoteCacheSession(session);
     }
 
-    /// <summary>Harvests finished operations on the calling thread (running their callbacks); returns how many.</summary>
+    /// <summary>
+    /// Harvests finished operations on the calling thread (running their callbacks); returns how many. The
+    /// thread's own lane (where its submissions went) comes first; the others only when it has nothing in flight.
+    /// </summary>
     public int Poll()
     {
-        int n = 0;
+        // Sweeping every lane on every poll makes busy threads fight over each other's lanes (a gate CAS on a
+        // cache line another core owns, completions run on the wrong thread); an idle lane's work is the poller's.
+        var own = PickLane();
+        int n = own.Drive();
+        if (n > 0 || own.Outstanding > 0)
+            return n;
         foreach (var lane in _lanes)
-            n += lane.Drive();
+            if (lane != own)
+                n += lane.Drive();
         return n;
     }
 

@@ -1,0 +1,46 @@
+using System.Linq;
+using RemoteCache.Benchmarks.Ycsb;
+using Xunit;
+
+namespace RemoteCache.Ycsb.Tests;
+
+public sealed class SummaryTests
+{
+    private static RunResult Row(string device, int round, double opsPerSecond, int threads = 2) =>
+        new(device, "readonly", "uniform", threads, 8, 1000, (long)opsPerSecond, 1, 1, 1, 2, 0, "") { Round = round };
+
+    [Fact]
+    public void MedianRowIsTheMiddleRoundOfEachGroup()
+    {
+        var rows = new[] { Row("memory", 1, 300), Row("memory", 2, 100), Row("memory", 3, 200), Row("memory", 1, 50, threads: 1) };
+        var medians = Summary.Medians(rows);
+        Assert.Equal(2, medians.Count);
+        Assert.Equal(3, medians.Single(r => r.Threads == 2).Round);
+        Assert.Equal(50, medians.Single(r => r.Threads == 1).OpsPerSecond);
+    }
+
+    [Fact]
+    public void RatiosPairPhasesOfTheSameRoundAndReportTheirMedian()
+    {
+        // Round 2 was a slow stretch for both devices: its ratio is as good as the others'.
+        var rows = new[]
+        {
+            Row("memory", 1, 1000), Row("remotecache", 1, 300),
+            Row("memory", 2, 500), Row("remotecache", 2, 160),
+            Row("memory", 3, 1000), Row("remotecache", 3, 280),
+            Row("ssd", 1, 30),  // only round 1 for this one
+        };
+        var ratios = Summary.Ratios(rows, "remotecache", new[] { "memory", "ssd", "smb" });
+        var memory = ratios.Single(r => r.Other == "memory");
+        Assert.Equal(new[] { 0.3, 0.32, 0.28 }, memory.PerRound.Select(v => System.Math.Round(v, 2)));
+        Assert.Equal(0.3, memory.Median, 6);
+        Assert.Equal(10.0, ratios.Single(r => r.Other == "ssd").Median, 6);
+        Assert.DoesNotContain(ratios, r => r.Other == "smb");
+    }
+
+    [Fact]
+    public void MedianOfAnEvenCountIsAMeasuredValue()
+    {
+        Assert.Equal(2.0, Summary.Median(new[] { 4.0, 1.0, 2.0, 3.0 }));
+    }
+}
