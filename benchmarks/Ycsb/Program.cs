@@ -100,9 +100,10 @@ public static class Program
     }
 
     /// <summary>
-    /// Loads every device's store, then runs the rounds: in each, every device runs all its phases, devices taking
-    /// turns. A device that fails or hangs (its I/O can leave FASTER waiting forever for a flush) is reported and
-    /// left out from then on; one broken baseline does not take the whole run with it.
+    /// Loads every device's store, then runs the rounds: in each, every (distribution, threads) phase runs on every
+    /// device back to back, so that the phases a ratio compares are seconds apart and a slow stretch of this noisy
+    /// machine hits them alike. A device that fails or hangs (its I/O can leave FASTER waiting forever for a flush)
+    /// is reported and left out from then on; one broken baseline does not take the whole run with it.
     /// </summary>
     private static void RunRounds<TValue, TValues>(Runner<TValue, TValues> runner, YcsbOptions o, List<RunResult> results,
                                                    List<string> failedDevices)
@@ -119,21 +120,27 @@ public static class Program
                 else
                     failedDevices.Add(device);
             }
-            int phases = o.Distributions.Length * o.Threads.Length;
-            var roundLimit = TimeSpan.FromSeconds(60 + phases * (o.Warmup.TotalSeconds + o.Duration.TotalSeconds + 60));
+            var phaseLimit = TimeSpan.FromSeconds(90 + o.Warmup.TotalSeconds + o.Duration.TotalSeconds);
             for (int round = 1; round <= o.Rounds; round++)
             {
-                foreach (var store in stores.ToList())
+                foreach (var distribution in o.Distributions)
                 {
-                    int r = round;
-                    if (Guarded(store.Device, $"round {round}", roundLimit, () => runner.RunPhases(store, r)) is { } rows)
+                    foreach (int threads in o.Threads)
                     {
-                        results.AddRange(rows);
-                    }
-                    else
-                    {
-                        failedDevices.Add(store.Device);
-                        stores.Remove(store);  // not disposed: a hung store may still be in use by its stuck threads
+                        foreach (var store in stores.ToList())
+                        {
+                            int r = round;
+                            var what = $"{distribution.ToString().ToLowerInvariant()}, {threads} thread(s), round {round}";
+                            if (Guarded(store.Device, what, phaseLimit, () => runner.RunPhase(store, distribution, threads, r)) is { } row)
+                            {
+                                results.Add(row);
+                            }
+                            else
+                            {
+                                failedDevices.Add(store.Device);
+                                stores.Remove(store);  // not disposed: a hung store may still be in use by its stuck threads
+                            }
+                        }
                     }
                 }
             }
@@ -181,7 +188,7 @@ public static class Program
         AnsiConsole.MarkupLine(
             $"[bold]YCSB {o.Workload.Name}[/] ({Markup.Escape(o.Workload.Description)}): {o.Records:N0} records of {recordBytes} B = {shape.LogBytes / 1e6:0.#} MB of log; " +
             $"FASTER memory 2^{shape.MemoryBits} B = {(double)shape.LogBytes / (1L << shape.MemoryBits):0.#}x smaller; pages 2^{shape.PageBits}, segments 2^{shape.SegmentBits}; " +
-            $"threads {string.Join(",", o.Threads)}, {o.Depth} pending per thread, {o.Warmup.TotalSeconds:0} s warm-up + {o.Duration.TotalSeconds:0} s per phase, {o.Rounds} round{(o.Rounds > 1 ? "s" : "")}; " +
+            $"threads {string.Join(",", o.Threads)}, {o.Depth} pending per thread, {o.Warmup.TotalSeconds:0.#} s warm-up + {o.Duration.TotalSeconds:0.#} s per phase, {o.Rounds} round{(o.Rounds > 1 ? "s" : "")}; " +
             $"devices {string.Join(", ", o.Devices)}; cache over {o.Transport}");
     }
 

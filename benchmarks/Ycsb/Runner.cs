@@ -95,6 +95,7 @@ public sealed class Runner<TValue, TValues> where TValue : unmanaged where TValu
         internal TieredDevice? Tiered { get; }
         internal string Dir { get; }
         internal string Note { get; set; }
+        internal int FailedTiersReported { get; set; }
 
         public void Dispose()
         {
@@ -148,16 +149,16 @@ public sealed class Runner<TValue, TValues> where TValue : unmanaged where TValu
         return store;
     }
 
-    /// <summary>Runs every (distribution, thread count) phase once on a loaded store.</summary>
-    public List<RunResult> RunPhases(Store store, int round)
+    /// <summary>Runs one measured phase (after its warm-up) on a loaded store.</summary>
+    public RunResult RunPhase(Store store, Distribution distribution, int threads, int round)
     {
-        var results = new List<RunResult>();
-        foreach (var distribution in _o.Distributions)
-            foreach (int threads in _o.Threads)
-                results.Add(RunPhase(store.Kv, store.Device, distribution, threads, store.Note, round));
-        if (store.Tiered is { FailedTiers.Count: > 0 } tiered)
+        var result = RunPhase(store.Kv, store.Device, distribution, threads, store.Note, round);
+        if (store.Tiered is { } tiered && tiered.FailedTiers.Count > store.FailedTiersReported)
+        {
+            store.FailedTiersReported = tiered.FailedTiers.Count;
             Console.Error.WriteLine($"{store.Device}: tier(s) {string.Join(",", tiered.FailedTiers)} failed during the run");
-        return results;
+        }
+        return result;
     }
 
     private void Load(FasterKV<long, TValue> kv, string device)

@@ -16,9 +16,9 @@ public sealed class YcsbOptions
     public string[] Devices = { "memory", "remotecache", "ssd", "smb" };
     public Workload Workload = Workload.Parse("readonly");
     public Distribution[] Distributions = { Distribution.Uniform, Distribution.Zipfian };
-    public TimeSpan Duration = TimeSpan.FromSeconds(4);
-    public TimeSpan Warmup = TimeSpan.FromSeconds(1);
-    public int Rounds = 3;                        // every device runs every phase once per round; medians reported
+    public TimeSpan Duration = TimeSpan.FromSeconds(3);
+    public TimeSpan Warmup = TimeSpan.FromSeconds(0.5);
+    public int Rounds = 5;                        // every device runs every phase once per round; medians reported
     public double Theta = ZipfianChooser.DefaultTheta;
     public int Depth = 32;                        // pending operations per thread
     public string Transport = "shm";
@@ -36,10 +36,10 @@ public sealed class YcsbOptions
           --workload W         A-F or readonly (default readonly: 100 % reads, Redy §8.3)
           --distributions L    uniform,zipfian (also: zipfian-raw unscrambled, latest)
           --theta T            Zipf constant (default 0.99)
-          --duration S         measured seconds per phase (default 4)
-          --warmup S           unmeasured seconds before each phase (default 1)
-          --rounds N           rounds; each runs every device's phases once, devices taking turns, so that
-                               a noisy stretch of the machine hits all of them (default 3; medians reported)
+          --duration S         measured seconds per phase (default 3)
+          --warmup S           unmeasured seconds before each phase (default 0.5)
+          --rounds N           rounds; in each, every phase runs on every device back to back, so that a
+                               noisy stretch of the machine hits all of them (default 5; medians reported)
           --depth D            pending operations per thread (default 32)
           --transport shm|tcp  how FASTER reaches the local cache server (default shm)
           --out DIR            where results.csv, results.json and chart.png go (default artifacts/ycsb)

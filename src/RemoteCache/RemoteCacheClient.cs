@@ -223,6 +223,12 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
         }
     }
 
+    /// <summary>
+    /// Operations in flight on the lane the calling thread submits to: what this thread's own submissions wait
+    /// behind. Cheaper than <see cref="Outstanding"/>, which reads every lane's counter (lines other cores write).
+    /// </summary>
+    public int OutstandingOnCallersLane => PickLane().Outstanding;
+
     // ---- internals --------------------------------------------------------------------------------
 
     private void CheckRange(long address, long length)
