@@ -44,3 +44,19 @@ public sealed class SummaryTests
         Assert.Equal(2.0, Summary.Median(new[] { 4.0, 1.0, 2.0, 3.0 }));
     }
 }
+
+public sealed class CacheRegionsTests
+{
+    [Theory]
+    [InlineData(84L << 20)]             // the 8 B main job: 1 MiB regions
+    [InlineData(33L * (32L << 20))]     // 1 KiB values, 250,000 records: more than 250 MiB
+    [InlineData(5L << 30)]
+    public void CacheFitsTheServersRegionLimitAndHoldsWholeSegments(long bytes)
+    {
+        var (regionSize, regions) = Program.CacheRegions(bytes);
+        Assert.InRange(regions, 1u, 250u);
+        Assert.True(regionSize * regions >= bytes);
+        Assert.Equal(0, regionSize & (regionSize - 1));  // a power of two: divides or is a multiple of any segment
+        Assert.True(regionSize >= 1L << 20);
+    }
+}

@@ -166,7 +166,7 @@ end $?
 
 # Three rounds, each baseline right before the RemoteCache figure it is compared with: the emulated
 # timings drift within a boot, and the summary takes the median of the three per-round ratios.
-for round in 1 2 3; do
+for round in 1 2 3 4 5; do
   perftest ib_read_lat_$round ib_read_lat -s 8 -n 2000
   bench bench_read_$round --op read --size 8 --batch 1 --qdepth 1 --client-threads 0 --server-threads 0
   perftest ib_write_lat_$round ib_write_lat -s 8 -n 2000
