@@ -598,6 +598,9 @@ rc_cache* open_cache(const Options& opt, const std::string& endpoint) {
   o.regions_per_server = static_cast<uint32_t>(regions);
   o.config = rc_config{opt.client_threads, opt.server_threads, opt.batch, opt.qdepth};
   o.session_capacity = static_cast<uint32_t>(std::min<uint64_t>(capacity, UINT32_MAX));
+  // Over verbs the server registers (pins) every region of the cache before it replies: 256 MiB took more
+  // than the default 5 s once in an emulated (qemu TCG) guest. A refused or dead server still fails at once.
+  o.connect_timeout_ms = 30000;
   const char* endpoints[] = {endpoint.c_str()};
   rc_cache* cache = nullptr;
   if (const rc_status st = rc_cache_open(endpoints, 1, &o, &cache); st != RC_OK) {
