@@ -28,32 +28,22 @@ public sealed class DataTests
     public async Task RandomReadsAndWritesMatchShadow(string transport, uint c, uint s, uint b, uint q)
     {
         var config = new CacheConfig(c, s, b, q);
-        using var server = ServerProcess.Start(transport);
-        await WithTimeout(TimeSpan.FromSeconds(45), $"random I/O over {transport} with {config}", async () =>
+        await WithClient(transport, Options(4, config, $"shadow-{transport}-{config}"), TimeSpan.FromSeconds(45), $"random I/O over {transport} with {config}", async (client, _) =>
         {
-            var client = RemoteCacheClient.Open(new[] { server.Endpoint }, Options(4, config, $"shadow-{transport}-{config}"));
-            try
+            Assert.Equal(4 * MiB, client.Capacity);
+            Assert.Equal(config, client.Config);
+            var io = new CheckedIo(client, 0, (int)client.Capacity, seed: 1000 + (int)(c * 1000 + s * 100 + b * 10 + q))
             {
-                Assert.Equal(4 * MiB, client.Capacity);
-                Assert.Equal(config, client.Config);
-                var io = new CheckedIo(client, 0, (int)client.Capacity, seed: 1000 + (int)(c * 1000 + s * 100 + b * 10 + q))
-                {
-                    Label = $"{transport} {config}",
-                };
-                // Chunks of 768 KiB: some reads cross region boundaries. The shadow is all zeros.
-                await io.VerifyAllAsync("fresh cache reads zeros", chunk: 768 << 10);
-                await io.RunAsync(ops: 2000, maxInFlight: 32, maxLength: 64 << 10);
-                await io.VerifyAllAsync("whole cache after the run", chunk: 768 << 10);
-                Assert.True(io.Reads > 500 && io.Writes > 500, $"reads {io.Reads}, writes {io.Writes}");
-                Assert.True(io.Straddling > 50, $"only {io.Straddling} operations crossed a region boundary");
-                Assert.Equal(0, client.Outstanding);
-            }
-            finally
-            {
-                await DisposeWithTimeout(client);
-            }
+                Label = $"{transport} {config}",
+            };
+            // Chunks of 768 KiB: some reads cross region boundaries. The shadow is all zeros.
+            await io.VerifyAllAsync("fresh cache reads zeros", chunk: 768 << 10);
+            await io.RunAsync(ops: 2000, maxInFlight: 32, maxLength: 64 << 10);
+            await io.VerifyAllAsync("whole cache after the run", chunk: 768 << 10);
+            Assert.True(io.Reads > 500 && io.Writes > 500, $"reads {io.Reads}, writes {io.Writes}");
+            Assert.True(io.Straddling > 50, $"only {io.Straddling} operations crossed a region boundary");
+            Assert.Equal(0, client.Outstanding);
         });
-        server.AssertRunning();
     }
 
     /// <summary>8 callers (Task.Run) each on its own 256 KiB slice, doing checked random I/O with awaits.</summary>
@@ -62,33 +52,23 @@ public sealed class DataTests
     [InlineData("tcp")]
     public async Task ConcurrentCallersOnDisjointSlices(string transport)
     {
-        using var server = ServerProcess.Start(transport);
-        await WithTimeout(TimeSpan.FromSeconds(45), $"8 concurrent callers over {transport}", async () =>
+        await WithClient(transport, Options(4, name: $"callers-{transport}"), TimeSpan.FromSeconds(45), $"8 concurrent callers over {transport}", async (client, _) =>
         {
-            var client = RemoteCacheClient.Open(new[] { server.Endpoint }, Options(4, name: $"callers-{transport}"));
-            try
+            // Slices start at 128 KiB: slices 3 and 7 cross the 1 MiB and 2 MiB region boundaries.
+            var ios = Enumerable.Range(0, 8)
+                .Select(i => new CheckedIo(client, (128 << 10) + i * (256L << 10), 256 << 10, seed: 2000 + i) { Label = $"{transport} caller {i}" })
+                .ToArray();
+            var callers = ios.Select(io => Task.Run(async () =>
             {
-                // Slices start at 128 KiB: slices 3 and 7 cross the 1 MiB and 2 MiB region boundaries.
-                var ios = Enumerable.Range(0, 8)
-                    .Select(i => new CheckedIo(client, (128 << 10) + i * (256L << 10), 256 << 10, seed: 2000 + i) { Label = $"{transport} caller {i}" })
-                    .ToArray();
-                var callers = ios.Select(io => Task.Run(async () =>
-                {
-                    await io.RunAsync(ops: 300, maxInFlight: 8, maxLength: 16 << 10);
-                    await io.VerifyAllAsync("own slice at the end");
-                })).ToArray();
-                await Task.WhenAll(callers);
-                // Once everyone is done, each slice still holds exactly what its caller wrote.
-                foreach (var io in ios)
-                    await io.VerifyAllAsync("slice re-read after all callers finished");
-                Assert.True(ios[3].Straddling > 0 && ios[7].Straddling > 0, "no operation crossed a region boundary");
-            }
-            finally
-            {
-                await DisposeWithTimeout(client);
-            }
+                await io.RunAsync(ops: 300, maxInFlight: 8, maxLength: 16 << 10);
+                await io.VerifyAllAsync("own slice at the end");
+            })).ToArray();
+            await Task.WhenAll(callers);
+            // Once everyone is done, each slice still holds exactly what its caller wrote.
+            foreach (var io in ios)
+                await io.VerifyAllAsync("slice re-read after all callers finished");
+            Assert.True(ios[3].Straddling > 0 && ios[7].Straddling > 0, "no operation crossed a region boundary");
         });
-        server.AssertRunning();
     }
 
     /// <summary>
@@ -100,54 +80,44 @@ public sealed class DataTests
     [InlineData("tcp")]
     public async Task ReconfigureWhileInUse(string transport)
     {
-        using var server = ServerProcess.Start(transport);
-        await WithTimeout(TimeSpan.FromSeconds(50), $"reconfigure while in use over {transport}", async () =>
+        await WithClient(transport, Options(4, CacheConfig.HighThroughput, $"reconfig-{transport}"), TimeSpan.FromSeconds(50), $"reconfigure while in use over {transport}", async (client, _) =>
         {
-            var client = RemoteCacheClient.Open(new[] { server.Endpoint }, Options(4, CacheConfig.HighThroughput, $"reconfig-{transport}"));
-            try
+            var io = new CheckedIo(client, 0, (int)client.Capacity, seed: 3000) { Label = $"{transport} reconfigure" };
+            int stop = 0;
+            int applied = 0;
+            var ioTask = Task.Run(() => io.RunAsync(ops: 300, maxInFlight: 16, maxLength: 64 << 10, keepGoing: () => Volatile.Read(ref stop) == 0));
+            var reconfigurer = Task.Run(async () =>
             {
-                var io = new CheckedIo(client, 0, (int)client.Capacity, seed: 3000) { Label = $"{transport} reconfigure" };
-                int stop = 0;
-                int applied = 0;
-                var ioTask = Task.Run(() => io.RunAsync(ops: 300, maxInFlight: 16, maxLength: 64 << 10, keepGoing: () => Volatile.Read(ref stop) == 0));
-                var reconfigurer = Task.Run(async () =>
+                try
                 {
-                    try
+                    for (int cycle = 0; cycle < 10; cycle++)
                     {
-                        for (int cycle = 0; cycle < 10; cycle++)
+                        foreach (var config in Configs)
                         {
-                            foreach (var config in Configs)
-                            {
-                                // Let some I/O happen under the previous configuration (progress, not time).
-                                int before = io.Completed;
-                                while (io.Completed < before + 20 && !ioTask.IsCompleted)
-                                    await Task.Delay(1);
-                                if (ioTask.IsCompleted)
-                                    return;
-                                client.Reconfigure(config);
-                                applied++;
-                                var now = client.Config;
-                                if (now != config)
-                                    throw new XunitException($"after Reconfigure({config}) Config is {now}");
-                            }
+                            // Let some I/O happen under the previous configuration (progress, not time).
+                            int before = io.Completed;
+                            while (io.Completed < before + 20 && !ioTask.IsCompleted)
+                                await Task.Delay(1);
+                            if (ioTask.IsCompleted)
+                                return;
+                            client.Reconfigure(config);
+                            applied++;
+                            var now = client.Config;
+                            if (now != config)
+                                throw new XunitException($"after Reconfigure({config}) Config is {now}");
                         }
                     }
-                    finally
-                    {
-                        Volatile.Write(ref stop, 1);
-                    }
-                });
-                await Task.WhenAll(ioTask, reconfigurer);
-                Assert.Equal(10 * Configs.Length, applied);
-                await io.VerifyAllAsync("whole cache after reconfiguring");
-                Assert.Equal(Configs[^1], client.Config);
-            }
-            finally
-            {
-                await DisposeWithTimeout(client);
-            }
+                }
+                finally
+                {
+                    Volatile.Write(ref stop, 1);
+                }
+            });
+            await Task.WhenAll(ioTask, reconfigurer);
+            Assert.Equal(10 * Configs.Length, applied);
+            await io.VerifyAllAsync("whole cache after reconfiguring");
+            Assert.Equal(Configs[^1], client.Config);
         });
-        server.AssertRunning();
     }
 
     /// <summary>
@@ -161,35 +131,25 @@ public sealed class DataTests
     [InlineData("tcp")]
     public async Task InlineContinuationsThatAwaitAgain(string transport)
     {
-        using var server = ServerProcess.Start(transport);
-        await WithTimeout(TimeSpan.FromSeconds(30), $"inline continuations over {transport}", async () =>
+        await WithClient(transport, Options(1, name: $"inline-{transport}"), TimeSpan.FromSeconds(30), $"inline continuations over {transport}", async (client, _) =>
         {
-            var client = RemoteCacheClient.Open(new[] { server.Endpoint }, Options(1, name: $"inline-{transport}"));
-            try
+            static async Task Chain(RemoteCacheClient client, int flow)
             {
-                static async Task Chain(RemoteCacheClient client, int flow)
+                var value = new byte[64];
+                var back = new byte[64];
+                long at = flow * 4096L + 100;
+                for (int k = 0; k < 100; k++)
                 {
-                    var value = new byte[64];
-                    var back = new byte[64];
-                    long at = flow * 4096L + 100;
-                    for (int k = 0; k < 100; k++)
-                    {
-                        value.AsSpan().Fill((byte)(flow * 7 + k));
-                        await client.WriteAsync(at, value);
-                        back.AsSpan().Fill(0xA5);
-                        await client.ReadAsync(at, back);
-                        AssertSameBytes(value, back, $"flow {flow} step {k}: read-back of its own write");
-                    }
+                    value.AsSpan().Fill((byte)(flow * 7 + k));
+                    await client.WriteAsync(at, value);
+                    back.AsSpan().Fill(0xA5);
+                    await client.ReadAsync(at, back);
+                    AssertSameBytes(value, back, $"flow {flow} step {k}: read-back of its own write");
                 }
-                // Started from this thread, all at once; no await in between.
-                var flows = Enumerable.Range(0, 128).Select(f => Chain(client, f)).ToArray();
-                await Task.WhenAll(flows);
             }
-            finally
-            {
-                await DisposeWithTimeout(client);
-            }
+            // Started from this thread, all at once; no await in between.
+            var flows = Enumerable.Range(0, 128).Select(f => Chain(client, f)).ToArray();
+            await Task.WhenAll(flows);
         });
-        server.AssertRunning();
     }
 }

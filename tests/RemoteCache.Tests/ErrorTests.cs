@@ -21,50 +21,40 @@ public sealed class ErrorTests
     [InlineData("tcp")]
     public async Task OutOfRangeThrowsSynchronously(string transport)
     {
-        using var server = ServerProcess.Start(transport);
-        await WithTimeout(TimeSpan.FromSeconds(30), $"out-of-range checks over {transport}", async () =>
+        string name = $"range-check-{transport}";
+        await WithClient(transport, Options(2, name: name), TimeSpan.FromSeconds(30), $"out-of-range checks over {transport}", async (client, _) =>
         {
-            string name = $"range-check-{transport}";
-            var client = RemoteCacheClient.Open(new[] { server.Endpoint }, Options(2, name: name));
-            try
+            long capacity = client.Capacity;
+            Assert.Equal(2 * MiB, capacity);
+            Assert.Equal(name, client.Name);
+
+            void Check(long address, int length, Func<object?> call)
             {
-                long capacity = client.Capacity;
-                Assert.Equal(2 * MiB, capacity);
-                Assert.Equal(name, client.Name);
-
-                void Check(long address, int length, Func<object?> call)
-                {
-                    var e = Assert.Throws<ArgumentOutOfRangeException>(call);
-                    Assert.Contains(name, e.Message, StringComparison.Ordinal);
-                    Assert.Contains(address.ToString(CultureInfo.InvariantCulture), e.Message, StringComparison.Ordinal);
-                }
-
-                // Assert.Throws on a call that returns the ValueTask: the exception must come from the call itself.
-                Check(capacity - 10, 20, () => client.ReadAsync(capacity - 10, new byte[20]));
-                Check(capacity, 1, () => client.ReadAsync(capacity, new byte[1]));
-                Check(capacity + 12345, 1, () => client.WriteAsync(capacity + 12345, new byte[1]));
-                Check(capacity - 1, 2, () => client.WriteAsync(capacity - 1, new byte[2]));
-                Check(-1, 1, () => client.ReadAsync(-1, new byte[1]));
-                Check(-4096, 8192, () => client.WriteAsync(-4096, new byte[8192]));
-                Check(long.MaxValue - 2, 16, () => client.ReadAsync(long.MaxValue - 2, new byte[16]));
-                Check(capacity - 10, 20, () => { client.Read(capacity - 10, (IntPtr)1, 20, NoOp, null); return null; });
-                Check(-7, 1, () => { client.Write(-7, (IntPtr)1, 1, NoOp, null); return null; });
-                Assert.Equal(0, client.Outstanding);
-
-                // The last bytes are in range, and a refused request left the client usable.
-                var tail = new byte[10];
-                new Random(5).NextBytes(tail);
-                await client.WriteAsync(capacity - 10, tail);
-                var back = new byte[10];
-                await client.ReadAsync(capacity - 10, back);
-                Assert.Equal(tail, back);
+                var e = Assert.Throws<ArgumentOutOfRangeException>(call);
+                Assert.Contains(name, e.Message, StringComparison.Ordinal);
+                Assert.Contains(address.ToString(CultureInfo.InvariantCulture), e.Message, StringComparison.Ordinal);
             }
-            finally
-            {
-                await DisposeWithTimeout(client);
-            }
+
+            // Assert.Throws on a call that returns the ValueTask: the exception must come from the call itself.
+            Check(capacity - 10, 20, () => client.ReadAsync(capacity - 10, new byte[20]));
+            Check(capacity, 1, () => client.ReadAsync(capacity, new byte[1]));
+            Check(capacity + 12345, 1, () => client.WriteAsync(capacity + 12345, new byte[1]));
+            Check(capacity - 1, 2, () => client.WriteAsync(capacity - 1, new byte[2]));
+            Check(-1, 1, () => client.ReadAsync(-1, new byte[1]));
+            Check(-4096, 8192, () => client.WriteAsync(-4096, new byte[8192]));
+            Check(long.MaxValue - 2, 16, () => client.ReadAsync(long.MaxValue - 2, new byte[16]));
+            Check(capacity - 10, 20, () => { client.Read(capacity - 10, (IntPtr)1, 20, NoOp, null); return null; });
+            Check(-7, 1, () => { client.Write(-7, (IntPtr)1, 1, NoOp, null); return null; });
+            Assert.Equal(0, client.Outstanding);
+
+            // The last bytes are in range, and a refused request left the client usable.
+            var tail = new byte[10];
+            new Random(5).NextBytes(tail);
+            await client.WriteAsync(capacity - 10, tail);
+            var back = new byte[10];
+            await client.ReadAsync(capacity - 10, back);
+            Assert.Equal(tail, back);
         });
-        server.AssertRunning();
     }
 
     [Theory]

@@ -40,6 +40,29 @@ internal static class Harness
     public static Task WithTimeout(TimeSpan limit, string what, Action body) =>
         WithTimeout(limit, what, () => Task.Run(body));
 
+    /// <summary>
+    /// Starts a cache server for <paramref name="transport"/>, opens a client on it and runs <paramref name="body"/>
+    /// within <paramref name="limit"/>; the client is then disposed (within 30 s) and the server must still be running.
+    /// </summary>
+    public static async Task WithClient(string transport, RemoteCacheOptions options, TimeSpan limit, string what,
+                                        Func<RemoteCacheClient, ServerProcess, Task> body)
+    {
+        using var server = ServerProcess.Start(transport);
+        await WithTimeout(limit, what, async () =>
+        {
+            var client = RemoteCacheClient.Open(new[] { server.Endpoint }, options);
+            try
+            {
+                await body(client, server);
+            }
+            finally
+            {
+                await DisposeWithTimeout(client);
+            }
+        });
+        server.AssertRunning();
+    }
+
     public static RemoteCacheOptions Options(uint regions, CacheConfig? config = null, string? name = null) => new()
     {
         RegionsPerServer = regions,
