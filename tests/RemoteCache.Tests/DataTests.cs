@@ -28,7 +28,7 @@ public sealed class DataTests
     public async Task RandomReadsAndWritesMatchShadow(string transport, uint c, uint s, uint b, uint q)
     {
         var config = new CacheConfig(c, s, b, q);
-        await WithClient(transport, Options(4, config, $"shadow-{transport}-{config}"), TimeSpan.FromSeconds(45), $"random I/O over {transport} with {config}", async (client, _) =>
+        await WithClient(transport, Options(4, config, $"shadow-{transport}-{config}"), TimeSpan.FromSeconds(45), $"random I/O over {transport} with {config}", async client =>
         {
             Assert.Equal(4 * MiB, client.Capacity);
             Assert.Equal(config, client.Config);
@@ -52,7 +52,7 @@ public sealed class DataTests
     [InlineData("tcp")]
     public async Task ConcurrentCallersOnDisjointSlices(string transport)
     {
-        await WithClient(transport, Options(4, name: $"callers-{transport}"), TimeSpan.FromSeconds(45), $"8 concurrent callers over {transport}", async (client, _) =>
+        await WithClient(transport, Options(4, name: $"callers-{transport}"), TimeSpan.FromSeconds(45), $"8 concurrent callers over {transport}", async client =>
         {
             // Slices start at 128 KiB: slices 3 and 7 cross the 1 MiB and 2 MiB region boundaries.
             var ios = Enumerable.Range(0, 8)
@@ -80,7 +80,7 @@ public sealed class DataTests
     [InlineData("tcp")]
     public async Task ReconfigureWhileInUse(string transport)
     {
-        await WithClient(transport, Options(4, CacheConfig.HighThroughput, $"reconfig-{transport}"), TimeSpan.FromSeconds(50), $"reconfigure while in use over {transport}", async (client, _) =>
+        await WithClient(transport, Options(4, CacheConfig.HighThroughput, $"reconfig-{transport}"), TimeSpan.FromSeconds(50), $"reconfigure while in use over {transport}", async client =>
         {
             var io = new CheckedIo(client, 0, (int)client.Capacity, seed: 3000) { Label = $"{transport} reconfigure" };
             int stop = 0;
@@ -131,7 +131,7 @@ public sealed class DataTests
     [InlineData("tcp")]
     public async Task InlineContinuationsThatAwaitAgain(string transport)
     {
-        await WithClient(transport, Options(1, name: $"inline-{transport}"), TimeSpan.FromSeconds(30), $"inline continuations over {transport}", async (client, _) =>
+        await WithClient(transport, Options(1, name: $"inline-{transport}"), TimeSpan.FromSeconds(30), $"inline continuations over {transport}", async client =>
         {
             static async Task Chain(RemoteCacheClient client, int flow)
             {

@@ -22,7 +22,7 @@ public sealed class ErrorTests
     public async Task OutOfRangeThrowsSynchronously(string transport)
     {
         string name = $"range-check-{transport}";
-        await WithClient(transport, Options(2, name: name), TimeSpan.FromSeconds(30), $"out-of-range checks over {transport}", async (client, _) =>
+        await WithClient(transport, Options(2, name: name), TimeSpan.FromSeconds(30), $"out-of-range checks over {transport}", async client =>
         {
             long capacity = client.Capacity;
             Assert.Equal(2 * MiB, capacity);

@@ -45,7 +45,7 @@ internal static class Harness
     /// within <paramref name="limit"/>; the client is then disposed (within 30 s) and the server must still be running.
     /// </summary>
     public static async Task WithClient(string transport, RemoteCacheOptions options, TimeSpan limit, string what,
-                                        Func<RemoteCacheClient, ServerProcess, Task> body)
+                                        Func<RemoteCacheClient, Task> body)
     {
         using var server = ServerProcess.Start(transport);
         await WithTimeout(limit, what, async () =>
@@ -53,7 +53,7 @@ internal static class Harness
             var client = RemoteCacheClient.Open(new[] { server.Endpoint }, options);
             try
             {
-                await body(client, server);
+                await body(client);
             }
             finally
             {
