@@ -18,6 +18,8 @@ public static class Program
 {
     public static int Main(string[] args)
     {
+        if (args.Length > 0 && args[0] == SmbWorker.Flag)
+            return SmbWorker.Serve(args);
         YcsbOptions o;
         try
         {
