@@ -227,10 +227,10 @@ public static class Program
         var devices = results.Select(r => r.Device).Distinct().ToList();
         foreach (var r in Summary.Medians(results).OrderBy(r => devices.IndexOf(r.Device)))  // stable: phase order within a device
         {
-            var rounds = results.Where(x => x.Device == r.Device && x.Distribution == r.Distribution && x.Threads == r.Threads)
-                                .OrderBy(x => x.Round).Select(x => Invariant($"{x.OpsPerSecond / 1e6:0.000}"));
-            long errors = results.Where(x => x.Device == r.Device && x.Distribution == r.Distribution && x.Threads == r.Threads)
-                                 .Sum(x => x.Errors);
+            var all = results.Where(x => x.Device == r.Device && x.Distribution == r.Distribution && x.Threads == r.Threads)
+                             .OrderBy(x => x.Round).ToList();
+            var rounds = all.Select(x => Invariant($"{x.OpsPerSecond / 1e6:0.000}"));
+            long errors = all.Sum(x => x.Errors);
             table.AddRow(r.Device, r.Distribution, r.Threads.ToString(CultureInfo.InvariantCulture), Invariant($"{r.OpsPerSecond:N0}"),
                          string.Join(" ", rounds), Invariant($"{r.MeanUs:0.00}"), Invariant($"{r.P50Us:0.00}"), Invariant($"{r.P99Us:0.00}"),
                          Invariant($"{r.AllocatedPerOp:0}"), errors.ToString(CultureInfo.InvariantCulture), r.Note);

@@ -31,33 +31,32 @@ public sealed unsafe class SmbFileDevice : BlockingIoDevice
     // Started on the worker's own thread at its first request, so that no process outlives a device never used.
     private SmbWorker Worker(int worker) => _workers[worker] ??= _start();
 
-    protected override uint Read(int worker, int segment, ulong offset, IntPtr destination, uint length)
+    protected override uint Read(int worker, int segment, ulong offset, IntPtr destination, uint length) =>
+        Transfer(worker, write: false, segment, offset, (byte*)destination, length);
+
+    protected override uint Write(int worker, int segment, ulong offset, IntPtr source, uint length) =>
+        Transfer(worker, write: true, segment, offset, (byte*)source, length);
+
+    // In chunks of the worker's shared buffer: a write's bytes go into it before the call, a read's come out after.
+    private uint Transfer(int worker, bool write, int segment, ulong offset, byte* data, uint length)
     {
         var w = Worker(worker);
         uint done = 0;
         while (done < length)
         {
             uint chunk = Math.Min(length - done, SmbWorker.BufferBytes);
-            uint n = w.Call(write: false, segment, offset + done, chunk);
-            w.Buffer((int)n).CopyTo(new Span<byte>((byte*)destination + done, (int)n));
+            if (write)
+                new ReadOnlySpan<byte>(data + done, (int)chunk).CopyTo(w.Buffer((int)chunk));
+            uint n = w.Call(write, segment, offset + done, chunk);
+            if (!write)
+                w.Buffer((int)n).CopyTo(new Span<byte>(data + done, (int)n));
             done += n;
             if (n < chunk)
-                break;  // end of file: like a local segment file, return what there is
-        }
-        return done;
-    }
-
-    protected override uint Write(int worker, int segment, ulong offset, IntPtr source, uint length)
-    {
-        var w = Worker(worker);
-        uint done = 0;
-        while (done < length)
-        {
-            uint chunk = Math.Min(length - done, SmbWorker.BufferBytes);
-            new ReadOnlySpan<byte>((byte*)source + done, (int)chunk).CopyTo(w.Buffer((int)chunk));
-            if (w.Call(write: true, segment, offset + done, chunk) != chunk)
-                throw new System.IO.IOException($"SMB worker wrote less than {chunk} bytes");
-            done += chunk;
+            {
+                if (write)
+                    throw new System.IO.IOException($"SMB worker wrote {n} of {chunk} bytes");
+                break;  // end of file: like a local segment file, a read returns what there is
+            }
         }
         return done;
     }

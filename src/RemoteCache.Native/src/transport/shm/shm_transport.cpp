@@ -137,13 +137,12 @@ class ShmClientConnection final : public ClientConnection {
     if (const Status st = peer_still_there(); st != RC_OK) return st;
     std::byte* src = locate(region, offset, length);
     if (src == nullptr) return fail(RC_E_OUT_OF_RANGE, "one-sided read outside the granted region");
+    done_.push_back(Done{wr_id, src, dst, length});
     if (length > kDeferredReadMax) {
-      std::memcpy(dst, src, length);
-      src = nullptr;
+      finish(done_.back());
     } else {
       for (uint32_t line = 0; line < length; line += 64) __builtin_prefetch(src + line, 0, 3);
     }
-    done_.push_back(Done{wr_id, src, dst, length});
     return RC_OK;
   }
 
@@ -161,9 +160,8 @@ class ShmClientConnection final : public ClientConnection {
   std::size_t poll_completions(WorkCompletion* out, std::size_t max) override {
     const std::size_t n = std::min(max, done_.size());
     for (std::size_t i = 0; i < n; ++i) {
-      Done& d = done_[i];
-      if (d.src != nullptr) std::memcpy(d.dst, d.src, d.length);
-      out[i] = WorkCompletion{d.wr_id, RC_OK};
+      finish(done_[i]);
+      out[i] = WorkCompletion{done_[i].wr_id, RC_OK};
     }
     done_.erase(done_.begin(), done_.begin() + static_cast<std::ptrdiff_t>(n));
     finished_reads_ = finished_reads_ > n ? finished_reads_ - n : 0;
@@ -211,14 +209,23 @@ class ShmClientConnection final : public ClientConnection {
     return gone_ ? fail(RC_E_DISCONNECTED, "the cache server is gone") : RC_OK;
   }
 
+  // Posted one-sided operations, in order; a read's copy is pending while src is set.
+  struct Done {
+    uint64_t wr_id;
+    const std::byte* src;
+    void* dst;
+    uint32_t length;
+  };
+
   // Copies every read still deferred (they stay in done_ to be reported in order).
   void finish_reads() {
-    for (std::size_t i = finished_reads_; i < done_.size(); ++i) {
-      Done& d = done_[i];
-      if (d.src != nullptr) std::memcpy(d.dst, d.src, d.length);
-      d.src = nullptr;
-    }
+    for (std::size_t i = finished_reads_; i < done_.size(); ++i) finish(done_[i]);
     finished_reads_ = done_.size();
+  }
+
+  static void finish(Done& d) {
+    if (d.src != nullptr) std::memcpy(d.dst, d.src, d.length);
+    d.src = nullptr;
   }
 
   std::byte* ring_base(int which) {
@@ -241,13 +248,6 @@ class ShmClientConnection final : public ClientConnection {
   SegmentHeader* header_;
   RingWriter requests_;
   RingReader responses_;
-  // Posted one-sided operations, in order; a read's copy is pending while src is set.
-  struct Done {
-    uint64_t wr_id;
-    const std::byte* src;
-    void* dst;
-    uint32_t length;
-  };
   static constexpr uint32_t kDeferredReadMax = 1024;  // 16 lines; larger reads stream well on their own
   std::vector<Done> done_;
   std::size_t finished_reads_ = 0;  // done_[0, finished_reads_) hold no pending copy

@@ -213,6 +213,23 @@ class QueuePair {
     return RC_OK;
   }
 
+  // One RDMA READ, WRITE or WRITE WITH IMMEDIATE of [local, +length) at remote_addr (rkey): the local bytes are
+  // in memory registered under lkey, or, inline, copied into the work request by the provider.
+  Status post_rdma(ibv_wr_opcode opcode, uint64_t wr_id, const void* local, uint32_t length, uint32_t lkey,
+                   bool inline_it, uint64_t remote_addr, uint32_t rkey, bool force_signal, uint32_t imm = 0) {
+    ibv_sge sge{reinterpret_cast<uint64_t>(local), length, lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = opcode;
+    wr.send_flags = inline_it ? IBV_SEND_INLINE : 0;
+    wr.imm_data = htonl(imm);
+    wr.wr.rdma.remote_addr = remote_addr;
+    wr.wr.rdma.rkey = rkey;
+    return post_send(wr, force_signal);
+  }
+
   // Drains the completion queue into the lists below. A failed completion breaks the connection:
   // after it, every outstanding request flushes with an error too.
   void reap() {
@@ -313,19 +330,10 @@ Status write_frame(QueuePair& qp, std::span<const std::byte> frame, std::byte* s
                    const RingInfo& peer, uint32_t slot) {
   if (frame.size() > peer.slot_bytes) return fail(RC_E_INTERNAL, "verbs: frame larger than a ring slot");
   const bool inline_it = frame.size() <= qp.max_inline_;
-  std::byte* src = inline_it ? const_cast<std::byte*>(frame.data()) : stage;
   if (!inline_it) std::memcpy(stage, frame.data(), frame.size());
-  ibv_sge sge{reinterpret_cast<uint64_t>(src), static_cast<uint32_t>(frame.size()), lkey};
-  ibv_send_wr wr{};
-  wr.wr_id = kMessageTag;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-  wr.send_flags = inline_it ? IBV_SEND_INLINE : 0;
-  wr.imm_data = htonl(static_cast<uint32_t>(frame.size()));
-  wr.wr.rdma.remote_addr = peer.addr + uint64_t{slot} * peer.slot_bytes;
-  wr.wr.rdma.rkey = peer.rkey;
-  return qp.post_send(wr, false);
+  const auto length = static_cast<uint32_t>(frame.size());
+  return qp.post_rdma(IBV_WR_RDMA_WRITE_WITH_IMM, kMessageTag, inline_it ? frame.data() : stage, length, lkey, inline_it,
+                      peer.addr + uint64_t{slot} * peer.slot_bytes, peer.rkey, false, length);
 }
 
 Status send_message(QueuePair& qp, std::byte* buf, uint32_t bytes, uint32_t lkey) {
@@ -470,16 +478,8 @@ class VerbsClientConnection final : public ClientConnection {
     const bool inline_it = write && length <= qp_->max_inline_;
     if (write && !inline_it) std::memcpy(stage, buf, length);
     posted_[slot] = Posted{wr_id, write ? nullptr : buf, length};
-    ibv_sge sge{reinterpret_cast<uint64_t>(inline_it ? buf : stage), length, stage_lkey_};
-    ibv_send_wr wr{};
-    wr.wr_id = slot;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = opcode;
-    wr.send_flags = inline_it ? IBV_SEND_INLINE : 0;
-    wr.wr.rdma.remote_addr = regions_[region].addr + offset;
-    wr.wr.rdma.rkey = static_cast<uint32_t>(regions_[region].key);
-    Status st = qp_->post_send(wr, true);
+    Status st = qp_->post_rdma(opcode, slot, inline_it ? buf : stage, length, stage_lkey_, inline_it,
+                               regions_[region].addr + offset, static_cast<uint32_t>(regions_[region].key), true);
     if (st == RC_E_BUSY) {
       st = fail(RC_E_INTERNAL, "verbs: send queue full");
     }
