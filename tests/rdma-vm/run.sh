@@ -77,7 +77,8 @@ done
 # and reported as not available instead of failing inside the VM.
 BENCH_OK=1
 bench_help=$("$BENCH_BIN" --help 2>&1) || true
-for flag in --transport verbs --op --size --batch --qdepth --client-threads --server-threads --seconds --json; do
+for flag in --transport verbs --op --size --batch --qdepth --client-threads --server-threads --seconds --json \
+  --submit-time; do
   if [[ $bench_help != *"$flag"* ]]; then
     echo "rdma-vm: remotecache-bench --help does not mention '$flag'; bench sections skipped" >&2
     BENCH_OK=0
@@ -164,13 +165,15 @@ echo "\$ RC_VERBS_ADDR=$ADDR remotecache-tests --gtest_filter='*verbs*'"
 timeout 300 "$TESTS" --gtest_filter='*verbs*' 2>&1
 end $?
 
-# Three rounds, each baseline right before the RemoteCache figure it is compared with: the emulated
-# timings drift within a boot, and the summary takes the median of the three per-round ratios.
+# Five rounds, each baseline right before the RemoteCache figure it is compared with: the emulated
+# timings drift within a boot, and the summary takes the median of the per-round ratios.
+# --submit-time: how much of a lone request's latency is spent inside ibv_post_send (rxe does its protocol
+# work, the peer's side and the acknowledgement included, inside that system call).
 for round in 1 2 3 4 5; do
   perftest ib_read_lat_$round ib_read_lat -s 8 -n 2000
-  bench bench_read_$round --op read --size 8 --batch 1 --qdepth 1 --client-threads 0 --server-threads 0
+  bench bench_read_$round --op read --size 8 --batch 1 --qdepth 1 --client-threads 0 --server-threads 0 --submit-time
   perftest ib_write_lat_$round ib_write_lat -s 8 -n 2000
-  bench bench_write_$round --op write --size 8 --batch 1 --qdepth 1 --client-threads 0 --server-threads 0
+  bench bench_write_$round --op write --size 8 --batch 1 --qdepth 1 --client-threads 0 --server-threads 0 --submit-time
   perftest ib_write_bw_$round ib_write_bw -s 16 -n 20000
   bench bench_write_batch_$round --op write --size 16 --batch 64 --qdepth 8 --client-threads 0 --server-threads 1
 done

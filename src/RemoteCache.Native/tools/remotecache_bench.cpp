@@ -69,6 +69,7 @@ struct Options {
   double seconds = 3.0, warmup = 0.5;
   uint64_t cache_bytes = 256ull << 20;
   bool json = false;
+  bool submit_time = false;
 };
 
 constexpr const char* kUsage =
@@ -85,7 +86,10 @@ constexpr const char* kUsage =
     "  --window W                 operations outstanding per app thread (default b*q)\n"
     "  --seconds T  --warmup T    measurement and warm-up time (default 3, 0.5)\n"
     "  --cache-bytes BYTES        cache size, rounded up to 64M regions (default 256M)\n"
-    "  --json                     one JSON object per line instead of a table\n";
+    "  --json                     one JSON object per line instead of a table\n"
+    "  --submit-time              also measure the time spent inside rc_read/rc_write (one more clock\n"
+    "                             read per operation); shows how much of the latency the submitting\n"
+    "                             call itself takes\n";
 
 uint64_t parse_size(const std::string& flag, const std::string& text) {
   const auto value = rc::tools::parse_size(text);
@@ -136,6 +140,8 @@ std::optional<Options> parse_args(int argc, char** argv) {
       return std::nullopt;
     } else if (flag == "--json") {
       o.json = true;
+    } else if (flag == "--submit-time") {
+      o.submit_time = true;
     } else if (flag == "--transport") {
       o.transport = value();
       if (o.transport != "shm" && o.transport != "tcp" && o.transport != "verbs") {
@@ -478,6 +484,7 @@ class Worker {
   }
 
   Histogram latency;
+  Histogram submit;  // time inside rc_read/rc_write, with --submit-time
   uint64_t ops = 0;  // successful completions inside the measurement window
   ErrorLog errors;
   bool session_leaked = false;
@@ -493,6 +500,8 @@ class Worker {
       submit_ns_[slot] = now_ns();
       const rc_status st = write ? rc_write(session_, address, buf, opt_.size, slot)
                                  : rc_read(session_, address, buf, opt_.size, slot);
+      if (opt_.submit_time && st == RC_OK && shared_.phase.load(std::memory_order_relaxed) == kMeasure)
+        submit.record(now_ns() - submit_ns_[slot]);
       if (st == RC_E_BUSY) break;
       if (st != RC_OK) {
         errors.add(st, write ? "rc_write" : "rc_read");
@@ -621,8 +630,17 @@ struct Report {
   double seconds = 0;
   uint64_t ops = 0;
   Histogram latency;
+  Histogram submit;
   ErrorLog errors;
 };
+
+std::string submit_json(const Options& opt, const Report& r) {
+  if (!opt.submit_time) return "";
+  char text[96];
+  std::snprintf(text, sizeof text, ",\"submit_p50_us\":%.3f,\"submit_mean_us\":%.3f", r.submit.percentile_us(0.50),
+                r.submit.mean_us());
+  return text;
+}
 
 void print_report(const Options& opt, const Report& r) {
   const double ops_per_sec = r.seconds > 0 ? static_cast<double>(r.ops) / r.seconds : 0;
@@ -632,16 +650,20 @@ void print_report(const Options& opt, const Report& r) {
     std::printf("{\"transport\":\"%s\",\"op\":\"%s\",\"size\":%" PRIu64 ",\"batch\":%u,\"qdepth\":%u,"
                 "\"client_threads\":%u,\"server_threads\":%u,\"app_threads\":%u,\"window\":%u,"
                 "\"seconds\":%.3f,\"ops\":%" PRIu64 ",\"ops_per_sec\":%.1f,\"p50_us\":%.3f,\"p99_us\":%.3f,"
-                "\"p999_us\":%.3f,\"mean_us\":%.3f,\"errors\":%" PRIu64 "}\n",
+                "\"p999_us\":%.3f,\"mean_us\":%.3f,\"errors\":%" PRIu64 "%s}\n",
                 r.transport.c_str(), op_name(opt.op), opt.size, opt.batch, opt.qdepth, opt.client_threads,
                 opt.server_threads, opt.app_threads, opt.window, r.seconds, r.ops, ops_per_sec, p50, p99,
-                p999, r.latency.mean_us(), r.errors.count);
+                p999, r.latency.mean_us(), r.errors.count, submit_json(opt, r).c_str());
   } else {
     std::printf("%-9s %-5s %8s %4s %3s %3s %3s %4s %12s %9s %9s %9s\n", "transport", "op", "size", "b", "q",
                 "c", "s", "app", "ops/s", "p50_us", "p99_us", "p999_us");
     std::printf("%-9s %-5s %8" PRIu64 " %4u %3u %3u %3u %4u %12.0f %9.2f %9.2f %9.2f\n", r.transport.c_str(),
                 op_name(opt.op), opt.size, opt.batch, opt.qdepth, opt.client_threads, opt.server_threads,
                 opt.app_threads, ops_per_sec, p50, p99, p999);
+    if (opt.submit_time) {
+      std::printf("inside rc_%s: p50 %.2f us, mean %.2f us\n", op_name(opt.op), r.submit.percentile_us(0.50),
+                  r.submit.mean_us());
+    }
   }
   std::fflush(stdout);
 }
@@ -692,6 +714,7 @@ int run(const Options& opt) {
   for (const auto& w : workers) {
     report.ops += w->ops;
     report.latency.merge(w->latency);
+    report.submit.merge(w->submit);
     leaked = leaked || w->session_leaked;
     const ErrorLog& e = w->errors;
     if (e.count == 0) continue;
