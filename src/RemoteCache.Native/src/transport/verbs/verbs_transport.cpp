@@ -213,9 +213,10 @@ class QueuePair {
     return RC_OK;
   }
 
-  // One RDMA READ, WRITE or WRITE WITH IMMEDIATE of [local, +length) at remote_addr (rkey): the local bytes are
-  // in memory registered under lkey, or, inline, copied into the work request by the provider.
-  Status post_rdma(ibv_wr_opcode opcode, uint64_t wr_id, const void* local, uint32_t length, uint32_t lkey,
+  // One single-buffer work request: RDMA READ, WRITE or WRITE WITH IMMEDIATE of [local, +length) at remote_addr
+  // (rkey), or a SEND (remote_addr and rkey unused). The local bytes are in memory registered under lkey, or,
+  // inline, copied into the work request by the provider.
+  Status post_wr(ibv_wr_opcode opcode, uint64_t wr_id, const void* local, uint32_t length, uint32_t lkey,
                    bool inline_it, uint64_t remote_addr, uint32_t rkey, bool force_signal, uint32_t imm = 0) {
     ibv_sge sge{reinterpret_cast<uint64_t>(local), length, lkey};
     ibv_send_wr wr{};
@@ -332,18 +333,12 @@ Status write_frame(QueuePair& qp, std::span<const std::byte> frame, std::byte* s
   const bool inline_it = frame.size() <= qp.max_inline_;
   if (!inline_it) std::memcpy(stage, frame.data(), frame.size());
   const auto length = static_cast<uint32_t>(frame.size());
-  return qp.post_rdma(IBV_WR_RDMA_WRITE_WITH_IMM, kMessageTag, inline_it ? frame.data() : stage, length, lkey, inline_it,
+  return qp.post_wr(IBV_WR_RDMA_WRITE_WITH_IMM, kMessageTag, inline_it ? frame.data() : stage, length, lkey, inline_it,
                       peer.addr + uint64_t{slot} * peer.slot_bytes, peer.rkey, false, length);
 }
 
 Status send_message(QueuePair& qp, std::byte* buf, uint32_t bytes, uint32_t lkey) {
-  ibv_sge sge{reinterpret_cast<uint64_t>(buf), bytes, lkey};
-  ibv_send_wr wr{};
-  wr.wr_id = kHandshakeTag;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = IBV_WR_SEND;
-  return qp.post_send(wr, true);
+  return qp.post_wr(IBV_WR_SEND, kHandshakeTag, buf, bytes, lkey, false, 0, 0, true);
 }
 
 // Waits for the handshake message (a SEND into the first posted receive buffer).
@@ -478,7 +473,7 @@ class VerbsClientConnection final : public ClientConnection {
     const bool inline_it = write && length <= qp_->max_inline_;
     if (write && !inline_it) std::memcpy(stage, buf, length);
     posted_[slot] = Posted{wr_id, write ? nullptr : buf, length};
-    Status st = qp_->post_rdma(opcode, slot, inline_it ? buf : stage, length, stage_lkey_, inline_it,
+    Status st = qp_->post_wr(opcode, slot, inline_it ? buf : stage, length, stage_lkey_, inline_it,
                                regions_[region].addr + offset, static_cast<uint32_t>(regions_[region].key), true);
     if (st == RC_E_BUSY) {
       st = fail(RC_E_INTERNAL, "verbs: send queue full");
