@@ -35,8 +35,8 @@ ensure_packages() {
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
 }
 
-# The packages every native build needs (rdma-core for the verbs transport included).
-NATIVE_PACKAGES=(cmake ninja-build g++ libgtest-dev libgmock-dev python3 libibverbs-dev librdmacm-dev)
+# The packages every native build needs (rdma-core for the verbs transport, libssl-dev for libcrypto).
+NATIVE_PACKAGES=(cmake ninja-build g++ libgtest-dev libgmock-dev python3 libibverbs-dev librdmacm-dev libssl-dev)
 
 # The YCSB main job's baselines: smbd (samba) and its client library (libsmbclient) for SMB, fio for the
 # SSD reference. The tests run a small main job too.

@@ -36,7 +36,29 @@ extern "C" {
 #define RC_API
 #endif
 
-#define RC_API_VERSION 1
+#define RC_API_VERSION 2
+
+/* Limits and defaults of the API, defined here once (bindings take them from this header). */
+#define RC_MAX_TOKEN_BYTES 64            /* rc_cache_options.token, UTF-8 bytes */
+#define RC_MAX_REGIONS_PER_SERVER 250    /* rc_cache_options.regions_per_server */
+#define RC_MAX_ENDPOINTS 1024            /* servers of one cache */
+#define RC_MAX_CLIENT_THREADS 64         /* rc_config.client_threads */
+#define RC_MAX_SERVER_THREADS 256        /* rc_config.server_threads */
+#define RC_MAX_BATCH_SIZE 256            /* rc_config.batch_size */
+#define RC_MAX_QUEUE_DEPTH 64            /* rc_config.queue_depth */
+#define RC_MAX_CAPABILITY_TEXT 256       /* a capability's text form, NUL included */
+#define RC_DEFAULT_SESSION_CAPACITY 1024 /* rc_cache_options.session_capacity = 0 */
+#define RC_DEFAULT_OP_TIMEOUT_MS 10000
+#define RC_DEFAULT_CONNECT_TIMEOUT_MS 5000
+#define RC_DEFAULT_REGION_SIZE 1073741824ull  /* 1 GiB */
+#define RC_DEFAULT_MEMORY_LIMIT 4294967296ull /* 4 GiB */
+#define RC_DEFAULT_MAX_CONNECTIONS 1024
+#define RC_DEFAULT_MAX_CONNECTIONS_PER_PEER 256
+#define RC_DEFAULT_SHM_SOCKET_MODE 0600
+#define RC_MIN_ADMISSION_KEY_BYTES 32
+
+/* rc_cache_options.flags */
+#define RC_OPEN_EXCLUSIVE 1u /* the cache's first client becomes its only client */
 
 /* Status codes. Zero is success; errors are negative and stable (bindings map them). */
 typedef enum rc_status {
@@ -44,32 +66,43 @@ typedef enum rc_status {
   RC_E_INVALID_ARGUMENT = -1, /* a null handle, a bad option, a malformed endpoint */
   RC_E_OUT_OF_RANGE = -2,     /* [address, address + length) leaves the cache */
   RC_E_DISCONNECTED = -3,     /* the server holding the range is gone */
-  RC_E_AUTH = -4,             /* the server refused the cache id / token */
+  RC_E_AUTH = -4,             /* the server refused the capability (or a uid on an abstract shm socket) */
   RC_E_NO_MEMORY = -5,        /* the server cannot lend that much memory */
   RC_E_BUSY = -6,             /* the session has session_capacity operations outstanding: poll, retry */
   RC_E_TIMEOUT = -7,          /* an operation or connect exceeded its deadline */
   RC_E_PROTOCOL = -8,         /* the peer sent something that does not parse */
   RC_E_CLOSED = -9,           /* the handle is being closed */
   RC_E_UNSUPPORTED = -10,     /* the transport or option is not available here */
-  RC_E_INTERNAL = -11         /* a bug or a system-call failure; see rc_last_error */
+  RC_E_INTERNAL = -11,        /* a bug or a system-call failure; see rc_last_error */
+  RC_E_EXPIRED = -12,         /* the cache's lease ended: its server dropped it and its data */
+  RC_E_IN_USE = -13,          /* the cache is open exclusively by another client */
+  RC_E_LIMIT = -14            /* a server limit (connections in all or from this peer) is reached */
 } rc_status;
 
 /* The data-path configuration (Redy §5): chosen at open, changeable at run time. */
 typedef struct rc_config {
-  uint32_t client_threads; /* c: client threads; 0 = the application thread does the client work */
+  uint32_t client_threads; /* c: client threads, 0..RC_MAX_CLIENT_THREADS; 0 = the application thread */
   uint32_t server_threads; /* s: server threads polling this cache's connections; 0 = one-sided only */
-  uint32_t batch_size;     /* b: requests per batch, 1..256 (a batch is also capped at 4 KiB) */
-  uint32_t queue_depth;    /* q: messages in flight per connection, 1..64 */
+  uint32_t batch_size;     /* b: requests per batch, 1..RC_MAX_BATCH_SIZE (a batch is also capped at 4 KiB) */
+  uint32_t queue_depth;    /* q: messages in flight per connection, 1..RC_MAX_QUEUE_DEPTH */
 } rc_config;
 
+/* A cache on a server is named by (cache_id, token): clients that give the same id and the same
+ * token share one cache; a different token names a different cache, so a wrong token and a cache
+ * that does not exist get the same answer (a new, empty cache). With no token (NULL or "") the
+ * library makes a random one, so such a cache is never shared with another rc_cache. */
 typedef struct rc_cache_options {
-  uint64_t cache_id;           /* names the cache on its servers; connections with the same id share it */
-  const char* token;           /* secret fixed by the first connection; later ones must present it */
+  uint64_t cache_id;           /* names the cache on its servers, together with the token */
+  const char* token;           /* shared secret, at most RC_MAX_TOKEN_BYTES; NULL or "" = random */
   uint32_t regions_per_server; /* regions requested from each server (region size is the server's) */
   rc_config config;
-  uint32_t session_capacity;   /* max operations outstanding per session; 0 = 1024 */
-  uint32_t op_timeout_ms;      /* an operation older than this fails with RC_E_TIMEOUT; 0 = 10000 */
-  uint32_t connect_timeout_ms; /* 0 = 5000 */
+  uint32_t session_capacity;   /* max operations outstanding per session; 0 = RC_DEFAULT_SESSION_CAPACITY */
+  uint32_t op_timeout_ms;      /* an operation older than this fails with RC_E_TIMEOUT; 0 = default */
+  uint32_t connect_timeout_ms; /* 0 = RC_DEFAULT_CONNECT_TIMEOUT_MS */
+  uint32_t flags;              /* RC_OPEN_EXCLUSIVE: no other client may open this cache (RC_E_IN_USE) */
+  /* NULL, or one capability (text form, see rc_capability_mint) per endpoint, in endpoint order:
+   * required by servers started with an admission key, ignored by open servers. */
+  const char* const* capabilities;
 } rc_cache_options;
 
 /* A completed operation. status is an rc_status. */
@@ -126,17 +159,40 @@ RC_API uint32_t rc_session_outstanding(const rc_session* session);
 /* Waits for outstanding operations (discarding their completions), then frees the session. */
 RC_API rc_status rc_session_close(rc_session* session);
 
+/* ---- capabilities ---------------------------------------------------------------------- */
+
+/* Mints a capability: admission of cache_id on the server named server_id with at most `regions`
+ * regions, until expires_unix_ms (wall clock, ms since 1970), signed with HMAC-SHA256 under `key`
+ * (the server's admission key, at least RC_MIN_ADMISSION_KEY_BYTES). Writes its NUL-terminated text
+ * form (at most RC_MAX_CAPABILITY_TEXT bytes) to out_text. The cache manager mints these; the
+ * remotecache-capability command does the same for operators and tests. */
+RC_API rc_status rc_capability_mint(const uint8_t* key, size_t key_length, uint64_t cache_id,
+                                    const char* server_id, uint32_t regions, uint64_t expires_unix_ms,
+                                    char* out_text, size_t out_capacity);
+
 /* ---- embedded server (tests, single-host use) ------------------------------------------ */
 
 typedef struct rc_server_options {
   const char* const* listen; /* endpoints to listen on */
   size_t listen_count;
-  uint64_t region_size;      /* bytes per region; 0 = 1 GiB */
-  uint64_t memory_limit;     /* bytes the server may lend in all; 0 = 4 GiB */
+  uint64_t region_size;      /* bytes per region; 0 = RC_DEFAULT_REGION_SIZE */
+  uint64_t memory_limit;     /* bytes the server may lend in all; 0 = RC_DEFAULT_MEMORY_LIMIT */
   uint32_t max_threads;      /* server threads at most; 0 = hardware threads */
+  uint32_t max_connections;          /* established connections in all; 0 = default */
+  uint32_t max_connections_per_peer; /* from one peer (tcp/verbs: IP address, shm: uid); 0 = default */
+  uint32_t shm_socket_mode;          /* permission bits of shm socket files; 0 = RC_DEFAULT_SHM_SOCKET_MODE */
+  /* Admission key: NULL = open mode (any client that reaches the server is admitted). Otherwise a
+   * Connect needs a capability signed with this key (RC_E_AUTH without one). */
+  const uint8_t* admission_key;
+  size_t admission_key_length;
+  const char* server_id;             /* the identity capabilities name; NULL = the first endpoint as bound */
+  const uint32_t* allowed_uids;      /* abstract shm endpoints admit these uids besides the server's own */
+  size_t allowed_uid_count;
 } rc_server_options;
 
 RC_API rc_status rc_server_start(const rc_server_options* options, rc_server** out_server);
+/* The identity capabilities for this server must name. */
+RC_API const char* rc_server_id(const rc_server* server);
 /* The i-th listening endpoint as bound (a port of 0 resolved); NULL past the end. */
 RC_API const char* rc_server_endpoint(const rc_server* server, size_t index);
 /* Bytes currently lent to caches. */

@@ -4,11 +4,15 @@
 
 #include <exception>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include <cstring>
+
 #include "client/cache.h"
 #include "client/session.h"
+#include "common/capability.h"
 #include "common/status.h"
 #include "server/server.h"
 
@@ -31,6 +35,8 @@ rc_status guarded(Fn&& fn) {
     return fn();
   } catch (const std::bad_alloc&) {
     return rc::fail(RC_E_INTERNAL, "out of memory");
+  } catch (const std::invalid_argument& e) {
+    return rc::fail(RC_E_INVALID_ARGUMENT, e.what());
   } catch (const std::exception& e) {
     return rc::fail(RC_E_INTERNAL, e.what());
   } catch (...) {
@@ -167,6 +173,21 @@ rc_status rc_session_close(rc_session* session) {
   });
 }
 
+rc_status rc_capability_mint(const uint8_t* key, size_t key_length, uint64_t cache_id, const char* server_id,
+                             uint32_t regions, uint64_t expires_unix_ms, char* out_text, size_t out_capacity) {
+  if (key == nullptr) return null_argument("key");
+  if (server_id == nullptr) return null_argument("server_id");
+  if (out_text == nullptr) return null_argument("out_text");
+  return guarded([&] {
+    const std::string text =
+        rc::capability::to_text(rc::capability::mint({key, key_length}, cache_id, server_id, regions, expires_unix_ms));
+    if (text.size() + 1 > out_capacity)
+      return rc::fail(RC_E_INVALID_ARGUMENT, "out_text needs " + std::to_string(text.size() + 1) + " bytes");
+    std::memcpy(out_text, text.c_str(), text.size() + 1);
+    return RC_OK;
+  });
+}
+
 rc_status rc_server_start(const rc_server_options* options, rc_server** out_server) {
   if (out_server == nullptr) return null_argument("out_server");
   *out_server = nullptr;
@@ -181,12 +202,26 @@ rc_status rc_server_start(const rc_server_options* options, rc_server** out_serv
     if (options->region_size != 0) o.region_size = options->region_size;
     if (options->memory_limit != 0) o.memory_limit = options->memory_limit;
     o.max_threads = options->max_threads;
+    if (options->max_connections != 0) o.max_connections = options->max_connections;
+    if (options->max_connections_per_peer != 0) o.max_connections_per_peer = options->max_connections_per_peer;
+    if (options->shm_socket_mode != 0) o.shm_socket_mode = options->shm_socket_mode;
+    if (options->admission_key != nullptr)
+      o.admission_key.assign(options->admission_key, options->admission_key + options->admission_key_length);
+    else if (options->admission_key_length != 0)
+      return null_argument("admission_key");
+    if (options->server_id != nullptr) o.server_id = options->server_id;
+    if (options->allowed_uids == nullptr && options->allowed_uid_count > 0) return null_argument("allowed_uids");
+    for (size_t i = 0; i < options->allowed_uid_count; ++i) o.allowed_uids.push_back(options->allowed_uids[i]);
     rc_status st = RC_OK;
     auto impl = rc::server::Server::start(o, st);
     if (!impl) return st;
     *out_server = new rc_server{std::move(impl)};
     return RC_OK;
   });
+}
+
+const char* rc_server_id(const rc_server* server) {
+  return server == nullptr ? nullptr : server->impl->server_id().c_str();
 }
 
 const char* rc_server_endpoint(const rc_server* server, size_t index) {

@@ -5,7 +5,10 @@
 
 #include <cstring>
 
+#include "common/backoff.h"
+#include "common/capability.h"
 #include "common/clock.h"
+#include "common/crypto.h"
 #include "common/log.h"
 
 namespace rc::client {
@@ -13,9 +16,8 @@ namespace {
 constexpr uint64_t kSpinNs = 30'000;
 constexpr uint64_t kYieldNs = 100'000;
 constexpr std::size_t kInboxOps = 4096;
-constexpr uint32_t kMaxClientThreads = 64;
-constexpr uint32_t kMaxServerThreads = 256;
-constexpr uint32_t kMaxDepth = 64;
+// A token the caller did not give: 32 random bytes as text, so the cache is this client's alone.
+constexpr std::size_t kRandomTokenBytes = 32;
 }  // namespace
 
 // ---- Worker -----------------------------------------------------------------------------------
@@ -49,11 +51,11 @@ bool Worker::step(const Knobs& k) {
 }
 
 void Worker::run() {
-  uint64_t idle_since = now_ns();
+  Backoff backoff(kSpinNs, kYieldNs);
   for (;;) {
     const Knobs k = cache_.knobs();
     if (step(k)) {
-      idle_since = now_ns();
+      backoff.worked();
       continue;
     }
     if (stop_.load(std::memory_order_acquire)) {
@@ -61,14 +63,9 @@ void Worker::run() {
       for (auto& ch : channels_) idle = idle && (ch->idle() || ch->broken() != RC_OK);
       if (idle) return;
     }
-    const uint64_t idle_ns = now_ns() - idle_since;
-    if (idle_ns < kSpinNs) {
-      cpu_relax();
-    } else if (idle_ns < kSpinNs + kYieldNs) {
-      sched_yield();
-    } else {
+    if (backoff.idle()) {
       sleep(k);
-      idle_since = now_ns();
+      backoff.worked();
     }
   }
 }
@@ -95,11 +92,13 @@ void Worker::sleep(const Knobs& k) {
 // ---- Cache ------------------------------------------------------------------------------------
 
 Status Cache::validate(const rc_config& c) {
-  if (c.client_threads > kMaxClientThreads) return fail(RC_E_INVALID_ARGUMENT, "client_threads must be 0..64");
-  if (c.server_threads > kMaxServerThreads) return fail(RC_E_INVALID_ARGUMENT, "server_threads must be 0..256");
-  if (c.batch_size < 1 || c.batch_size > wire::kMaxBatchEntries)
-    return fail(RC_E_INVALID_ARGUMENT, "batch_size must be 1..256");
-  if (c.queue_depth < 1 || c.queue_depth > kMaxDepth) return fail(RC_E_INVALID_ARGUMENT, "queue_depth must be 1..64");
+  const auto range = [](const char* what, uint32_t lo, uint32_t hi) {
+    return fail(RC_E_INVALID_ARGUMENT, std::string(what) + " must be " + std::to_string(lo) + ".." + std::to_string(hi));
+  };
+  if (c.client_threads > RC_MAX_CLIENT_THREADS) return range("client_threads", 0, RC_MAX_CLIENT_THREADS);
+  if (c.server_threads > RC_MAX_SERVER_THREADS) return range("server_threads", 0, RC_MAX_SERVER_THREADS);
+  if (c.batch_size < 1 || c.batch_size > RC_MAX_BATCH_SIZE) return range("batch_size", 1, RC_MAX_BATCH_SIZE);
+  if (c.queue_depth < 1 || c.queue_depth > RC_MAX_QUEUE_DEPTH) return range("queue_depth", 1, RC_MAX_QUEUE_DEPTH);
   return RC_OK;
 }
 
@@ -107,24 +106,47 @@ std::unique_ptr<Cache> Cache::open(const std::vector<std::string>& endpoints, co
                                    Status& status) {
   status = validate(options.config);
   if (status != RC_OK) return nullptr;
-  if (endpoints.empty() || endpoints.size() > 1024) {
-    status = fail(RC_E_INVALID_ARGUMENT, "a cache needs 1..1024 endpoints");
+  if (endpoints.empty() || endpoints.size() > RC_MAX_ENDPOINTS) {
+    status = fail(RC_E_INVALID_ARGUMENT, "a cache needs 1.." + std::to_string(RC_MAX_ENDPOINTS) + " endpoints");
     return nullptr;
   }
-  if (options.regions_per_server == 0) {
-    status = fail(RC_E_INVALID_ARGUMENT, "regions_per_server must be at least 1");
+  if (options.regions_per_server == 0 || options.regions_per_server > RC_MAX_REGIONS_PER_SERVER) {
+    status = fail(RC_E_INVALID_ARGUMENT, "regions_per_server must be 1.." + std::to_string(RC_MAX_REGIONS_PER_SERVER));
+    return nullptr;
+  }
+  if ((options.flags & ~RC_OPEN_EXCLUSIVE) != 0) {
+    status = fail(RC_E_INVALID_ARGUMENT, "unknown bits in rc_cache_options.flags");
     return nullptr;
   }
   std::unique_ptr<Cache> cache(new Cache());
   cache->options_ = options;
   cache->token_ = options.token != nullptr ? options.token : "";
   if (cache->token_.size() > wire::kTokenMax) {
-    status = fail(RC_E_INVALID_ARGUMENT, "token longer than 64 bytes");
+    status = fail(RC_E_INVALID_ARGUMENT, "token longer than " + std::to_string(wire::kTokenMax) + " bytes");
     return nullptr;
   }
+  if (cache->token_.empty()) {
+    std::array<uint8_t, kRandomTokenBytes> random{};
+    crypto::random_bytes(random);
+    cache->token_ = crypto::base64url_encode(random);
+  }
+  crypto::random_bytes(cache->client_id_);
+  if (options.capabilities != nullptr) {
+    for (std::size_t i = 0; i < endpoints.size(); ++i) {
+      const char* text = options.capabilities[i];
+      auto cap = text != nullptr ? capability::from_text(text) : std::nullopt;
+      if (!cap) {
+        status = fail(RC_E_INVALID_ARGUMENT, "capabilities[" + std::to_string(i) + "] (for " + endpoints[i] +
+                                                 ") is not a capability's text form");
+        return nullptr;
+      }
+      cache->capabilities_.push_back(*cap);
+    }
+  }
   cache->options_.token = nullptr;
-  if (cache->options_.op_timeout_ms == 0) cache->options_.op_timeout_ms = 10000;
-  if (cache->options_.connect_timeout_ms == 0) cache->options_.connect_timeout_ms = 5000;
+  cache->options_.capabilities = nullptr;
+  if (cache->options_.op_timeout_ms == 0) cache->options_.op_timeout_ms = RC_DEFAULT_OP_TIMEOUT_MS;
+  if (cache->options_.connect_timeout_ms == 0) cache->options_.connect_timeout_ms = RC_DEFAULT_CONNECT_TIMEOUT_MS;
   cache->timeout_ns_ = uint64_t{cache->options_.op_timeout_ms} * 1'000'000;
   for (const auto& text : endpoints) {
     auto ep = parse_endpoint(text);
@@ -193,8 +215,13 @@ Status Cache::connect_links(uint32_t server_threads, std::vector<std::unique_ptr
   params.request.regions = options_.regions_per_server;
   params.request.server_threads = server_threads;
   params.request.token_length = static_cast<uint32_t>(token_.size());
+  params.request.flags = (options_.flags & RC_OPEN_EXCLUSIVE) != 0 ? wire::kConnectExclusive : 0;
+  std::memcpy(params.request.client_id, client_id_.data(), client_id_.size());
   std::memcpy(params.request.token, token_.data(), token_.size());
-  for (const auto& ep : endpoints_) {
+  for (std::size_t i = 0; i < endpoints_.size(); ++i) {
+    const Endpoint& ep = endpoints_[i];
+    params.request.capability_length = capabilities_.empty() ? 0 : sizeof(wire::Capability);
+    params.request.capability = capabilities_.empty() ? wire::Capability{} : capabilities_[i];
     Status st = RC_OK;
     auto link = transport::connect(ep, params, st);
     if (!link) return st;

@@ -1,6 +1,7 @@
 // The client's view of one cache: its servers, region table, configuration and client threads.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -57,7 +58,9 @@ class Cache {
   ~Cache();
 
   uint64_t capacity() const { return table_.capacity(); }
-  uint32_t session_capacity() const { return options_.session_capacity == 0 ? 1024 : options_.session_capacity; }
+  uint32_t session_capacity() const {
+    return options_.session_capacity == 0 ? RC_DEFAULT_SESSION_CAPACITY : options_.session_capacity;
+  }
   const RegionTable& table() const { return table_; }
   rc_config config() const;
   Knobs knobs() const;
@@ -81,6 +84,8 @@ class Cache {
   std::vector<Endpoint> endpoints_;
   rc_cache_options options_{};
   std::string token_;
+  std::array<uint8_t, 16> client_id_{};      // tells the servers this client's connections apart
+  std::vector<wire::Capability> capabilities_;  // one per endpoint, or none
   RegionTable table_;
   std::vector<std::unique_ptr<transport::ClientConnection>> control_;  // one per server
   std::vector<uint64_t> control_seq_;

@@ -4,10 +4,16 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "transport/connect_codec.h"
 
 namespace rc::client {
 namespace {
 constexpr uint64_t kProbeEveryNs = 1'000'000;  // liveness probe cadence while responses are overdue
+
+bool is_notice(std::span<const std::byte> frame) {
+  return frame.size() >= sizeof(wire::FrameHeader) &&
+         wire::read_header(frame.data()).kind == static_cast<uint8_t>(wire::Kind::Notice);
+}
 }
 
 Channel::Channel(std::unique_ptr<transport::ClientConnection> link)
@@ -123,6 +129,10 @@ std::size_t Channel::progress(const Knobs& k) {
       fail_all(st);
       return done;
     }
+    if (is_notice(frame)) {
+      fail_all(transport::decode_notice(frame));
+      return done;
+    }
     const std::size_t count = batches_.empty() ? 0 : batches_.front().count;
     if (!take_response(frame)) {
       fail_all(fail(RC_E_PROTOCOL, "the server sent a response that does not match its batch"));
@@ -188,7 +198,21 @@ bool Channel::take_response(std::span<const std::byte> frame) {
   return true;
 }
 
+// A server that closes a connection on purpose says why in a last Notice, which may still be
+// buffered behind responses nobody will read now.
+Status Channel::departure(Status status) {
+  for (;;) {
+    std::span<const std::byte> frame;
+    if (link_->poll_response(frame) != RC_OK) return status;
+    const bool notice = is_notice(frame);
+    const Status why = notice ? transport::decode_notice(frame) : status;
+    link_->release_response();
+    if (notice) return why;
+  }
+}
+
 void Channel::fail_all(Status status) {
+  if (status == RC_E_DISCONNECTED && broken_ == RC_OK) status = departure(status);
   if (broken_ == RC_OK) RC_LOG_WARN("connection failed: %s (%s)", status_name(status), last_error());
   broken_ = status;
   while (!one_sided_.empty()) {

@@ -70,6 +70,7 @@ class Channel {
   void send_open(const Knobs& k);
   void wait_for_slot(const Knobs& k, bool one_sided);
   bool take_response(std::span<const std::byte> frame);
+  Status departure(Status status);
   void fail_all(Status status);
 
   std::unique_ptr<transport::ClientConnection> link_;

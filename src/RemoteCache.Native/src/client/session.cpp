@@ -7,6 +7,7 @@
 #include <string>
 
 #include "client/cache.h"
+#include "common/backoff.h"
 #include "common/clock.h"
 
 namespace rc::client {
@@ -124,22 +125,15 @@ int32_t Session::wait(rc_completion* out, uint32_t max, int32_t timeout_ms) {
   const uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : start + uint64_t(timeout_ms) * 1'000'000;
   std::vector<pollfd> fds;
   std::vector<int> raw;
+  // With c = 0 this thread is the one moving the data, so it spins; with c > 0 a client thread is,
+  // and a spinning caller would take the core it needs (three busy threads do not fit two cores).
+  Backoff backoff(worker_ != nullptr ? 0 : kSpinNs, worker_ != nullptr ? kSpinNs : 0);
   for (;;) {
     const int32_t n = poll(out, max);
     if (n != 0 || outstanding() == 0) return n;
     if (woken_.exchange(false, std::memory_order_acq_rel)) return 0;
-    const uint64_t now = now_ns();
-    if (now >= deadline) return 0;
-    if (now - start < kSpinNs) {
-      // With c = 0 this thread is the one moving the data; with c > 0 a client thread is, and a
-      // spinning caller would take the core it needs (three busy threads do not fit two cores).
-      if (worker_ != nullptr) {
-        sched_yield();
-      } else {
-        cpu_relax();
-      }
-      continue;
-    }
+    if (now_ns() >= deadline) return 0;
+    if (!backoff.idle()) continue;
     // Block until the data path signals: our channels' fds (c = 0) or our eventfd (c > 0).
     raw.clear();
     raw.push_back(wake_.fd());  // rc_wake, and with c > 0 also the client thread's completions

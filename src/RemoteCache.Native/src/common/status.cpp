@@ -28,6 +28,9 @@ const char* status_name(int32_t status) {
     case RC_E_CLOSED: return "RC_E_CLOSED";
     case RC_E_UNSUPPORTED: return "RC_E_UNSUPPORTED";
     case RC_E_INTERNAL: return "RC_E_INTERNAL";
+    case RC_E_EXPIRED: return "RC_E_EXPIRED";
+    case RC_E_IN_USE: return "RC_E_IN_USE";
+    case RC_E_LIMIT: return "RC_E_LIMIT";
     default: return "RC_E_UNKNOWN";
   }
 }

@@ -14,18 +14,23 @@
 #include <cstring>
 #include <span>
 
+#include <remotecache/remotecache.h>
+
 namespace rc::wire {
 
 static_assert(std::endian::native == std::endian::little, "the wire format is little-endian");
 
 inline constexpr uint32_t kMagic = 0x31424352;  // "RCB1"
-inline constexpr uint8_t kVersion = 1;
+// 2: Connect carries flags, a client id and a capability; the server may send a Notice.
+inline constexpr uint8_t kVersion = 2;
 inline constexpr uint32_t kBatchBytes = 4096;
 inline constexpr uint32_t kMaxChunk = 32 * 1024;
-inline constexpr uint32_t kMaxBatchEntries = 256;
-inline constexpr uint32_t kTokenMax = 64;
+inline constexpr uint32_t kMaxBatchEntries = RC_MAX_BATCH_SIZE;
+inline constexpr uint32_t kTokenMax = RC_MAX_TOKEN_BYTES;
 
-enum class Kind : uint8_t { Connect = 1, ConnectReply = 2, Batch = 3, Response = 4 };
+// Notice: the server's last frame on a connection it closes on purpose (a lease ended), so that the
+// client can report why instead of a bare disconnection.
+enum class Kind : uint8_t { Connect = 1, ConnectReply = 2, Batch = 3, Response = 4, Notice = 5 };
 
 enum class Op : uint8_t {
   Read = 1,
@@ -76,16 +81,50 @@ constexpr uint32_t response_cost(Op op, uint32_t length) {
   return sizeof(ResponseEntry) + (op == Op::Read ? pad8(length) : 0);
 }
 
+// A capability: the admission of one cache on one server, signed by the key the server shares with
+// the cache manager. Versioned on its own, since the manager mints it and outlives wire changes.
+struct Capability {
+  uint32_t magic;    // kCapabilityMagic
+  uint8_t version;   // kCapabilityVersion
+  uint8_t reserved[3];
+  uint64_t cache_id;
+  uint64_t expires_unix_ms;  // wall clock; the cache's lease ends here
+  uint32_t regions;          // regions this cache may hold on the server
+  uint32_t server_id_length;
+  char server_id[64];        // the server's identity (rc_server_id)
+  uint8_t nonce[16];         // makes every minted capability distinct
+  uint8_t mac[32];           // HMAC-SHA256 over every byte before it
+};
+static_assert(sizeof(Capability) == 144);
+inline constexpr uint32_t kCapabilityMagic = 0x31434352;  // "RCC1"
+inline constexpr uint8_t kCapabilityVersion = 1;
+inline constexpr std::size_t kCapabilitySigned = offsetof(Capability, mac);
+
+// Connect flags.
+inline constexpr uint32_t kConnectExclusive = 1;  // RC_OPEN_EXCLUSIVE
+
 // Connect: the first frame on a connection (payload of a Kind::Connect frame).
 struct ConnectRequest {
   uint64_t cache_id;
   uint32_t regions;         // regions this cache wants on this server
   uint32_t server_threads;  // s
   uint32_t token_length;
-  uint32_t reserved;
+  uint32_t flags;           // kConnect*
+  uint8_t client_id[16];    // random per rc_cache: tells one client's connections from another's
   char token[kTokenMax];
+  uint32_t capability_length;  // 0 or sizeof(Capability)
+  uint32_t reserved;
+  Capability capability;
 };
-static_assert(sizeof(ConnectRequest) == 88);
+static_assert(sizeof(ConnectRequest) == 256);
+
+// Payload of a Kind::Notice frame.
+struct Notice {
+  int32_t status;  // rc_status
+  uint32_t reserved;
+  char message[96];
+};
+static_assert(sizeof(Notice) == 104);
 
 // Describes one granted region to the client. For shm, key is the index of its fd in the
 // reply's ancillary data; for verbs it is the rkey and addr the registered address.

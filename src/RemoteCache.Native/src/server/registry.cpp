@@ -5,34 +5,24 @@
 
 #include <cerrno>
 #include <cstring>
-#include <string_view>
 
+#include "common/capability.h"
 #include "common/log.h"
+#include "common/memfd.h"
 
 namespace rc::server {
 namespace {
 
-// Constant-time comparison: a token check must not leak how many leading bytes matched.
-bool same_token(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    diff = static_cast<unsigned char>(diff | (a[i] ^ b[i]));
-  return diff == 0;
-}
-
 // A memfd so that shm clients can map the very same pages; the kernel hands out zeroed pages, which
 // is what "zeroed before first use" needs, lazily and without touching the memory up front.
 bool make_region(uint64_t size, transport::RegionMemory& out) {
-  const int fd = memfd_create("remotecache-region", MFD_CLOEXEC);
+  const int fd = sealed_memfd("remotecache-region", size);
   if (fd < 0) return false;
-  if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
-    close(fd);
-    return false;
-  }
   void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (base == MAP_FAILED) {
+    const int err = errno;
     close(fd);
+    errno = err;
     return false;
   }
   // Random access over a large region is TLB-bound on 4 KiB pages; where the administrator allows
@@ -49,66 +39,113 @@ transport::Grant refuse(Status status, std::string message) {
   return g;
 }
 
+std::string cache_name(uint64_t id) { return "cache " + std::to_string(id); }
+
 }  // namespace
 
-Registry::Registry(uint64_t region_size, uint64_t memory_limit)
-    : region_size_(region_size), memory_limit_(memory_limit) {}
+std::size_t Registry::KeyHash::operator()(const Key& k) const {
+  uint64_t t = 0;
+  std::memcpy(&t, k.token.data(), sizeof t);
+  return static_cast<std::size_t>((k.id * 0x9E3779B97F4A7C15ull) ^ t);
+}
+
+Registry::Registry(uint64_t region_size, uint64_t memory_limit, Admission admission)
+    : region_size_(region_size), memory_limit_(memory_limit), admission_(std::move(admission)) {
+  crypto::random_bytes(token_salt_);
+}
 
 Registry::~Registry() {
   std::lock_guard lock(mutex_);
-  for (auto& [id, cache] : caches_) free_regions(*cache);
+  for (auto& [key, cache] : caches_) free_regions(*cache);
 }
 
-transport::Grant Registry::attach(const wire::ConnectRequest& request,
-                                  std::shared_ptr<CacheState>& cache) {
-  if (request.token_length > wire::kTokenMax) return refuse(RC_E_INVALID_ARGUMENT, "token too long");
-  const std::string_view token(request.token, request.token_length);
-  if (request.regions == 0 || request.regions > 250)
-    return refuse(RC_E_INVALID_ARGUMENT, "a cache asks for 1 to 250 regions per server");
+transport::Grant Registry::admit_capability(const wire::ConnectRequest& request) const {
+  if (open_mode()) return {};
+  if (request.capability_length != sizeof(wire::Capability))
+    return refuse(RC_E_AUTH, "this server admits only clients with a capability, and the Connect carries none");
+  const capability::Expectation want{request.cache_id, admission_.server_id, request.regions, capability::unix_now_ms()};
+  if (capability::verify(request.capability, admission_.key, want) != RC_OK) return refuse(RC_E_AUTH, last_error());
+  return {};
+}
 
+transport::Grant Registry::attach(const wire::ConnectRequest& request, std::shared_ptr<CacheState>& cache) {
+  if (request.token_length > wire::kTokenMax) return refuse(RC_E_INVALID_ARGUMENT, "token too long");
+  if (request.regions == 0 || request.regions > RC_MAX_REGIONS_PER_SERVER)
+    return refuse(RC_E_INVALID_ARGUMENT,
+                  "a cache asks for 1 to " + std::to_string(RC_MAX_REGIONS_PER_SERVER) + " regions per server");
+  if ((request.flags & ~wire::kConnectExclusive) != 0) return refuse(RC_E_INVALID_ARGUMENT, "unknown Connect flags");
+  if (auto refused = admit_capability(request); refused.status != RC_OK) return refused;
+
+  const Key key{request.cache_id,
+                crypto::hmac_sha256(token_salt_, {reinterpret_cast<const uint8_t*>(request.token), request.token_length})};
   std::lock_guard lock(mutex_);
-  auto it = caches_.find(request.cache_id);
-  if (it != caches_.end()) {
-    CacheState& existing = *it->second;
-    if (!same_token(existing.token, token)) return refuse(RC_E_AUTH, "wrong token for this cache");
-    if (existing.regions.size() != request.regions)
-      return refuse(RC_E_INVALID_ARGUMENT, "cache exists with a different region count");
-    cache = it->second;
-  } else {
-    const uint64_t want = uint64_t{request.regions} * region_size_;
-    if (want > memory_limit_ - in_use_)
-      return refuse(RC_E_NO_MEMORY, "server memory limit reached (" + std::to_string(in_use_) + " of " +
-                                        std::to_string(memory_limit_) + " bytes lent)");
-    auto fresh = std::make_shared<CacheState>();
-    fresh->id = request.cache_id;
-    fresh->token = std::string(token);
-    fresh->server_threads.store(request.server_threads);
-    fresh->thread_base = next_thread_base_++;
-    for (uint32_t r = 0; r < request.regions; ++r) {
-      transport::RegionMemory region{};
-      if (!make_region(region_size_, region)) {
-        const int err = errno;
-        free_regions(*fresh);
-        return refuse(RC_E_NO_MEMORY, std::string("cannot create region: ") + std::strerror(err));
-      }
-      fresh->regions.push_back(region);
-      fresh->views.push_back(RegionView{region.base, region.size});
-    }
-    in_use_ += want;
-    caches_.emplace(request.cache_id, fresh);
-    cache = fresh;
-    RC_LOG_INFO("cache %llu created: %u regions of %llu bytes",
-                static_cast<unsigned long long>(request.cache_id), request.regions,
-                static_cast<unsigned long long>(region_size_));
-  }
+  auto it = caches_.find(key);
+  transport::Grant g = it != caches_.end() ? join(*it->second, request) : create(key, request, cache);
+  if (g.status != RC_OK) return g;
+  if (it != caches_.end()) cache = it->second;
   {
     std::lock_guard cache_lock(cache->mutex);
     ++cache->connections;
   }
-  transport::Grant g;
   g.regions = cache->regions;
   g.region_size = region_size_;
   return g;
+}
+
+transport::Grant Registry::join(CacheState& cache, const wire::ConnectRequest& request) {
+  if (cache.regions.size() != request.regions)
+    return refuse(RC_E_INVALID_ARGUMENT, cache_name(cache.id) + " exists with " + std::to_string(cache.regions.size()) +
+                                             " regions on this server, the Connect asks for " +
+                                             std::to_string(request.regions));
+  const bool same_client = std::memcmp(cache.first_client.data(), request.client_id, sizeof request.client_id) == 0;
+  if (cache.exclusive && !same_client)
+    return refuse(RC_E_IN_USE, cache_name(cache.id) + " is open exclusively by another client");
+  if ((request.flags & wire::kConnectExclusive) != 0 && (cache.shared || !same_client))
+    return refuse(RC_E_IN_USE, cache_name(cache.id) + " is already open by another client, so it cannot be opened exclusively");
+  cache.shared = cache.shared || !same_client;
+  if (request.capability_length != 0 && !open_mode())
+    cache.lease_end_ms = std::max(cache.lease_end_ms, request.capability.expires_unix_ms);
+  return {};
+}
+
+transport::Grant Registry::create(const Key& key, const wire::ConnectRequest& request,
+                                  std::shared_ptr<CacheState>& cache) {
+  if (!open_mode()) {
+    const uint64_t held = regions_by_id_.contains(request.cache_id) ? regions_by_id_[request.cache_id] : 0;
+    if (held + request.regions > request.capability.regions)
+      return refuse(RC_E_AUTH, "the capability for " + cache_name(request.cache_id) + " grants " +
+                                   std::to_string(request.capability.regions) + " regions, " + std::to_string(held) +
+                                   " of them held by another cache with this id");
+  }
+  const uint64_t want = uint64_t{request.regions} * region_size_;
+  if (want > memory_limit_ - in_use_)
+    return refuse(RC_E_NO_MEMORY, "server memory limit reached (" + std::to_string(in_use_) + " of " +
+                                      std::to_string(memory_limit_) + " bytes lent)");
+  auto fresh = std::make_shared<CacheState>();
+  fresh->id = request.cache_id;
+  fresh->token = key.token;
+  fresh->server_threads.store(request.server_threads);
+  fresh->thread_base = next_thread_base_++;
+  fresh->exclusive = (request.flags & wire::kConnectExclusive) != 0;
+  std::memcpy(fresh->first_client.data(), request.client_id, sizeof request.client_id);
+  if (!open_mode()) fresh->lease_end_ms = request.capability.expires_unix_ms;
+  for (uint32_t r = 0; r < request.regions; ++r) {
+    transport::RegionMemory region{};
+    if (!make_region(region_size_, region)) {
+      const int err = errno;
+      free_regions(*fresh);
+      return refuse(RC_E_NO_MEMORY, std::string("cannot create region: ") + std::strerror(err));
+    }
+    fresh->regions.push_back(region);
+    fresh->views.push_back(RegionView{region.base, region.size});
+  }
+  in_use_ += want;
+  regions_by_id_[request.cache_id] += request.regions;
+  caches_.emplace(key, fresh);
+  cache = fresh;
+  RC_LOG_INFO("%s created: %u regions of %llu bytes%s", cache_name(request.cache_id).c_str(), request.regions,
+              static_cast<unsigned long long>(region_size_), fresh->exclusive ? ", exclusive" : "");
+  return {};
 }
 
 void Registry::detach(const std::shared_ptr<CacheState>& cache) {
@@ -117,12 +154,32 @@ void Registry::detach(const std::shared_ptr<CacheState>& cache) {
     std::lock_guard cache_lock(cache->mutex);
     if (--cache->connections > 0) return;
   }
-  auto it = caches_.find(cache->id);
-  if (it == caches_.end() || it->second != cache) return;
+  auto it = caches_.find(Key{cache->id, cache->token});
+  if (it != caches_.end() && it->second == cache) caches_.erase(it);
   in_use_ -= cache->regions.size() * region_size_;
+  auto held = regions_by_id_.find(cache->id);
+  if (held != regions_by_id_.end() && (held->second -= cache->regions.size()) == 0) regions_by_id_.erase(held);
   free_regions(*cache);
-  caches_.erase(it);
-  RC_LOG_INFO("cache %llu freed", static_cast<unsigned long long>(cache->id));
+  RC_LOG_INFO("%s freed", cache_name(cache->id).c_str());
+}
+
+std::size_t Registry::expire(uint64_t now_unix_ms, uint64_t& next_end_ms) {
+  std::lock_guard lock(mutex_);
+  std::size_t dropped = 0;
+  next_end_ms = 0;
+  for (auto it = caches_.begin(); it != caches_.end();) {
+    CacheState& c = *it->second;
+    if (c.lease_end_ms != 0 && c.lease_end_ms <= now_unix_ms) {
+      c.dropped.store(RC_E_EXPIRED, std::memory_order_release);
+      RC_LOG_WARN("%s: its lease ended; dropping it", cache_name(c.id).c_str());
+      it = caches_.erase(it);  // no new connection joins it; memory goes with its last connection
+      ++dropped;
+      continue;
+    }
+    if (c.lease_end_ms != 0 && (next_end_ms == 0 || c.lease_end_ms < next_end_ms)) next_end_ms = c.lease_end_ms;
+    ++it;
+  }
+  return dropped;
 }
 
 uint64_t Registry::memory_in_use() const {
@@ -132,6 +189,7 @@ uint64_t Registry::memory_in_use() const {
 
 void Registry::free_regions(CacheState& cache) {
   for (auto& r : cache.regions) {
+    release_pages(r.base, r.size);
     munmap(r.base, r.size);
     close(r.fd);
   }

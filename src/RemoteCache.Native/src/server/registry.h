@@ -1,16 +1,23 @@
-// The caches a server lends memory to. A cache is created by its first Connect (which fixes its
-// token and region count) and freed when its last connection closes: RemoteCache is a cache, and
-// a crashed client must not leak the memory it rented.
+// The caches a server lends memory to. A cache is named by (cache id, token): the same id with
+// another token is another cache, so nobody can squat an id, lock its owner out or probe which ids
+// exist. A cache is created by its first Connect and freed when its last connection closes
+// (RemoteCache is a cache: a crashed client must not leak the memory it rented), or dropped when
+// its lease (the latest expiry of the capabilities it was opened with) ends.
+//
+// Admission: with an admission key, a Connect needs a capability signed by it for this server and
+// this cache id; the regions of all caches with that id stay within what the capability grants.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "common/crypto.h"
 #include "common/wire.h"
 #include "server/executor.h"
 #include "transport/transport.h"
@@ -19,38 +26,71 @@ namespace rc::server {
 
 struct CacheState {
   uint64_t id = 0;
-  std::string token;
+  crypto::Digest token{};  // keyed digest of the token, never the token itself
   std::vector<transport::RegionMemory> regions;
   std::vector<RegionView> views;
-  uint32_t thread_base = 0;  // first server thread this cache's connections go to
+  uint32_t thread_base = 0;                 // first server thread this cache's connections go to
   std::atomic<uint32_t> server_threads{0};  // s; connections follow it to their threads
-  std::mutex mutex;                          // guards the counters below
+  // RC_OK while the cache lives; RC_E_EXPIRED once its lease ended: its connections close.
+  std::atomic<int32_t> dropped{RC_OK};
+  std::mutex mutex;  // guards the counters below
   uint32_t connections = 0;
   uint32_t next_connection_index = 0;
+  // Guarded by the registry's mutex.
+  bool exclusive = false;
+  std::array<uint8_t, 16> first_client{};  // the client id of the first connection
+  bool shared = false;                      // another client id has connected too
+  uint64_t lease_end_ms = 0;                // 0: no lease (open mode)
+};
+
+struct Admission {
+  std::vector<uint8_t> key;  // empty: open mode
+  std::string server_id;
 };
 
 class Registry {
  public:
-  Registry(uint64_t region_size, uint64_t memory_limit);
+  Registry(uint64_t region_size, uint64_t memory_limit, Admission admission);
   ~Registry();
 
-  // Admits a connection: creates the cache or checks the token of the existing one.
+  // Admits a connection: checks its capability, then creates its cache or joins the existing one.
   transport::Grant attach(const wire::ConnectRequest& request, std::shared_ptr<CacheState>& cache);
   // Called once per attached connection when it closes.
   void detach(const std::shared_ptr<CacheState>& cache);
 
+  // Drops every cache whose lease has ended by `now_unix_ms` (marks it, so its connections close;
+  // its memory is freed with the last of them). Returns how many, and the next lease end (or 0).
+  std::size_t expire(uint64_t now_unix_ms, uint64_t& next_end_ms);
+
+  bool open_mode() const { return admission_.key.empty(); }
+  const std::string& server_id() const { return admission_.server_id; }
   uint64_t region_size() const { return region_size_; }
   uint64_t memory_in_use() const;
 
  private:
+  struct Key {
+    uint64_t id;
+    crypto::Digest token;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    std::size_t operator()(const Key& k) const;
+  };
+
+  transport::Grant admit_capability(const wire::ConnectRequest& request) const;
+  transport::Grant join(CacheState& cache, const wire::ConnectRequest& request);
+  transport::Grant create(const Key& key, const wire::ConnectRequest& request, std::shared_ptr<CacheState>& cache);
   static void free_regions(CacheState& cache);
 
   const uint64_t region_size_;
   const uint64_t memory_limit_;
+  const Admission admission_;
+  std::array<uint8_t, 32> token_salt_{};  // keys the token digests, so they say nothing outside
   mutable std::mutex mutex_;
   uint64_t in_use_ = 0;
   uint32_t next_thread_base_ = 0;
-  std::unordered_map<uint64_t, std::shared_ptr<CacheState>> caches_;
+  std::unordered_map<Key, std::shared_ptr<CacheState>, KeyHash> caches_;
+  std::unordered_map<uint64_t, uint64_t> regions_by_id_;  // regions held by all caches of an id
 };
 
 }  // namespace rc::server

@@ -1,22 +1,27 @@
 #include "server/server.h"
 
-#include <sched.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <mutex>
+#include <new>
+#include <optional>
 #include <thread>
 
+#include "common/backoff.h"
+#include "common/capability.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/notifier.h"
+#include "server/acceptor.h"
 #include "server/executor.h"
 #include "server/registry.h"
+#include "transport/connect_codec.h"
 #include "transport/transport.h"
 
 namespace rc::server {
@@ -25,14 +30,40 @@ namespace {
 constexpr uint64_t kSpinNs = 50'000;    // keep polling this long after the last request
 constexpr uint64_t kYieldNs = 200'000;  // then yield the core this long before blocking
 constexpr int kHousekeeping = -1;
-constexpr uint32_t kMaxHandshakes = 64;
+constexpr auto kLeaseCheckEvery = std::chrono::milliseconds(250);
+
+// Why the server closes a connection.
+enum class CloseReason {
+  PeerClosed,     // the client hung up: routine
+  PeerSentBytes,  // bytes on a socket the client must keep silent (shm)
+  Malformed,      // a frame that does not parse, or out of sequence
+  OutOfMemory,    // the server could not allocate for this connection
+  LeaseExpired,   // the cache's lease ended (the client gets a Notice)
+};
+
+const char* describe(CloseReason reason) {
+  switch (reason) {
+    case CloseReason::PeerClosed: return "peer closed";
+    case CloseReason::PeerSentBytes: return "the client wrote to its shm socket, which must stay silent";
+    case CloseReason::Malformed: return "malformed frame";
+    case CloseReason::OutOfMemory: return "the server ran out of memory for this connection";
+    case CloseReason::LeaseExpired: return "the cache's lease ended";
+  }
+  return "?";
+}
+
+struct Closing {
+  CloseReason reason;
+  const char* detail = nullptr;  // for Malformed: what was wrong
+};
 
 struct Conn {
   std::unique_ptr<transport::ServerConnection> link;
   std::shared_ptr<CacheState> cache;
+  std::unique_ptr<ConnectionTicket> ticket;
   uint32_t index = 0;          // within its cache, for placement
   uint64_t next_seq = 1;
-  bool hung_up = false;        // its wait fds reported a hang-up: probe and maybe close
+  bool probe = false;          // its fds reported an event while the thread slept: check the peer
   std::vector<int> watched;    // its fds in the owning thread's epoll set
 };
 
@@ -42,33 +73,35 @@ class ServerThread;
 
 struct Server::Impl {
   ServerOptions options;
-  Registry registry;
+  std::optional<Registry> registry;
   std::vector<std::string> endpoints;
   std::vector<std::unique_ptr<transport::Listener>> listeners;
-  std::vector<std::thread> acceptors;
+  std::unique_ptr<Acceptor> acceptor;
   std::vector<std::unique_ptr<ServerThread>> pool;
   std::unique_ptr<ServerThread> housekeeping;
   std::atomic<bool> stopping{false};
   std::atomic<uint64_t> placement_epoch{0};  // bumped whenever some cache's s changes
-  EventFd stop_event;  // never drained: once signalled, every handshake wait ends
-  std::mutex handshake_mutex;
-  std::condition_variable handshakes_done;
-  uint32_t handshakes = 0;
+  std::thread lease_thread;
+  std::mutex lease_mutex;
+  std::condition_variable lease_cv;
 
-  Impl(const ServerOptions& o) : options(o), registry(o.region_size, o.memory_limit) {}
+  explicit Impl(const ServerOptions& o) : options(o) {}
   ServerThread& thread_for(int home);
   int home_of(const Conn& conn) const;
-  void place(std::unique_ptr<Conn> conn);
+  void deliver(std::unique_ptr<transport::ServerConnection> link, std::shared_ptr<CacheState> cache,
+               std::unique_ptr<ConnectionTicket> ticket);
   void wake_all();
-  void accept_loop(transport::Listener& listener);
-  void handshake(std::unique_ptr<transport::PendingConnection> pending);
+  void lease_loop();
 };
 
 // One polling (or, for housekeeping, purely event-driven) server thread.
 class ServerThread {
  public:
   ServerThread(Server::Impl& server, int index, bool spins)
-      : server_(server), index_(index), spins_(spins), out_(std::make_unique<std::byte[]>(wire::kMaxFrame)) {
+      : server_(server),
+        index_(index),
+        backoff_(spins ? kSpinNs : 0, spins ? kYieldNs : 0),
+        out_(std::make_unique<std::byte[]>(wire::kMaxFrame)) {
     epoll_ = epoll_create1(EPOLL_CLOEXEC);
     epoll_event ev{};
     ev.events = EPOLLIN;
@@ -88,8 +121,8 @@ class ServerThread {
 
   ~ServerThread() {
     halt();
-    for (auto& c : conns_) close_conn(c, nullptr);
-    for (auto& c : inbox_) close_conn(c, nullptr);
+    for (auto& c : conns_) close_conn(c, std::nullopt);
+    for (auto& c : inbox_) close_conn(c, std::nullopt);
     close(epoll_);
   }
 
@@ -106,22 +139,19 @@ class ServerThread {
 
  private:
   void run() {
-    uint64_t idle_since = 0;  // 0: busy until the last pass; the clock is read only when idle
     while (!stop_.load(std::memory_order_relaxed)) {
-      take_inbox();
-      if (poll_all()) {
-        idle_since = 0;
-        continue;
-      }
-      const uint64_t now = now_ns();
-      if (idle_since == 0) idle_since = now;
-      if (spins_ && now - idle_since < kSpinNs) {
-        cpu_relax();
-      } else if (spins_ && now - idle_since < kSpinNs + kYieldNs) {
-        sched_yield();
-      } else {
-        sleep_until_woken();
-        idle_since = 0;
+      try {
+        take_inbox();
+        if (poll_all()) {
+          backoff_.worked();
+        } else if (backoff_.idle()) {
+          sleep_until_woken();
+          backoff_.worked();
+        }
+      } catch (const std::bad_alloc&) {
+        // Not one connection's fault (those are closed in poll_all): breathe and go on.
+        RC_LOG_ERROR("server thread %d: out of memory outside any connection", index_);
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
     }
   }
@@ -134,6 +164,7 @@ class ServerThread {
       fresh.swap(inbox_);
       inbox_pending_.store(false, std::memory_order_relaxed);
     }
+    conns_.reserve(conns_.size() + fresh.size());
     for (auto& c : fresh) {
       watch(*c);
       conns_.push_back(std::move(c));
@@ -159,14 +190,16 @@ class ServerThread {
         server_.thread_for(home).post(std::move(moving));
         continue;
       }
-      const char* why = nullptr;
-      if (c.hung_up) {
-        c.hung_up = false;
-        if (c.link->check_alive() != RC_OK) why = "peer closed";
+      std::optional<Closing> closing = check(c);
+      if (!closing) {
+        try {
+          closing = serve(c, worked);
+        } catch (const std::bad_alloc&) {
+          closing = Closing{CloseReason::OutOfMemory};
+        }
       }
-      if (why == nullptr) why = serve(c, worked);
-      if (why != nullptr) {
-        close_conn(conns_[i], why);
+      if (closing) {
+        close_conn(conns_[i], closing);
         conns_.erase(conns_.begin() + static_cast<std::ptrdiff_t>(i));
         continue;
       }
@@ -175,22 +208,33 @@ class ServerThread {
     return worked;
   }
 
-  // Serves a few batches of one connection (bounded, for fairness); returns why it must close.
-  const char* serve(Conn& c, bool& worked) {
+  // Whether the connection must close before it is served: its cache was dropped, or the probe
+  // of a peer whose fds reported an event says it is gone or misbehaving.
+  static std::optional<Closing> check(Conn& c) {
+    if (c.cache->dropped.load(std::memory_order_relaxed) != RC_OK) return Closing{CloseReason::LeaseExpired};
+    if (!c.probe) return std::nullopt;
+    c.probe = false;
+    const Status alive = c.link->check_alive();
+    if (alive == RC_OK) return std::nullopt;
+    return Closing{alive == RC_E_PROTOCOL ? CloseReason::PeerSentBytes : CloseReason::PeerClosed};
+  }
+
+  // Serves a few batches of one connection (bounded, for fairness); says why it must close.
+  std::optional<Closing> serve(Conn& c, bool& worked) {
     for (int n = 0; n < 8; ++n) {
       std::span<const std::byte> frame;
       const Status st = c.link->next_request(frame);
       if (st == RC_E_BUSY) break;
-      if (st != RC_OK) return st == RC_E_PROTOCOL ? "malformed frame" : "peer closed";
+      if (st != RC_OK) return Closing{st == RC_E_PROTOCOL ? CloseReason::Malformed : CloseReason::PeerClosed};
       worked = true;
       const ExecResult r = execute_batch(frame, c.cache->views, c.next_seq, out_.get());
-      if (r.malformed) return r.reason;
+      if (r.malformed) return Closing{CloseReason::Malformed, r.reason};
       ++c.next_seq;
-      if (c.link->send_response({out_.get(), r.response_bytes}) != RC_OK) return "peer closed";
+      if (c.link->send_response({out_.get(), r.response_bytes}) != RC_OK) return Closing{CloseReason::PeerClosed};
       if (r.server_threads) set_server_threads(*c.cache, *r.server_threads);
     }
     c.link->flush();
-    return nullptr;
+    return std::nullopt;
   }
 
   void set_server_threads(CacheState& cache, uint32_t s) {
@@ -211,8 +255,10 @@ class ServerThread {
       for (int i = 0; i < n; ++i) {
         if (events[i].data.ptr == nullptr) {
           inbox_event_.drain();
-        } else if (events[i].events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) {
-          static_cast<Conn*>(events[i].data.ptr)->hung_up = true;
+        } else {
+          // Any event may be a hang-up or bytes that do not belong there (level-triggered: left
+          // unread they would wake this thread forever): the next pass probes the peer.
+          static_cast<Conn*>(events[i].data.ptr)->probe = true;
         }
       }
     }
@@ -237,23 +283,30 @@ class ServerThread {
     c.watched.clear();
   }
 
-  void close_conn(std::unique_ptr<Conn>& c, const char* why) {
+  // `closing` is empty when the server itself is stopping.
+  void close_conn(std::unique_ptr<Conn>& c, const std::optional<Closing>& closing) {
     if (!c) return;
-    if (why != nullptr) {
+    if (closing) {
       // A client hanging up is routine; anything else is worth a warning.
-      const bool routine = std::strcmp(why, "peer closed") == 0;
-      log(routine ? LogLevel::Info : LogLevel::Warn, "closing connection %s of cache %llu: %s",
-          c->link->peer().c_str(), static_cast<unsigned long long>(c->cache->id), why);
+      const bool routine = closing->reason == CloseReason::PeerClosed || closing->reason == CloseReason::LeaseExpired;
+      log(routine ? LogLevel::Info : LogLevel::Warn, "closing connection %s of cache %llu: %s%s%s",
+          c->link->peer().c_str(), static_cast<unsigned long long>(c->cache->id), describe(closing->reason),
+          closing->detail != nullptr ? ": " : "", closing->detail != nullptr ? closing->detail : "");
+      if (closing->reason == CloseReason::LeaseExpired) {
+        const auto notice = transport::encode_notice(RC_E_EXPIRED, "the lease of cache " + std::to_string(c->cache->id) +
+                                                                       " ended; the server dropped it");
+        if (c->link->send_response(notice) == RC_OK) c->link->flush();
+      }
     }
     unwatch(*c);  // before the fds close, so that epoll never reports a recycled descriptor
     auto cache = c->cache;
     c.reset();
-    server_.registry.detach(cache);
+    server_.registry->detach(cache);
   }
 
   Server::Impl& server_;
   const int index_;
-  const bool spins_;
+  Backoff backoff_;
   std::unique_ptr<std::byte[]> out_;
   int epoll_ = -1;
   EventFd inbox_event_;
@@ -279,7 +332,20 @@ int Server::Impl::home_of(const Conn& conn) const {
   return static_cast<int>(slot % pool.size());
 }
 
-void Server::Impl::place(std::unique_ptr<Conn> conn) {
+void Server::Impl::deliver(std::unique_ptr<transport::ServerConnection> link, std::shared_ptr<CacheState> cache,
+                           std::unique_ptr<ConnectionTicket> ticket) {
+  std::unique_ptr<Conn> conn;
+  try {
+    conn = std::make_unique<Conn>();
+  } catch (const std::bad_alloc&) {
+    RC_LOG_ERROR("dropping a new connection of cache %llu: out of memory", static_cast<unsigned long long>(cache->id));
+    link.reset();
+    registry->detach(cache);
+    return;
+  }
+  conn->link = std::move(link);
+  conn->cache = std::move(cache);
+  conn->ticket = std::move(ticket);
   {
     std::lock_guard lock(conn->cache->mutex);
     conn->index = conn->cache->next_connection_index++;
@@ -293,45 +359,15 @@ void Server::Impl::wake_all() {
   housekeeping->wake();
 }
 
-// Each handshake runs on a short-lived thread of its own, so a client that connects and says nothing
-// holds up nobody; at most kMaxHandshakes run at once, beyond that new connections are dropped.
-void Server::Impl::accept_loop(transport::Listener& listener) {
+// Ends leases on time: marks the caches whose lease is over and wakes the threads that own their
+// connections, which close them with a Notice.
+void Server::Impl::lease_loop() {
+  std::unique_lock lock(lease_mutex);
   while (!stopping.load()) {
-    Status st = RC_OK;
-    std::unique_ptr<transport::PendingConnection> pending = listener.accept(st);
-    if (!pending) {
-      if (st == RC_E_CLOSED) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // e.g. out of descriptors
-      continue;
-    }
-    {
-      std::lock_guard lock(handshake_mutex);
-      if (handshakes >= kMaxHandshakes) {
-        RC_LOG_WARN("%u handshakes already pending: dropping a new connection", handshakes);
-        continue;
-      }
-      ++handshakes;
-    }
-    std::thread([this, p = std::move(pending)]() mutable { handshake(std::move(p)); }).detach();
+    uint64_t next_end = 0;
+    if (registry->expire(capability::unix_now_ms(), next_end) > 0) wake_all();
+    lease_cv.wait_for(lock, kLeaseCheckEvery, [&] { return stopping.load(); });
   }
-}
-
-void Server::Impl::handshake(std::unique_ptr<transport::PendingConnection> pending) {
-  std::shared_ptr<CacheState> cache;
-  const transport::Admit admit = [&](const wire::ConnectRequest& request) { return registry.attach(request, cache); };
-  Status st = RC_OK;
-  std::unique_ptr<transport::ServerConnection> link = pending->handshake(admit, stop_event, st);
-  pending.reset();
-  if (link && !stopping.load()) {
-    auto conn = std::make_unique<Conn>();
-    conn->link = std::move(link);
-    conn->cache = std::move(cache);
-    place(std::move(conn));
-  } else if (cache) {
-    registry.detach(cache);  // admitted, but the reply failed or the server is stopping
-  }
-  std::lock_guard lock(handshake_mutex);
-  if (--handshakes == 0) handshakes_done.notify_all();
 }
 
 std::unique_ptr<Server> Server::start(const ServerOptions& options, Status& status) {
@@ -343,28 +379,48 @@ std::unique_ptr<Server> Server::start(const ServerOptions& options, Status& stat
     status = fail(RC_E_INVALID_ARGUMENT, "region size must be a non-zero multiple of 4096");
     return nullptr;
   }
+  if (!options.admission_key.empty() && options.admission_key.size() < RC_MIN_ADMISSION_KEY_BYTES) {
+    status = fail(RC_E_INVALID_ARGUMENT, "an admission key has at least " + std::to_string(RC_MIN_ADMISSION_KEY_BYTES) +
+                                             " bytes, this one " + std::to_string(options.admission_key.size()));
+    return nullptr;
+  }
+  if (options.server_id.size() > sizeof(wire::Capability::server_id)) {
+    status = fail(RC_E_INVALID_ARGUMENT, "a server id has at most " +
+                                             std::to_string(sizeof(wire::Capability::server_id)) + " bytes");
+    return nullptr;
+  }
+  if (options.max_connections == 0 || options.max_connections_per_peer == 0) {
+    status = fail(RC_E_INVALID_ARGUMENT, "connection limits must be at least 1");
+    return nullptr;
+  }
   auto impl = std::make_unique<Impl>(options);
+  transport::ListenOptions listen_options{options.shm_socket_mode, options.allowed_uids};
   for (const auto& text : options.listen) {
     auto ep = parse_endpoint(text);
     if (!ep) {
       status = RC_E_INVALID_ARGUMENT;
       return nullptr;
     }
-    auto listener = transport::listen(*ep, status);
+    auto listener = transport::listen(*ep, listen_options, status);
     if (!listener) return nullptr;
     impl->endpoints.push_back(listener->endpoint());
     impl->listeners.push_back(std::move(listener));
   }
+  std::string id = options.server_id.empty() ? impl->endpoints.front() : options.server_id;
+  if (id.size() > sizeof(wire::Capability::server_id)) id.resize(sizeof(wire::Capability::server_id));
+  impl->registry.emplace(options.region_size, options.memory_limit, Admission{options.admission_key, id});
   uint32_t threads = options.max_threads;
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   for (uint32_t i = 0; i < threads; ++i)
     impl->pool.push_back(std::make_unique<ServerThread>(*impl, static_cast<int>(i), true));
   impl->housekeeping = std::make_unique<ServerThread>(*impl, kHousekeeping, false);
-  for (auto& l : impl->listeners) {
-    transport::Listener* raw = l.get();
-    Impl* self = impl.get();
-    impl->acceptors.emplace_back([self, raw] { self->accept_loop(*raw); });
-  }
+  Impl* self = impl.get();
+  impl->acceptor = std::make_unique<Acceptor>(
+      *impl->registry, AcceptorLimits{options.max_connections, options.max_connections_per_peer},
+      [self](std::unique_ptr<transport::ServerConnection> link, std::shared_ptr<CacheState> cache,
+             std::unique_ptr<ConnectionTicket> ticket) { self->deliver(std::move(link), std::move(cache), std::move(ticket)); });
+  impl->acceptor->start(impl->listeners);
+  impl->lease_thread = std::thread([self] { self->lease_loop(); });
   status = RC_OK;
   return std::unique_ptr<Server>(new Server(std::move(impl)));
 }
@@ -375,21 +431,23 @@ Server::~Server() { stop(); }
 
 const std::vector<std::string>& Server::endpoints() const { return impl_->endpoints; }
 
-uint64_t Server::memory_in_use() const { return impl_->registry.memory_in_use(); }
+const std::string& Server::server_id() const { return impl_->registry->server_id(); }
+
+uint64_t Server::memory_in_use() const { return impl_->registry->memory_in_use(); }
 
 void Server::stop() {
   if (impl_->stopping.exchange(true)) return;
-  impl_->stop_event.signal();
-  for (auto& l : impl_->listeners) l->shutdown();
-  for (auto& t : impl_->acceptors) t.join();
   {
-    std::unique_lock lock(impl_->handshake_mutex);
-    impl_->handshakes_done.wait(lock, [&] { return impl_->handshakes == 0; });
+    std::lock_guard lock(impl_->lease_mutex);
+    impl_->lease_cv.notify_all();
   }
+  impl_->lease_thread.join();
+  impl_->acceptor->stop();
   for (auto& t : impl_->pool) t->halt();
   impl_->housekeeping->halt();
   impl_->pool.clear();
   impl_->housekeeping.reset();
+  impl_->acceptor.reset();
   impl_->listeners.clear();
 }
 

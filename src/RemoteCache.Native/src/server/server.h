@@ -18,9 +18,15 @@ namespace rc::server {
 
 struct ServerOptions {
   std::vector<std::string> listen;
-  uint64_t region_size = 1ull << 30;
-  uint64_t memory_limit = 4ull << 30;
+  uint64_t region_size = RC_DEFAULT_REGION_SIZE;
+  uint64_t memory_limit = RC_DEFAULT_MEMORY_LIMIT;
   uint32_t max_threads = 0;  // 0 = hardware threads
+  uint32_t max_connections = RC_DEFAULT_MAX_CONNECTIONS;
+  uint32_t max_connections_per_peer = RC_DEFAULT_MAX_CONNECTIONS_PER_PEER;
+  uint32_t shm_socket_mode = RC_DEFAULT_SHM_SOCKET_MODE;
+  std::vector<uint32_t> allowed_uids;  // abstract shm endpoints, besides the server's own uid
+  std::vector<uint8_t> admission_key;  // empty: open mode
+  std::string server_id;               // empty: the first endpoint as bound
 };
 
 class Server {
@@ -31,6 +37,7 @@ class Server {
   Server& operator=(const Server&) = delete;
 
   const std::vector<std::string>& endpoints() const;
+  const std::string& server_id() const;
   uint64_t memory_in_use() const;
   void stop();
 

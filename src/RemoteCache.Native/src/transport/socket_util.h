@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "common/notifier.h"
@@ -51,17 +52,18 @@ void set_timeouts(int fd, uint32_t timeout_ms);
 // Waits for a connection on `listen_fd` or a signal on `stop`. Null with RC_E_CLOSED on stop.
 UniqueFd accept_or_stop(int listen_fd, const EventFd& stop, Status& status);
 
-// How long a freshly accepted client has to send its Connect.
-inline constexpr uint32_t kHandshakeTimeoutMs = 2000;
+// How long a freshly accepted client has to send its Connect (a real client sends it at once).
+inline constexpr uint32_t kHandshakeTimeoutMs = 1000;
 
-// Waits until `fd` is readable (true), or the deadline passes or `stop` fires (false).
+// Waits until `fd` is readable (true), or the deadline passes or `stop` fires (false). Data that
+// has arrived wins over `stop`, so an evicted handshake still reads a Connect already there.
 bool wait_readable(int fd, const EventFd* stop, uint64_t deadline_ns);
 
-// A Connect frame's payload; false when the bytes are not a well-formed Connect frame.
-bool decode_connect_request(std::span<const std::byte> frame, wire::ConnectRequest& out);
-// A ConnectReply frame; the status it carries (with its message as the last error) or a
-// protocol error when it does not parse.
-Status decode_connect_reply(std::span<const std::byte> frame, wire::ConnectReply& out,
-                            std::vector<wire::RegionDescriptor>& regions);
+// Liveness of a stream whose peer has nothing to say after the handshake (shm's socket): RC_OK
+// while it is open and silent, RC_E_DISCONNECTED once closed, RC_E_PROTOCOL when bytes arrived
+// (they are consumed, so they can never pass for life).
+Status silent_peer_alive(int fd);
+// Liveness of a stream that carries data (tcp): only end-of-stream or an error mean gone.
+Status stream_peer_alive(int fd);
 
 }  // namespace rc::transport

@@ -125,6 +125,10 @@ class ServerConnection {
 class PendingConnection {
  public:
   virtual ~PendingConnection() = default;
+  // Who is connecting, for per-peer limits: "ip:ADDR" (tcp, verbs) or "uid:N" (shm).
+  virtual std::string peer_key() const = 0;
+  // Refuses before any handshake (a limit, a uid not allowed): best effort, never blocks.
+  virtual void refuse(Status status, const std::string& message) = 0;
   // Reads the Connect, asks `admit`, replies. Gives up after a short deadline or once `stop` is
   // signalled; null with the status on failure.
   virtual std::unique_ptr<ServerConnection> handshake(const Admit& admit, const EventFd& stop,
@@ -140,10 +144,12 @@ class Listener {
   virtual void shutdown() = 0;
 };
 
-std::unique_ptr<Listener> listen(const Endpoint& endpoint, Status& status);
+// What a listener enforces before any handshake (shm only; other transports ignore it).
+struct ListenOptions {
+  uint32_t shm_socket_mode = RC_DEFAULT_SHM_SOCKET_MODE;  // socket files
+  std::vector<uint32_t> allowed_uids;                     // abstract sockets, besides the server's own uid
+};
 
-// Helpers shared by the stream transports' handshakes.
-std::vector<std::byte> encode_connect_reply(const Grant& grant, std::span<const wire::RegionDescriptor> regions);
-std::vector<std::byte> encode_connect_request(const wire::ConnectRequest& request);
+std::unique_ptr<Listener> listen(const Endpoint& endpoint, const ListenOptions& options, Status& status);
 
 }  // namespace rc::transport

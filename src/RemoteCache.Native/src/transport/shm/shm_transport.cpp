@@ -7,6 +7,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <new>
@@ -14,7 +15,9 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/memfd.h"
 #include "common/notifier.h"
+#include "transport/connect_codec.h"
 #include "transport/shm/shm_ring.h"
 #include "transport/socket_util.h"
 
@@ -46,7 +49,7 @@ UniqueFd open_socket(const Endpoint& endpoint, sockaddr_un& addr, socklen_t& len
   return sock;
 }
 
-Status send_with_fds(int sock, std::span<const std::byte> data, std::span<const int> fds) {
+Status send_with_fds(int sock, std::span<const std::byte> data, std::span<const int> fds, int flags = 0) {
   iovec iov{const_cast<std::byte*>(data.data()), data.size()};
   msghdr msg{};
   msg.msg_iov = &iov;
@@ -61,7 +64,7 @@ Status send_with_fds(int sock, std::span<const std::byte> data, std::span<const 
     c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
     std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
   }
-  const ssize_t n = sendmsg(sock, &msg, MSG_NOSIGNAL);
+  const ssize_t n = sendmsg(sock, &msg, MSG_NOSIGNAL | flags);
   if (n != static_cast<ssize_t>(data.size())) return fail(RC_E_DISCONNECTED, "shm handshake send failed");
   return RC_OK;
 }
@@ -90,22 +93,26 @@ ssize_t recv_with_fds(int sock, std::byte* buf, std::size_t cap, std::vector<Uni
   return n;
 }
 
-Status peer_alive(int sock) {
-  char probe = 0;
-  const ssize_t n = recv(sock, &probe, 1, MSG_PEEK | MSG_DONTWAIT);
-  if (n == 0) return RC_E_DISCONNECTED;
-  if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return RC_E_DISCONNECTED;
-  return RC_OK;
+// The uid of the process at the other end of a Unix socket.
+bool peer_uid(int sock, uid_t& uid) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return false;
+  uid = cred.uid;
+  return true;
 }
 
 struct Mapping {
   void* base = MAP_FAILED;
   std::size_t size = 0;
+  bool release = false;  // the server's mapping: free the pages for everyone when it goes
   Mapping() = default;
-  Mapping(void* b, std::size_t s) : base(b), size(s) {}
-  Mapping(Mapping&& o) noexcept : base(o.base), size(o.size) { o.base = MAP_FAILED; }
+  Mapping(void* b, std::size_t s, bool r = false) : base(b), size(s), release(r) {}
+  Mapping(Mapping&& o) noexcept : base(o.base), size(o.size), release(o.release) { o.base = MAP_FAILED; }
   ~Mapping() {
-    if (base != MAP_FAILED) munmap(base, size);
+    if (base == MAP_FAILED) return;
+    if (release) release_pages(base, size);
+    munmap(base, size);
   }
 };
 
@@ -194,7 +201,7 @@ class ShmClientConnection final : public ClientConnection {
     fds.push_back(sock_.get());
   }
 
-  Status check_alive() override { return peer_alive(sock_.get()); }
+  Status check_alive() override { return silent_peer_alive(sock_.get()); }
 
  private:
   // One-sided access never involves the server, and the mapping outlives it, so its death would go
@@ -205,7 +212,7 @@ class ShmClientConnection final : public ClientConnection {
     const uint64_t now = coarse_now_ns();
     if (now - last_probe_ns_ < kProbeEveryNs) return RC_OK;
     last_probe_ns_ = now;
-    gone_ = peer_alive(sock_.get()) != RC_OK;
+    gone_ = silent_peer_alive(sock_.get()) != RC_OK;
     return gone_ ? fail(RC_E_DISCONNECTED, "the cache server is gone") : RC_OK;
   }
 
@@ -307,7 +314,9 @@ class ShmServerConnection final : public ServerConnection {
   }
 
   bool needs_server_thread() const override { return false; }
-  Status check_alive() override { return peer_alive(sock_.get()); }
+  // The client has nothing to say on its socket after the handshake: bytes there are a violation,
+  // not a sign of life (they would otherwise keep a departed client's cache alive forever).
+  Status check_alive() override { return silent_peer_alive(sock_.get()); }
   void arm_wait() override { header_->server_sleeping.store(1, std::memory_order_seq_cst); }
   void disarm_wait() override {
     header_->server_sleeping.store(0, std::memory_order_relaxed);
@@ -337,17 +346,29 @@ class ShmServerConnection final : public ServerConnection {
 
 class ShmPending final : public PendingConnection {
  public:
-  explicit ShmPending(UniqueFd conn) : conn_(std::move(conn)) {}
+  ShmPending(UniqueFd conn, uid_t uid) : conn_(std::move(conn)), uid_(uid) {}
+
+  std::string peer_key() const override { return "uid:" + std::to_string(uid_); }
+
+  void refuse(Status status, const std::string& message) override {
+    send_with_fds(conn_.get(), encode_connect_reply(Grant{status, message, {}, 0}, {}), {}, MSG_DONTWAIT);
+  }
 
   std::unique_ptr<ServerConnection> handshake(const Admit& admit, const EventFd& stop, Status& status) override {
     std::byte buf[sizeof(wire::FrameHeader) + sizeof(wire::ConnectRequest)];
     std::vector<UniqueFd> ignored;
     wire::ConnectRequest request{};
     const bool readable = wait_readable(conn_.get(), &stop, now_ns() + uint64_t{kHandshakeTimeoutMs} * 1'000'000);
-    const ssize_t n = readable ? recv_with_fds(conn_.get(), buf, sizeof buf, ignored) : -1;
-    if (!decode_connect_request({buf, n > 0 ? std::size_t(n) : 0}, request)) {
-      RC_LOG_WARN("shm: refusing a connection whose first message (within %u ms) was not a valid Connect", kHandshakeTimeoutMs);
-      status = RC_E_PROTOCOL;
+    if (!readable) {
+      RC_LOG_WARN("shm: %s sent no Connect within %u ms", peer_key().c_str(), kHandshakeTimeoutMs);
+      status = RC_E_TIMEOUT;
+      return nullptr;
+    }
+    const ssize_t n = recv_with_fds(conn_.get(), buf, sizeof buf, ignored);
+    status = decode_connect_request({buf, n > 0 ? std::size_t(n) : 0}, request);
+    if (status != RC_OK) {
+      RC_LOG_WARN("shm: refusing %s: %s", peer_key().c_str(), last_error());
+      refuse(status, last_error());
       return nullptr;
     }
     return answer(admit(request), status);
@@ -366,12 +387,11 @@ class ShmPending final : public PendingConnection {
       return nullptr;
     }
     try {
-      UniqueFd seg_fd(memfd_create("remotecache-conn", MFD_CLOEXEC));
-      if (!seg_fd || ftruncate(seg_fd.get(), static_cast<off_t>(kSegmentBytes)) != 0)
-        throw std::system_error(errno, std::generic_category(), "memfd");
+      UniqueFd seg_fd(sealed_memfd("remotecache-conn", kSegmentBytes));
+      if (!seg_fd) throw std::system_error(errno, std::generic_category(), "memfd");
       void* base = mmap(nullptr, kSegmentBytes, PROT_READ | PROT_WRITE, MAP_SHARED, seg_fd.get(), 0);
       if (base == MAP_FAILED) throw std::system_error(errno, std::generic_category(), "mmap");
-      Mapping segment(base, kSegmentBytes);
+      Mapping segment(base, kSegmentBytes, true);
       auto* header = new (base) SegmentHeader();
       header->ring_bytes = kRingBytes;
       EventFd server_bell;
@@ -397,28 +417,47 @@ class ShmPending final : public PendingConnection {
   }
 
   UniqueFd conn_;
+  uid_t uid_;
 };
 
 class ShmListener final : public Listener {
  public:
-  ShmListener(UniqueFd sock, std::string path) : sock_(std::move(sock)), path_(std::move(path)) {}
+  ShmListener(UniqueFd sock, std::string path, std::vector<uint32_t> allowed_uids)
+      : sock_(std::move(sock)), path_(std::move(path)), allowed_uids_(std::move(allowed_uids)) {
+    allowed_uids_.push_back(static_cast<uint32_t>(geteuid()));
+  }
   ~ShmListener() override {
     if (!path_.empty() && path_[0] != '@') unlink(path_.c_str());
   }
 
   std::string endpoint() const override { return "shm:" + path_; }
 
+  // A socket file is guarded by its permissions; an abstract socket has none, so the peer's uid is
+  // checked against the allowed ones instead.
   std::unique_ptr<PendingConnection> accept(Status& status) override {
-    UniqueFd conn = accept_or_stop(sock_.get(), stop_, status);
-    if (!conn) return nullptr;
-    return std::make_unique<ShmPending>(std::move(conn));
+    for (;;) {
+      UniqueFd conn = accept_or_stop(sock_.get(), stop_, status);
+      if (!conn) return nullptr;
+      uid_t uid = 0;
+      if (!peer_uid(conn.get(), uid)) continue;
+      auto pending = std::make_unique<ShmPending>(std::move(conn), uid);
+      if (path_[0] != '@' || allowed(uid)) return pending;
+      const std::string why = "uid " + std::to_string(uid) + " may not use the abstract endpoint shm:" + path_;
+      RC_LOG_WARN("shm: refusing a connection: %s", why.c_str());
+      pending->refuse(RC_E_AUTH, why);
+    }
   }
 
   void shutdown() override { stop_.signal(); }
 
  private:
+  bool allowed(uid_t uid) const {
+    return std::find(allowed_uids_.begin(), allowed_uids_.end(), static_cast<uint32_t>(uid)) != allowed_uids_.end();
+  }
+
   UniqueFd sock_;
   std::string path_;
+  std::vector<uint32_t> allowed_uids_;
   EventFd stop_;
 };
 
@@ -484,21 +523,26 @@ std::unique_ptr<ClientConnection> connect(const Endpoint& endpoint, const Connec
                                                std::move(fds[1]), std::move(fds[2]));
 }
 
-std::unique_ptr<Listener> listen(const Endpoint& endpoint, Status& status) {
+std::unique_ptr<Listener> listen(const Endpoint& endpoint, const ListenOptions& options, Status& status) {
   sockaddr_un addr{};
   socklen_t len = 0;
   UniqueFd sock = open_socket(endpoint, addr, len, status);
   if (!sock) return nullptr;
+  const bool file = endpoint.path[0] != '@';
+  const mode_t mode = static_cast<mode_t>(options.shm_socket_mode & 0777);
   // A stale socket file from a server that died is replaced; any other file is left alone.
   struct stat st {};
-  if (endpoint.path[0] != '@' && lstat(endpoint.path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode))
-    unlink(endpoint.path.c_str());
-  if (bind(sock.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(sock.get(), 64) != 0) {
+  if (file && lstat(endpoint.path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) unlink(endpoint.path.c_str());
+  // On Linux the socket's own mode (less the umask) becomes the file's at bind, so the file is never
+  // wider than asked, not even for a moment; chmod then undoes the umask for a deliberately wide mode.
+  const bool ok = fchmod(sock.get(), mode) == 0 && bind(sock.get(), reinterpret_cast<sockaddr*>(&addr), len) == 0 &&
+                  (!file || chmod(endpoint.path.c_str(), mode) == 0) && ::listen(sock.get(), 64) == 0;
+  if (!ok) {
     status = fail(RC_E_INVALID_ARGUMENT, "cannot listen on " + endpoint.to_string() + ": " + std::strerror(errno));
     return nullptr;
   }
   status = RC_OK;
-  return std::make_unique<ShmListener>(std::move(sock), endpoint.path);
+  return std::make_unique<ShmListener>(std::move(sock), endpoint.path, options.allowed_uids);
 }
 
 }  // namespace rc::transport::shm

@@ -13,6 +13,6 @@ namespace rc::transport::shm {
 
 std::unique_ptr<ClientConnection> connect(const Endpoint& endpoint, const ConnectParams& params,
                                           Status& status);
-std::unique_ptr<Listener> listen(const Endpoint& endpoint, Status& status);
+std::unique_ptr<Listener> listen(const Endpoint& endpoint, const ListenOptions& options, Status& status);
 
 }  // namespace rc::transport::shm

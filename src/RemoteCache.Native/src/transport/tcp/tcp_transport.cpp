@@ -13,13 +13,16 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "transport/connect_codec.h"
 #include "transport/socket_util.h"
+#include "transport/tcp/framing.h"
 
 namespace rc::transport::tcp {
 namespace {
 
 // Above this much unsent response data the server stops reading a connection's requests: a client
-// that does not drain its responses must not make the server buffer without bound.
+// that does not drain its responses must not make the server buffer without bound. With Outbox's
+// compaction a connection then holds at most about twice this plus one frame.
 constexpr std::size_t kOutboxLimit = 1u << 20;
 
 void set_nonblocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
@@ -29,102 +32,15 @@ void set_nodelay(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-// A byte stream cut into frames: reads into a private buffer, hands out whole frames.
-class FrameReader {
- public:
-  FrameReader() : buf_(2 * std::size_t{wire::kMaxFrame}) {}
-
-  // RC_OK with a frame of `kind`, RC_E_BUSY when incomplete, RC_E_DISCONNECTED on EOF,
-  // RC_E_PROTOCOL when the stream is not frames.
-  Status next(int fd, wire::Kind kind, std::span<const std::byte>& frame) {
-    consume();
-    for (;;) {
-      const std::size_t have = end_ - begin_;
-      if (have >= sizeof(wire::FrameHeader)) {
-        const auto h = wire::read_header(buf_.data() + begin_);
-        if (!wire::header_ok(h, kind, wire::kMaxFrame)) return RC_E_PROTOCOL;
-        if (have >= h.bytes) {
-          frame = {buf_.data() + begin_, h.bytes};
-          pending_ = h.bytes;
-          return RC_OK;
-        }
-      }
-      if (begin_ > 0 && buf_.size() - end_ < wire::kMaxFrame) {
-        std::memmove(buf_.data(), buf_.data() + begin_, have);
-        begin_ = 0;
-        end_ = have;
-      }
-      const ssize_t n = recv(fd, buf_.data() + end_, buf_.size() - end_, MSG_DONTWAIT);
-      if (n > 0) {
-        end_ += static_cast<std::size_t>(n);
-        continue;
-      }
-      if (n == 0) return RC_E_DISCONNECTED;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return RC_E_BUSY;
-      if (errno == EINTR) continue;
-      return RC_E_DISCONNECTED;
-    }
-  }
-
-  void consume() {
-    begin_ += pending_;
-    pending_ = 0;
-    if (begin_ == end_) begin_ = end_ = 0;
-  }
-
- private:
-  std::vector<std::byte> buf_;
-  std::size_t begin_ = 0;
-  std::size_t end_ = 0;
-  std::size_t pending_ = 0;
-};
-
-// Unsent bytes, pushed whenever the socket takes them.
-class Outbox {
- public:
-  // Sends what it can without blocking; false when the peer is gone.
-  bool push(int fd, std::span<const std::byte> data) {
-    if (empty()) {
-      const ssize_t n = send(fd, data.data(), data.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
-      const std::size_t sent = n > 0 ? static_cast<std::size_t>(n) : 0;
-      data = data.subspan(sent);
-    }
-    buf_.insert(buf_.end(), data.begin(), data.end());
-    return true;
-  }
-
-  bool flush(int fd) {
-    while (begin_ < buf_.size()) {
-      const ssize_t n = send(fd, buf_.data() + begin_, buf_.size() - begin_, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n > 0) {
-        begin_ += static_cast<std::size_t>(n);
-        continue;
-      }
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
-      return false;
-    }
-    if (begin_ == buf_.size()) {
-      buf_.clear();
-      begin_ = 0;
-    }
-    return true;
-  }
-
-  bool empty() const { return begin_ == buf_.size(); }
-  std::size_t size() const { return buf_.size() - begin_; }
-
- private:
-  std::vector<std::byte> buf_;
-  std::size_t begin_ = 0;
-};
-
-Status liveness(int fd) {
-  char probe = 0;
-  const ssize_t n = recv(fd, &probe, 1, MSG_PEEK | MSG_DONTWAIT);
-  if (n == 0) return RC_E_DISCONNECTED;
-  if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return RC_E_DISCONNECTED;
-  return RC_OK;
+// The peer's address alone (no port): what per-peer limits count.
+std::string peer_address(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "ip:?";
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (ss.ss_family == AF_INET) inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&ss)->sin_addr, host, sizeof host);
+  if (ss.ss_family == AF_INET6) inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr, host, sizeof host);
+  return std::string("ip:") + host;
 }
 
 std::string describe_peer(int fd) {
@@ -182,7 +98,7 @@ class TcpClientConnection final : public ClientConnection {
 
   Status poll_response(std::span<const std::byte>& frame) override {
     if (!out_.empty() && !out_.flush(sock_.get())) return fail(RC_E_DISCONNECTED, "tcp connection to the server lost");
-    const Status st = reader_.next(sock_.get(), wire::Kind::Response, frame);
+    const Status st = reader_.next(sock_.get(), wire::Kind::Response, frame, true);
     if (st == RC_E_DISCONNECTED) return fail(st, "tcp connection closed by the server");
     if (st == RC_E_PROTOCOL) return fail(st, "tcp response stream does not parse");
     return st;
@@ -192,7 +108,7 @@ class TcpClientConnection final : public ClientConnection {
   void arm_wait() override {}
   void disarm_wait() override {}
   void wait_fds(std::vector<int>& fds) const override { fds.push_back(sock_.get()); }
-  Status check_alive() override { return liveness(sock_.get()); }
+  Status check_alive() override { return stream_peer_alive(sock_.get()); }
 
  private:
   UniqueFd sock_;
@@ -220,7 +136,7 @@ class TcpServerConnection final : public ServerConnection {
 
   bool flush() override { return out_.flush(sock_.get()) && out_.empty(); }
   bool needs_server_thread() const override { return true; }
-  Status check_alive() override { return liveness(sock_.get()); }
+  Status check_alive() override { return stream_peer_alive(sock_.get()); }
   void arm_wait() override {}
   void disarm_wait() override {}
   void wait_fds(std::vector<int>& fds) const override { fds.push_back(sock_.get()); }
@@ -235,19 +151,32 @@ class TcpServerConnection final : public ServerConnection {
 
 class TcpPending final : public PendingConnection {
  public:
-  explicit TcpPending(UniqueFd conn) : conn_(std::move(conn)) {}
-
-  std::unique_ptr<ServerConnection> handshake(const Admit& admit, const EventFd& stop, Status& status) override {
+  explicit TcpPending(UniqueFd conn) : conn_(std::move(conn)), peer_key_(peer_address(conn_.get())) {
     set_nodelay(conn_.get());
     set_nonblocking(conn_.get());
+  }
+
+  std::string peer_key() const override { return peer_key_; }
+
+  void refuse(Status status, const std::string& message) override {
+    const auto reply = encode_connect_reply(Grant{status, message, {}, 0}, {});
+    (void)!send(conn_.get(), reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+
+  std::unique_ptr<ServerConnection> handshake(const Admit& admit, const EventFd& stop, Status& status) override {
     FrameReader reader;
     std::span<const std::byte> frame;
     status = read_frame_blocking(conn_.get(), reader, wire::Kind::Connect, kHandshakeTimeoutMs, &stop, frame);
+    if (status != RC_OK) {
+      RC_LOG_WARN("tcp: %s sent no valid Connect frame within %u ms (%s)", describe_peer(conn_.get()).c_str(),
+                  kHandshakeTimeoutMs, status_name(status));
+      return nullptr;
+    }
     wire::ConnectRequest request{};
-    if (status != RC_OK || !decode_connect_request(frame, request)) {
-      RC_LOG_WARN("tcp: refusing %s: its first frame (within %u ms) was not a valid Connect", describe_peer(conn_.get()).c_str(),
-                  kHandshakeTimeoutMs);
-      if (status == RC_OK) status = RC_E_PROTOCOL;
+    status = decode_connect_request(frame, request);
+    if (status != RC_OK) {
+      RC_LOG_WARN("tcp: refusing %s: %s", describe_peer(conn_.get()).c_str(), last_error());
+      refuse(status, last_error());
       return nullptr;
     }
     reader.consume();
@@ -271,6 +200,7 @@ class TcpPending final : public PendingConnection {
 
  private:
   UniqueFd conn_;
+  std::string peer_key_;
 };
 
 class TcpListener final : public Listener {

@@ -15,6 +15,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "transport/connect_codec.h"
 #include "transport/socket_util.h"
 
 namespace rc::transport::verbs {
@@ -590,7 +591,13 @@ rdma_conn_param connection_parameters() {
 
 class VerbsPending final : public PendingConnection {
  public:
-  VerbsPending(rdma_cm_id* id, std::string peer) : id_(id), peer_(std::move(peer)) {}
+  VerbsPending(rdma_cm_id* id, std::string host) : id_(id), host_(std::move(host)), peer_("verbs:" + host_) {}
+
+  std::string peer_key() const override { return "ip:" + host_; }
+
+  // rdma_cm refuses with a reject, which the client reports as a refused connection; the reason
+  // is in the server's log.
+  void refuse(Status, const std::string&) override {}
   ~VerbsPending() override {
     if (id_ != nullptr) {
       rdma_reject(id_, nullptr, 0);
@@ -642,7 +649,7 @@ class VerbsPending final : public PendingConnection {
     wire::ConnectRequest request{};
     RingInfo client_ring{};
     if (qp->handshake_bytes_ != static_cast<int64_t>(frame_bytes + sizeof(RingInfo)) ||
-        !decode_connect_request({handshake.data(), frame_bytes}, request)) {
+        decode_connect_request({handshake.data(), frame_bytes}, request) != RC_OK) {
       RC_LOG_WARN("verbs: refusing %s: its first message was not a valid Connect", peer_.c_str());
       status = RC_E_PROTOCOL;
       return nullptr;
@@ -687,6 +694,7 @@ class VerbsPending final : public PendingConnection {
 
  private:
   rdma_cm_id* id_;
+  std::string host_;
   std::string peer_;
 };
 
@@ -719,7 +727,7 @@ class VerbsListener final : public Listener {
         inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(peer)->sin_addr, host, sizeof host);
       rdma_ack_cm_event(ev);
       status = RC_OK;
-      return std::make_unique<VerbsPending>(child, std::string("verbs:") + host);
+      return std::make_unique<VerbsPending>(child, host);
     }
   }
 
