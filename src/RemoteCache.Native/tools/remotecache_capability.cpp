@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
       have_id = true;
     } else if (arg == "--regions" && has_value) {
       const auto v = rc::tools::parse_size(argv[++i]);
-      if (!v || *v == 0 || *v > RC_MAX_REGIONS_PER_SERVER) return usage("bad --regions (1..250)");
+      if (!v || *v == 0 || *v > RC_MAX_REGIONS_PER_SERVER) return usage(("bad --regions (1.." + std::to_string(RC_MAX_REGIONS_PER_SERVER) + ")").c_str());
       regions = *v;
     } else if (arg == "--ttl" && has_value) {
       const auto v = rc::tools::parse_size(argv[++i]);

@@ -42,10 +42,10 @@ int usage(const char* why) {
                "  --admission-key: admit only clients with a capability signed by this key (without it the\n"
                "            server is open: anyone who reaches it may rent its memory)\n"
                "  --server-id: the identity capabilities name (default: the first endpoint as bound)\n"
-               "  --max-connections / --max-connections-per-peer: defaults 1024 / 256 (peer: IP, or uid for shm)\n"
+               "  --max-connections / --max-connections-per-peer: defaults %u / %u (peer: IP, or uid for shm)\n"
                "  --shm-mode: permissions of shm socket files (default 600: the server's user only)\n"
                "  --allow-uid: uids besides the server's own allowed on abstract shm endpoints\n",
-               why);
+               why, RC_DEFAULT_MAX_CONNECTIONS, RC_DEFAULT_MAX_CONNECTIONS_PER_PEER);
   return 2;
 }
 
@@ -143,8 +143,8 @@ int main(int argc, char** argv) {
   } else {
     std::printf("admission: by capability (key from %s)\n", key_path.c_str());
   }
-  const uint64_t region = options.region_size != 0 ? options.region_size : 1ull << 30;
-  const uint64_t limit = options.memory_limit != 0 ? options.memory_limit : 4ull << 30;
+  const uint64_t region = options.region_size != 0 ? options.region_size : RC_DEFAULT_REGION_SIZE;
+  const uint64_t limit = options.memory_limit != 0 ? options.memory_limit : RC_DEFAULT_MEMORY_LIMIT;
   std::printf("lending regions of %llu bytes, at most %llu bytes in all\n", static_cast<unsigned long long>(region),
               static_cast<unsigned long long>(limit));
   std::printf("ready\n");

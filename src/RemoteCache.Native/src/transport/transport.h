@@ -72,7 +72,7 @@ class ClientConnection {
 
 struct ConnectParams {
   wire::ConnectRequest request{};
-  uint32_t timeout_ms = 5000;
+  uint32_t timeout_ms = RC_DEFAULT_CONNECT_TIMEOUT_MS;
 };
 
 // Connects and performs the Connect handshake. On failure returns null with `status` set.

@@ -168,8 +168,10 @@ class TcpPending final : public PendingConnection {
     std::span<const std::byte> frame;
     status = read_frame_blocking(conn_.get(), reader, wire::Kind::Connect, kHandshakeTimeoutMs, &stop, frame);
     if (status != RC_OK) {
-      RC_LOG_WARN("tcp: %s sent no valid Connect frame within %u ms (%s)", describe_peer(conn_.get()).c_str(),
-                  kHandshakeTimeoutMs, status_name(status));
+      const char* why = status == RC_E_TIMEOUT    ? "sent no Connect in time (or was evicted by newer connections)"
+                        : status == RC_E_PROTOCOL ? "sent bytes that are not a frame of this wire version"
+                                                  : "hung up before its Connect";
+      RC_LOG_WARN("tcp: dropping %s: it %s", describe_peer(conn_.get()).c_str(), why);
       return nullptr;
     }
     wire::ConnectRequest request{};

@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""Before/after comparison of the README's native data-path figures: the same remotecache-bench
+configurations run on two builds, interleaved round by round (the order alternates) so that the
+machine's drift hits both alike. Prints each build's median and the ratio after/before.
+
+usage: bench_compare.py BEFORE_BUILD_DIR AFTER_BUILD_DIR [--rounds N] [--seconds T]
+(scripts/bench_compare.sh builds a git ref and the working tree and calls this.)
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_native import bench  # noqa: E402
+
+# (name, metric, better, remotecache-bench flags): the four rows of the README's native table.
+CONFIGS = [
+    ("shm 8 B read p50, b=1 q=1 (c0 s0)", "p50_us", "lower",
+     dict(transport="shm", op="read", size=8, batch=1, qdepth=1, client_threads=0, server_threads=0)),
+    ("shm 8 B write, batched (c0 s1 b170 q2)", "ops_per_sec", "higher",
+     dict(transport="shm", op="write", size=8, batch=170, qdepth=2, client_threads=0, server_threads=1)),
+    ("tcp 8 B read, batched (c0 s1 b256 q8)", "ops_per_sec", "higher",
+     dict(transport="tcp", op="read", size=8, batch=256, qdepth=8, client_threads=0, server_threads=1)),
+    ("tcp 8 B read p50, b=1 q=1 (c0 s1)", "p50_us", "lower",
+     dict(transport="tcp", op="read", size=8, batch=1, qdepth=1, client_threads=0, server_threads=1)),
+]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("before")
+    ap.add_argument("after")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=2)
+    args = ap.parse_args()
+    builds = {"before": args.before, "after": args.after}
+    results = {name: {"before": [], "after": []} for name, *_ in CONFIGS}
+    for r in range(args.rounds):
+        order = ["before", "after"] if r % 2 == 0 else ["after", "before"]
+        for name, metric, _, flags in CONFIGS:
+            for which in order:
+                row = bench(builds[which], args.seconds, **flags)
+                results[name][which].append(row[metric])
+        print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+    print(f"{'configuration':42} {'before':>12} {'after':>12} {'after/before':>13}  per-round ratios")
+    summary = {}
+    for name, metric, better, _ in CONFIGS:
+        b, a = results[name]["before"], results[name]["after"]
+        mb, ma = statistics.median(b), statistics.median(a)
+        ratios = [x / y for x, y in zip(a, b)]
+        scale, unit = (1e-6, "M/s") if metric == "ops_per_sec" else (1, "us")
+        print(f"{name:42} {mb * scale:8.3f} {unit:3} {ma * scale:8.3f} {unit:3} {ma / mb:12.3f}x  "
+              + " ".join(f"{x:.2f}" for x in ratios) + f"  ({better} is better)")
+        summary[name] = {"metric": metric, "before": b, "after": a, "median_ratio": ma / mb}
+    os.makedirs("artifacts", exist_ok=True)
+    with open("artifacts/bench-compare.json", "w") as f:
+        json.dump(summary, f, indent=2)
+    print("\nraw rounds: artifacts/bench-compare.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
