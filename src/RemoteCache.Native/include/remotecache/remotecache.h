@@ -131,6 +131,10 @@ RC_API rc_status rc_cache_get_config(const rc_cache* cache, rc_config* out_confi
 /* Applies a new (c, s, b, q). Operations already submitted complete in order and no data is lost;
  * sessions move to the new client threads at their next submission. */
 RC_API rc_status rc_cache_reconfigure(rc_cache* cache, const rc_config* config);
+/* Presents new capabilities, one per endpoint (e.g. after the manager renewed the lease): each server
+ * extends the cache's lease to the new expiry, and later connections present them. On failure the
+ * cache keeps working under its old lease. */
+RC_API rc_status rc_cache_renew(rc_cache* cache, const char* const* capabilities);
 /* Fails with RC_E_INVALID_ARGUMENT while sessions are open. */
 RC_API rc_status rc_cache_close(rc_cache* cache);
 

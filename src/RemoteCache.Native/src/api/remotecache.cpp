@@ -91,6 +91,12 @@ rc_status rc_cache_reconfigure(rc_cache* cache, const rc_config* config) {
   return guarded([&] { return cache->impl->reconfigure(*config); });
 }
 
+rc_status rc_cache_renew(rc_cache* cache, const char* const* capabilities) {
+  if (cache == nullptr) return null_argument("cache");
+  if (capabilities == nullptr) return null_argument("capabilities");
+  return guarded([&] { return cache->impl->renew(capabilities); });
+}
+
 rc_status rc_cache_close(rc_cache* cache) {
   if (cache == nullptr) return null_argument("cache");
   if (cache->impl->sessions.load() != 0)

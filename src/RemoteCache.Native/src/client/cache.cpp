@@ -131,18 +131,6 @@ std::unique_ptr<Cache> Cache::open(const std::vector<std::string>& endpoints, co
     cache->token_ = crypto::base64url_encode(random);
   }
   crypto::random_bytes(cache->client_id_);
-  if (options.capabilities != nullptr) {
-    for (std::size_t i = 0; i < endpoints.size(); ++i) {
-      const char* text = options.capabilities[i];
-      auto cap = text != nullptr ? capability::from_text(text) : std::nullopt;
-      if (!cap) {
-        status = fail(RC_E_INVALID_ARGUMENT, "capabilities[" + std::to_string(i) + "] (for " + endpoints[i] +
-                                                 ") is not a capability's text form");
-        return nullptr;
-      }
-      cache->capabilities_.push_back(*cap);
-    }
-  }
   cache->options_.token = nullptr;
   cache->options_.capabilities = nullptr;
   if (cache->options_.op_timeout_ms == 0) cache->options_.op_timeout_ms = RC_DEFAULT_OP_TIMEOUT_MS;
@@ -155,6 +143,10 @@ std::unique_ptr<Cache> Cache::open(const std::vector<std::string>& endpoints, co
       return nullptr;
     }
     cache->endpoints_.push_back(*ep);
+  }
+  if (options.capabilities != nullptr) {
+    status = cache->parse_capabilities(options.capabilities, cache->capabilities_);
+    if (status != RC_OK) return nullptr;
   }
   const rc_config& c = options.config;
   cache->c_ = c.client_threads;
@@ -227,6 +219,34 @@ Status Cache::connect_links(uint32_t server_threads, std::vector<std::unique_ptr
     if (!link) return st;
     out.push_back(std::move(link));
   }
+  return RC_OK;
+}
+
+Status Cache::parse_capabilities(const char* const* texts, std::vector<wire::Capability>& out) const {
+  for (std::size_t i = 0; i < endpoints_.size(); ++i) {
+    auto cap = texts[i] != nullptr ? capability::from_text(texts[i]) : std::nullopt;
+    if (!cap)
+      return fail(RC_E_INVALID_ARGUMENT, "capabilities[" + std::to_string(i) + "] (for " + endpoints_[i].to_string() +
+                                             ") is not a capability's text form");
+    out.push_back(*cap);
+  }
+  return RC_OK;
+}
+
+Status Cache::renew(const char* const* capabilities) {
+  std::vector<wire::Capability> parsed;
+  if (const Status st = parse_capabilities(capabilities, parsed); st != RC_OK) return st;
+  std::lock_guard lock(mutex_);
+  capabilities_.swap(parsed);
+  std::vector<std::unique_ptr<transport::ClientConnection>> fresh;
+  if (const Status st = connect_links(s_.load(), fresh); st != RC_OK) {
+    capabilities_.swap(parsed);  // later connections keep presenting the ones that worked
+    return st;
+  }
+  // The new control connections join the caches (same client, so exclusivity holds) before the old
+  // ones close with `fresh`: the caches never lose their last connection.
+  control_.swap(fresh);
+  control_seq_.assign(control_.size(), 0);
   return RC_OK;
 }
 

@@ -65,6 +65,9 @@ class Cache {
   rc_config config() const;
   Knobs knobs() const;
   Status reconfigure(const rc_config& config);
+  // Presents new capabilities (one per server): new control connections carry them, extending the
+  // caches' leases, and later connections use them.
+  Status renew(const char* const* capabilities);
 
   // Configuration epoch (bumped when c changes) and what a session binds to for it.
   uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
@@ -76,6 +79,8 @@ class Cache {
  private:
   Cache() = default;
   Status connect_links(uint32_t server_threads, std::vector<std::unique_ptr<transport::ClientConnection>>& out);
+  // One capability per endpoint from their text forms.
+  Status parse_capabilities(const char* const* texts, std::vector<wire::Capability>& out) const;
   Status connect_all(uint32_t server_threads, std::vector<std::unique_ptr<Channel>>& out);
   Status make_workers(uint32_t count, std::shared_ptr<WorkerSet>& out);
   Status set_server_threads(uint32_t s);

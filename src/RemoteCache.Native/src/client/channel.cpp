@@ -67,9 +67,13 @@ void Channel::post_one_sided(const Op& op, const Knobs& k) {
   const Status st = op.kind == static_cast<uint8_t>(wire::Op::Read)
                         ? link_->post_read(wr_id, op.region, op.offset, op.buffer, op.length)
                         : link_->post_write(wr_id, op.region, op.offset, op.buffer, op.length);
+  if (st == RC_E_DISCONNECTED) {  // the connection is gone, not just this op
+    fail_all(st);
+    complete(op, broken_);
+    return;
+  }
   if (st != RC_OK) {
     complete(op, st);
-    if (st == RC_E_DISCONNECTED) fail_all(st);  // the connection is gone, not just this op
     return;
   }
   one_sided_.push(Posted{op, coarse_now_ns() + k.timeout_ns});  // ms precision is plenty for a timeout
