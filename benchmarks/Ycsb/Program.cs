@@ -65,6 +65,11 @@ public static class Program
                     return RemoteCacheClient.Open(cacheServer.Endpoints, new RemoteCacheOptions
                     {
                         RegionsPerServer = regions,
+                        Exclusive = true,  // the cache is one store's log: RemoteCacheDevice requires it
+                        // The capacity the YCSB figures were measured with (the C# default before it followed the
+                        // header's RC_DEFAULT_SESSION_CAPACITY of 1024): FASTER's threads keep up to the device's throttle
+                        // limit of reads plus page flushes in flight per lane, and a full lane makes them poll and retry.
+                        SessionCapacity = 4096,
                         // Lone one-sided requests, and over shm no server thread at all (s = 0): on a small
                         // machine a polling server thread would take a core from FASTER's threads.
                         Config = o.Transport == "shm" ? new CacheConfig(0, 0, 1, 1) : CacheConfig.LowLatency,

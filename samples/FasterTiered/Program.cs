@@ -8,7 +8,12 @@ using RemoteCache.Device;
 var dir = Path.Combine(Path.GetTempPath(), $"faster-tiered-{Environment.ProcessId}");
 using var server = RemoteCacheServer.Start(new[] { "shm:" + Path.Combine(Path.GetTempPath(), $"rc-{Environment.ProcessId}.sock") },
                                            regionSize: 16 << 20, memoryLimit: 1L << 30);
-var cache = RemoteCacheClient.Open(server.Endpoints, new RemoteCacheOptions { RegionsPerServer = 4 });  // 64 MiB
+var cache = RemoteCacheClient.Open(server.Endpoints, new RemoteCacheOptions
+{
+    RegionsPerServer = 4,   // 64 MiB
+    Exclusive = true,       // a cache belongs to one store: RemoteCacheDevice refuses a cache others could open
+    SessionCapacity = 4096, // FASTER keeps many reads and page flushes in flight per thread (see RemoteCacheDevice)
+});
 
 // The drop-in: the log's recent segments in remote memory, all of it on SSD (the commit point).
 var device = new TieredDevice(new RemoteCacheDevice(cache, ownsCache: true),

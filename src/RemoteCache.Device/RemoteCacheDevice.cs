@@ -37,14 +37,35 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
     private int _disposed;
 
     /// <summary>Creates a device over <paramref name="cache"/>, which must hold a whole number of FASTER segments.</summary>
-    /// <param name="cache">The cache that stores the log's most recent segments.</param>
+    /// <param name="cache">
+    /// The cache that stores the log's most recent segments, opened with <see cref="RemoteCacheOptions.Exclusive"/> = true:
+    /// a cache belongs to one store, and a second client writing into it would corrupt the log silently.
+    /// </param>
     /// <param name="throttleLimit">Operations in flight above which <see cref="Throttle"/> asks FASTER to wait.</param>
-    /// <param name="ownsCache">Whether <see cref="Dispose"/> also disposes <paramref name="cache"/>.</param>
+    /// <param name="ownsCache">
+    /// Whether <see cref="Dispose"/> also disposes <paramref name="cache"/>; if so, a constructor or
+    /// <see cref="Initialize"/> that throws disposes it too (nobody else would).
+    /// </param>
+    /// <exception cref="ArgumentException"><paramref name="cache"/> was not opened exclusively.</exception>
     public RemoteCacheDevice(RemoteCacheClient cache, int throttleLimit = 256, bool ownsCache = false)
         : base($"remotecache:{cache?.Name}", 512, cache?.Capacity ?? 0)
     {
         ArgumentNullException.ThrowIfNull(cache);
-        ArgumentOutOfRangeException.ThrowIfLessThan(throttleLimit, 1);
+        try
+        {
+            ArgumentOutOfRangeException.ThrowIfLessThan(throttleLimit, 1);
+            if (!cache.IsExclusive)
+                throw new ArgumentException(
+                    $"RemoteCacheDevice: cache '{cache.Name}' was not opened exclusively; open it with " +
+                    "RemoteCacheOptions.Exclusive = true, so that no other client (another store, or this store opened " +
+                    "twice) can write into the log's segments", nameof(cache));
+        }
+        catch
+        {
+            if (ownsCache)
+                cache.Dispose();
+            throw;
+        }
         _cache = cache;
         _ownsCache = ownsCache;
         ThrottleLimit = throttleLimit;
@@ -74,10 +95,14 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
     public override void Initialize(long segmentSize, LightEpoch? epoch = null, bool omitSegmentIdFromFilename = false)
     {
         if (segmentSize <= 0 || segmentSize > Capacity || Capacity % segmentSize != 0)
+        {
+            if (_ownsCache)
+                Dispose();  // FASTER drops a device whose Initialize threw: release the cache it owns now
             throw new FasterException(
                 $"RemoteCacheDevice: cache '{_cache.Name}' holds {Capacity} bytes, which is not a whole number of " +
                 $"FASTER segments of {segmentSize} bytes; choose LogSettings.SegmentSizeBits so that a segment divides " +
                 "the cache (a cache of a power-of-two size and a smaller segment)");
+        }
         base.Initialize(segmentSize, epoch, omitSegmentIdFromFilename);
         var slots = new Slot[Capacity / segmentSize];
         for (int i = 0; i < slots.Length; i++)

@@ -69,6 +69,10 @@ public static unsafe partial class NativeMethods
     [LibraryImport(Library, EntryPoint = "rc_cache_reconfigure")]
     public static partial RcStatus CacheReconfigure(CacheHandle cache, in RcConfig config);
 
+    /// <summary><c>rc_cache_renew</c>: one capability text per endpoint.</summary>
+    [LibraryImport(Library, EntryPoint = "rc_cache_renew")]
+    public static partial RcStatus CacheRenew(CacheHandle cache, IntPtr* capabilities);
+
     /// <summary><c>rc_cache_close</c> (use <see cref="CacheHandle"/> instead).</summary>
     [LibraryImport(Library, EntryPoint = "rc_cache_close")]
     public static partial RcStatus CacheClose(IntPtr cache);
@@ -109,9 +113,18 @@ public static unsafe partial class NativeMethods
     [LibraryImport(Library, EntryPoint = "rc_session_close")]
     public static partial RcStatus SessionClose(IntPtr session);
 
+    /// <summary><c>rc_capability_mint</c>: writes a NUL-terminated capability text of at most <paramref name="outCapacity"/> bytes.</summary>
+    [LibraryImport(Library, EntryPoint = "rc_capability_mint")]
+    public static partial RcStatus CapabilityMint(byte* key, nuint keyLength, ulong cacheId, byte* serverId, uint regions,
+                                                  ulong expiresUnixMs, byte* outText, nuint outCapacity);
+
     /// <summary><c>rc_server_start</c>.</summary>
     [LibraryImport(Library, EntryPoint = "rc_server_start")]
     public static partial RcStatus ServerStart(RcServerOptions* options, out ServerHandle server);
+
+    /// <summary><c>rc_server_id</c>: the identity capabilities for this server must name.</summary>
+    [LibraryImport(Library, EntryPoint = "rc_server_id")]
+    public static partial IntPtr ServerId(ServerHandle server);
 
     /// <summary><c>rc_server_endpoint</c>.</summary>
     [LibraryImport(Library, EntryPoint = "rc_server_endpoint")]

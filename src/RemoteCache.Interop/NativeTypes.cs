@@ -14,7 +14,10 @@ public enum RcStatus
     OutOfRange = -2,
     /// <summary>The server holding the range is gone.</summary>
     Disconnected = -3,
-    /// <summary>The server refused the cache id or token.</summary>
+    /// <summary>
+    /// The server refused admission: it has an admission key and the capability is missing, forged, expired, for
+    /// another cache or server, or grants fewer regions (or the uid is not allowed on an abstract shm socket).
+    /// </summary>
     Auth = -4,
     /// <summary>The server cannot lend that much memory.</summary>
     NoMemory = -5,
@@ -30,6 +33,12 @@ public enum RcStatus
     Unsupported = -10,
     /// <summary>A bug or a system-call failure.</summary>
     Internal = -11,
+    /// <summary>The cache's lease ended: its server dropped it and its data.</summary>
+    Expired = -12,
+    /// <summary>The cache is open exclusively by another client (or is open, and an exclusive open was asked for).</summary>
+    InUse = -13,
+    /// <summary>A server limit is reached: connections in all, or connections from this peer.</summary>
+    Limit = -14,
 }
 
 /// <summary>The data-path configuration <c>rc_config</c>: (c, s, b, q) of the Redy paper.</summary>
@@ -40,30 +49,40 @@ public struct RcConfig
     public uint ClientThreads;
     /// <summary>Server threads polling the cache's connections; 0 = one-sided access only.</summary>
     public uint ServerThreads;
-    /// <summary>Requests per batch, 1..256.</summary>
+    /// <summary>Requests per batch, 1..<see cref="NativeLimits.MaxBatchSize"/>.</summary>
     public uint BatchSize;
-    /// <summary>Messages in flight per connection, 1..64.</summary>
+    /// <summary>Messages in flight per connection, 1..<see cref="NativeLimits.MaxQueueDepth"/>.</summary>
     public uint QueueDepth;
 }
 
-/// <summary><c>rc_cache_options</c>. <see cref="Token"/> points to a NUL-terminated UTF-8 string.</summary>
+/// <summary>
+/// <c>rc_cache_options</c>. <see cref="Token"/> points to a NUL-terminated UTF-8 string, <see cref="Capabilities"/>
+/// to an array of them; both may be zero.
+/// </summary>
 [StructLayout(LayoutKind.Sequential)]
 public struct RcCacheOptions
 {
-    /// <summary>Names the cache on its servers.</summary>
+    /// <summary>Names the cache on its servers, together with the token.</summary>
     public ulong CacheId;
-    /// <summary>NUL-terminated UTF-8 secret (may be zero for none).</summary>
+    /// <summary>NUL-terminated UTF-8 secret of at most <see cref="NativeLimits.MaxTokenBytes"/> bytes; zero or "" = a random one.</summary>
     public IntPtr Token;
-    /// <summary>Regions requested from each server.</summary>
+    /// <summary>Regions requested from each server, 1..<see cref="NativeLimits.MaxRegionsPerServer"/>.</summary>
     public uint RegionsPerServer;
     /// <summary>The initial configuration.</summary>
     public RcConfig Config;
-    /// <summary>Operations outstanding per session at most; 0 = 1024.</summary>
+    /// <summary>Operations outstanding per session at most; 0 = <see cref="NativeLimits.DefaultSessionCapacity"/>.</summary>
     public uint SessionCapacity;
-    /// <summary>Operation deadline in milliseconds; 0 = 10000.</summary>
+    /// <summary>Operation deadline in milliseconds; 0 = <see cref="NativeLimits.DefaultOpTimeoutMs"/>.</summary>
     public uint OpTimeoutMs;
-    /// <summary>Connect deadline in milliseconds; 0 = 5000.</summary>
+    /// <summary>Connect deadline in milliseconds; 0 = <see cref="NativeLimits.DefaultConnectTimeoutMs"/>.</summary>
     public uint ConnectTimeoutMs;
+    /// <summary><see cref="NativeLimits.OpenExclusive"/> or 0.</summary>
+    public uint Flags;
+    /// <summary>
+    /// Zero, or a pointer to one NUL-terminated capability text per endpoint, in endpoint order (required by
+    /// servers started with an admission key).
+    /// </summary>
+    public IntPtr Capabilities;
 }
 
 /// <summary>A finished operation, <c>rc_completion</c>.</summary>
@@ -86,10 +105,26 @@ public struct RcServerOptions
     public IntPtr Listen;
     /// <summary>How many endpoints.</summary>
     public nuint ListenCount;
-    /// <summary>Bytes per region; 0 = 1 GiB.</summary>
+    /// <summary>Bytes per region; 0 = <see cref="NativeLimits.DefaultRegionSize"/>.</summary>
     public ulong RegionSize;
-    /// <summary>Bytes the server may lend in all; 0 = 4 GiB.</summary>
+    /// <summary>Bytes the server may lend in all; 0 = <see cref="NativeLimits.DefaultMemoryLimit"/>.</summary>
     public ulong MemoryLimit;
     /// <summary>Server threads at most; 0 = hardware threads.</summary>
     public uint MaxThreads;
+    /// <summary>Established connections in all; 0 = <see cref="NativeLimits.DefaultMaxConnections"/>.</summary>
+    public uint MaxConnections;
+    /// <summary>Connections from one peer (tcp: IP address, shm: uid); 0 = <see cref="NativeLimits.DefaultMaxConnectionsPerPeer"/>.</summary>
+    public uint MaxConnectionsPerPeer;
+    /// <summary>Permission bits of shm socket files; 0 = <see cref="NativeLimits.DefaultShmSocketMode"/>.</summary>
+    public uint ShmSocketMode;
+    /// <summary>Admission key bytes; zero = open mode (any client that reaches the server is admitted).</summary>
+    public IntPtr AdmissionKey;
+    /// <summary>Bytes of <see cref="AdmissionKey"/> (at least <see cref="NativeLimits.MinAdmissionKeyBytes"/>).</summary>
+    public nuint AdmissionKeyLength;
+    /// <summary>NUL-terminated UTF-8 identity that capabilities name; zero = the first endpoint as bound.</summary>
+    public IntPtr ServerId;
+    /// <summary>Pointer to <see cref="AllowedUidCount"/> uids admitted on abstract shm endpoints besides the server's own.</summary>
+    public IntPtr AllowedUids;
+    /// <summary>How many uids.</summary>
+    public nuint AllowedUidCount;
 }

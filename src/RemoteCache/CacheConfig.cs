@@ -6,12 +6,24 @@ namespace RemoteCache;
 /// The data-path configuration of a cache (Redy §5): client threads (c), server threads (s),
 /// batch size (b) and queue depth (q). Given at open and changeable while the cache is in use.
 /// </summary>
-/// <param name="ClientThreads">Client threads; 0 = the thread that submits or polls does the client work (best on small machines).</param>
+/// <param name="ClientThreads">Client threads, 0..<see cref="MaxClientThreads"/>; 0 = the thread that submits or polls does the client work (best on small machines).</param>
 /// <param name="ServerThreads">Server threads polling the cache's connections; 0 = one-sided access only.</param>
-/// <param name="BatchSize">Requests per batch, 1..256 (a batch also stops at 4 KiB).</param>
-/// <param name="QueueDepth">Batches in flight per connection, 1..64.</param>
+/// <param name="BatchSize">Requests per batch, 1..<see cref="MaxBatchSize"/> (a batch also stops at 4 KiB).</param>
+/// <param name="QueueDepth">Batches in flight per connection, 1..<see cref="MaxQueueDepth"/>.</param>
 public readonly record struct CacheConfig(uint ClientThreads, uint ServerThreads, uint BatchSize, uint QueueDepth)
 {
+    /// <summary>Client threads at most (RC_MAX_CLIENT_THREADS of remotecache.h).</summary>
+    public const uint MaxClientThreads = NativeLimits.MaxClientThreads;
+
+    /// <summary>Server threads at most (RC_MAX_SERVER_THREADS).</summary>
+    public const uint MaxServerThreads = NativeLimits.MaxServerThreads;
+
+    /// <summary>Requests per batch at most (RC_MAX_BATCH_SIZE).</summary>
+    public const uint MaxBatchSize = NativeLimits.MaxBatchSize;
+
+    /// <summary>Batches in flight per connection at most (RC_MAX_QUEUE_DEPTH).</summary>
+    public const uint MaxQueueDepth = NativeLimits.MaxQueueDepth;
+
     /// <summary>Latency first: no client threads, one server thread, no batching, one message in flight.</summary>
     public static CacheConfig LowLatency => new(0, 1, 1, 1);
 

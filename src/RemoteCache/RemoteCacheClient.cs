@@ -22,16 +22,20 @@ namespace RemoteCache;
 public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
 {
     private readonly CacheHandle _cache;
+    private readonly int _endpointCount;
     private readonly Lane[] _lanes;
     private readonly Thread _poller;
     private readonly ManualResetEventSlim _work = new(false);
     private volatile bool _stopping;
     private int _disposed;
 
-    private RemoteCacheClient(CacheHandle cache, RemoteCacheOptions options, string name)
+    private RemoteCacheClient(CacheHandle cache, RemoteCacheOptions options, string name, int endpointCount)
     {
         _cache = cache;
+        _endpointCount = endpointCount;
         Name = name;
+        CacheId = options.CacheId;
+        IsExclusive = options.Exclusive;
         Capacity = (long)NativeMethods.CacheCapacity(cache);
         var lanes = new List<Lane>();
         try
@@ -59,8 +63,16 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
     }
 
     /// <summary>Connects to every endpoint ("tcp:HOST:PORT", "shm:SOCKET_PATH") and maps the cache onto their regions in order.</summary>
-    /// <exception cref="ArgumentException">An option or endpoint is malformed.</exception>
-    /// <exception cref="RemoteCacheException">A server is unreachable, refused the token or lacks the memory.</exception>
+    /// <exception cref="ArgumentException">
+    /// An option or endpoint is malformed: no endpoints, a token longer than <see cref="RemoteCacheOptions.MaxTokenBytes"/>,
+    /// regions outside 1..<see cref="RemoteCacheOptions.MaxRegionsPerServer"/>, or not one capability per endpoint.
+    /// </exception>
+    /// <exception cref="RemoteCacheException">
+    /// A server is unreachable (<see cref="RcStatus.Disconnected"/>, <see cref="RcStatus.Timeout"/>), refused admission
+    /// (<see cref="RcStatus.Auth"/>), lacks the memory (<see cref="RcStatus.NoMemory"/>), is at a connection limit
+    /// (<see cref="RcStatus.Limit"/>), or the cache is open exclusively by another client, or open when an exclusive
+    /// open was asked for (<see cref="RcStatus.InUse"/>).
+    /// </exception>
     public static RemoteCacheClient Open(IEnumerable<string> endpoints, RemoteCacheOptions options)
     {
         ArgumentNullException.ThrowIfNull(endpoints);
@@ -69,16 +81,36 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
         if (list.Length == 0)
             throw new ArgumentException("a cache needs at least one endpoint", nameof(endpoints));
         var name = options.Name ?? $"cache {options.CacheId}";
-        using var strings = new Utf8StringArray(list.Append(options.Token ?? "").ToArray());
+        if (options.Token is { } token && Encoding.UTF8.GetByteCount(token) > RemoteCacheOptions.MaxTokenBytes)
+            throw new ArgumentException(
+                $"{name}: the token has {Encoding.UTF8.GetByteCount(token)} bytes of UTF-8; at most {RemoteCacheOptions.MaxTokenBytes} are allowed",
+                nameof(options));
+        if (options.RegionsPerServer is 0 or > RemoteCacheOptions.MaxRegionsPerServer)
+            throw new ArgumentException(
+                $"{name}: RegionsPerServer is {options.RegionsPerServer}; a cache asks each server for 1 to {RemoteCacheOptions.MaxRegionsPerServer} regions",
+                nameof(options));
+        var capabilities = options.Capabilities;
+        if (capabilities is not null && capabilities.Count != list.Length)
+            throw new ArgumentException(
+                $"{name}: {capabilities.Count} capabilities for {list.Length} endpoints; give one capability per endpoint, in endpoint order",
+                nameof(options));
+        if (capabilities is not null && capabilities.Any(string.IsNullOrEmpty))
+            throw new ArgumentException($"{name}: a capability is null or empty", nameof(options));
+
+        using var strings = new Utf8StringArray(list);
+        using var tokenString = new Utf8StringArray(string.IsNullOrEmpty(options.Token) ? Array.Empty<string>() : new[] { options.Token });
+        using var capabilityStrings = new Utf8StringArray(capabilities ?? Array.Empty<string>());
         var native = new RcCacheOptions
         {
             CacheId = options.CacheId,
-            Token = strings.Pointers[list.Length],  // the token rides after the endpoints
+            Token = tokenString.Count > 0 ? tokenString.Pointers[0] : IntPtr.Zero,  // none: the library makes a random one
             RegionsPerServer = options.RegionsPerServer,
             Config = options.Config.ToNative(),
             SessionCapacity = options.SessionCapacity,
             OpTimeoutMs = ToMilliseconds(options.OperationTimeout),
             ConnectTimeoutMs = ToMilliseconds(options.ConnectTimeout),
+            Flags = options.Exclusive ? NativeLimits.OpenExclusive : 0,
+            Capabilities = capabilities is null ? IntPtr.Zero : (IntPtr)capabilityStrings.Pointers,
         };
         var status = NativeMethods.CacheOpen(strings.Pointers, (nuint)list.Length, &native, out var cache);
         if (status != RcStatus.Ok)
@@ -88,7 +120,7 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
         }
         try
         {
-            return new RemoteCacheClient(cache, options, name);
+            return new RemoteCacheClient(cache, options, name, list.Length);
         }
         catch
         {
@@ -96,6 +128,15 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
             throw;
         }
     }
+
+    /// <summary>The id the cache was opened with (<see cref="RemoteCacheOptions.CacheId"/>).</summary>
+    public ulong CacheId { get; }
+
+    /// <summary>
+    /// Whether the cache was opened exclusively (<see cref="RemoteCacheOptions.Exclusive"/>): no other client can open
+    /// it while this one has it open.
+    /// </summary>
+    public bool IsExclusive { get; }
 
     /// <summary>The name used in messages and exceptions.</summary>
     public string Name { get; }
@@ -120,6 +161,24 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
         ThrowIfDisposed();
         var native = config.ToNative();
         Errors.ThrowIfFailed(NativeMethods.CacheReconfigure(_cache, in native), Name);
+    }
+
+    /// <summary>
+    /// Presents new capabilities, one per endpoint in endpoint order (after the manager renewed the lease): each
+    /// server extends the cache's lease to the new expiry; operations go on undisturbed. On failure the cache keeps
+    /// its old lease.
+    /// </summary>
+    /// <exception cref="ArgumentException">Not one non-empty capability per endpoint.</exception>
+    /// <exception cref="RemoteCacheException">A server refused a capability (<see cref="RcStatus.Auth"/>) or is unreachable.</exception>
+    public void Renew(IReadOnlyList<string> capabilities)
+    {
+        ArgumentNullException.ThrowIfNull(capabilities);
+        ThrowIfDisposed();
+        if (capabilities.Count != _endpointCount || capabilities.Any(string.IsNullOrEmpty))
+            throw new ArgumentException(
+                $"{Name}: give one non-empty capability per endpoint ({_endpointCount}), in endpoint order", nameof(capabilities));
+        using var strings = new Utf8StringArray(capabilities);
+        Errors.ThrowIfFailed(NativeMethods.CacheRenew(_cache, strings.Pointers), Name);
     }
 
     // ---- ValueTask API ----------------------------------------------------------------------------

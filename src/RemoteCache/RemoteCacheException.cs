@@ -5,8 +5,10 @@ namespace RemoteCache;
 
 /// <summary>
 /// A cache operation failed for a reason other than bad arguments: the server is gone
-/// (<see cref="RcStatus.Disconnected"/>), did not answer in time (<see cref="RcStatus.Timeout"/>),
-/// refused the token or the memory, or broke the protocol.
+/// (<see cref="RcStatus.Disconnected"/>), did not answer in time (<see cref="RcStatus.Timeout"/>), refused
+/// admission (<see cref="RcStatus.Auth"/>), the memory (<see cref="RcStatus.NoMemory"/>) or a connection
+/// (<see cref="RcStatus.Limit"/>), dropped the cache when its lease ended (<see cref="RcStatus.Expired"/>),
+/// has the cache open exclusively for another client (<see cref="RcStatus.InUse"/>), or broke the protocol.
 /// </summary>
 public sealed class RemoteCacheException : Exception
 {
@@ -61,6 +63,8 @@ internal static class Errors
         RcStatus.Protocol => "the server sent something that does not parse",
         RcStatus.OutOfRange => "the server refused a range outside its regions",
         RcStatus.Closed => "the cache is closing",
+        RcStatus.Expired => "the cache's lease ended: its server dropped it and its data",
+        RcStatus.Limit => "a server connection limit is reached",
         _ => status.ToString(),
     };
 

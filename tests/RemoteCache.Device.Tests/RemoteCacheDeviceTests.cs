@@ -26,7 +26,7 @@ public sealed unsafe class RemoteCacheDeviceTests : IDisposable
 
     private RemoteCacheDevice NewDevice(uint regions, int throttleLimit = 256)
     {
-        var cache = RemoteCacheClient.Open(new[] { _server.Endpoint }, new RemoteCacheOptions { RegionsPerServer = regions, Name = "device unit" });
+        var cache = RemoteCacheClient.Open(new[] { _server.Endpoint }, new RemoteCacheOptions { RegionsPerServer = regions, Name = "device unit", Exclusive = true });
         var device = new RemoteCacheDevice(cache, throttleLimit, ownsCache: true);
         device.Initialize(Segment, new LightEpoch());
         return device;
@@ -109,10 +109,73 @@ public sealed unsafe class RemoteCacheDeviceTests : IDisposable
     [Fact]
     public void SegmentThatDoesNotDivideTheCacheIsRefusedClearly()
     {
-        var cache = RemoteCacheClient.Open(new[] { _server.Endpoint }, new RemoteCacheOptions { RegionsPerServer = 3 });
+        var cache = RemoteCacheClient.Open(new[] { _server.Endpoint }, new RemoteCacheOptions { RegionsPerServer = 3, Exclusive = true });
         using var d = new RemoteCacheDevice(cache, ownsCache: true);
         var e = Assert.Throws<FasterException>(() => d.Initialize(2 * Segment, new LightEpoch()));
         Assert.Contains("SegmentSizeBits", e.Message);
+    }
+
+    [Fact]
+    public void NonExclusiveClientIsRefused()
+    {
+        var options = new RemoteCacheOptions { RegionsPerServer = 1, Name = "shared cache", Token = "shared" };
+        using var cache = RemoteCacheClient.Open(new[] { _server.Endpoint }, options);
+        Assert.False(cache.IsExclusive);
+        var e = Assert.Throws<ArgumentException>(() => new RemoteCacheDevice(cache));
+        Assert.Contains("RemoteCacheOptions.Exclusive = true", e.Message, StringComparison.Ordinal);
+        Assert.Contains("shared cache", e.Message, StringComparison.Ordinal);
+        // Not owned: the caller's client is left as it was.
+        using var done = new ManualResetEventSlim();
+        var status = RcStatus.Internal;
+        cache.Write(0, (IntPtr)_buffer, Sector, (s, _) => { status = s; done.Set(); }, null);
+        Assert.True(done.Wait(TimeSpan.FromSeconds(10)), "write did not complete within 10 s");
+        Assert.Equal(RcStatus.Ok, status);
+    }
+
+    [Fact]
+    public void RefusedDeviceDisposesTheCacheItWasToOwn()
+    {
+        // The server's memory lent shows whether the cache was closed: an embedded server reports it.
+        using var server = RemoteCacheServer.Start(new[] { "tcp:127.0.0.1:0" }, regionSize: Segment, memoryLimit: 16 * Segment, threads: 1);
+        var cache = RemoteCacheClient.Open(server.Endpoints, new RemoteCacheOptions { RegionsPerServer = 2, Name = "owned, shared" });
+        Assert.Equal(2 * Segment, server.MemoryInUse);
+        Assert.Throws<ArgumentException>(() => new RemoteCacheDevice(cache, ownsCache: true));
+        Assert.Throws<ObjectDisposedException>(() => cache.WriteAsync(0, new byte[] { 1 }));
+        WaitForNoMemoryInUse(server);
+
+        // The same when FASTER's Initialize refuses the segment size (FASTER never disposes a device it failed to set up).
+        cache = RemoteCacheClient.Open(server.Endpoints, new RemoteCacheOptions { RegionsPerServer = 3, Exclusive = true });
+        Assert.Equal(3 * Segment, server.MemoryInUse);
+        var device = new RemoteCacheDevice(cache, ownsCache: true);
+        Assert.Throws<FasterException>(() => device.Initialize(2 * Segment, new LightEpoch()));
+        Assert.Throws<ObjectDisposedException>(() => cache.WriteAsync(0, new byte[] { 1 }));
+        WaitForNoMemoryInUse(server);
+        device.Dispose();  // harmless
+    }
+
+    private static void WaitForNoMemoryInUse(RemoteCacheServer server)
+    {
+        var deadline = DateTime.UtcNow.AddSeconds(10);
+        while (server.MemoryInUse != 0 && DateTime.UtcNow < deadline)
+            Thread.Sleep(10);
+        Assert.Equal(0L, server.MemoryInUse);
+    }
+
+    [Fact]
+    public void SecondDeviceOnTheSameCacheIdAndTokenIsRefused()
+    {
+        var options = new RemoteCacheOptions { RegionsPerServer = 2, Token = "one-store", Exclusive = true, Name = "first store" };
+        using var first = new RemoteCacheDevice(RemoteCacheClient.Open(new[] { _server.Endpoint }, options), ownsCache: true);
+        first.Initialize(Segment, new LightEpoch());
+        Assert.Equal((0u, (uint)Sector), Write(first, 0, 0, 5));
+
+        // A second store given the same cache id and token: its open fails, it never gets to write into the first's log.
+        var second = new RemoteCacheOptions { CacheId = options.CacheId, RegionsPerServer = 2, Token = "one-store", Exclusive = true, Name = "second store" };
+        var e = Assert.Throws<RemoteCacheException>(() => new RemoteCacheDevice(RemoteCacheClient.Open(new[] { _server.Endpoint }, second), ownsCache: true));
+        Assert.Equal(RcStatus.InUse, e.Status);
+        Assert.Contains($"cache {options.CacheId}", e.Message, StringComparison.Ordinal);
+
+        Assert.Equal((0u, (uint)Sector, (byte)5), Read(first, 0, 0));
     }
 
     [Fact]

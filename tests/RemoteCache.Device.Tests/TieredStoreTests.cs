@@ -63,6 +63,7 @@ public abstract class TieredStoreTests<TValue> where TValue : unmanaged
                 RegionsPerServer = regions,
                 Name = $"device test ({_kind.Name})",
                 OperationTimeout = TimeSpan.FromSeconds(5),
+                Exclusive = true,
             });
             var cacheDevice = new RemoteCacheDevice(cache, ownsCache: true);
             var ssd = Devices.CreateLogDevice(dir.File("hlog.log"), recoverDevice: recover);
@@ -200,7 +201,7 @@ public abstract class TieredStoreTests<TValue> where TValue : unmanaged
                    ?? throw new XunitException("TieredStorageDevice(int, IList<IDevice>) not found");
         using var dir = new ScratchDir("faster-tiered");
         using var server = ServerProcess.Start("shm", memoryLimit: "1G");
-        var cache = RemoteCacheClient.Open(new[] { server.Endpoint }, new RemoteCacheOptions { RegionsPerServer = CacheRegions() });
+        var cache = RemoteCacheClient.Open(new[] { server.Endpoint }, new RemoteCacheOptions { RegionsPerServer = CacheRegions(), Exclusive = true });
         var cacheDevice = new RemoteCacheDevice(cache, ownsCache: true);
         var ssd = Devices.CreateLogDevice(dir.File("hlog.log"));
         var tiered = (IDevice)ctor.Invoke(new object[] { 1, new List<IDevice> { cacheDevice, ssd } });

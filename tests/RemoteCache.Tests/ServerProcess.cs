@@ -112,8 +112,17 @@ public sealed class ServerProcess : IDisposable
         }
     }
 
+    /// <summary>The id capabilities for this server must name, as it printed it ("server id ...").</summary>
+    public string ServerId { get; private set; } = "";
+
     /// <summary>Starts the server and waits (up to 15 s) until it prints "ready".</summary>
-    public static ServerProcess Start(string transport, string memoryLimit = "256M", string regionSize = "1M", int threads = 2)
+    /// <param name="transport">"shm" or "tcp".</param>
+    /// <param name="memoryLimit">--memory-limit.</param>
+    /// <param name="regionSize">--region-size.</param>
+    /// <param name="threads">--threads.</param>
+    /// <param name="extraArgs">More arguments, e.g. --admission-key FILE --server-id ID.</param>
+    public static ServerProcess Start(string transport, string memoryLimit = "256M", string regionSize = "1M", int threads = 2,
+                                      IEnumerable<string>? extraArgs = null)
     {
         var listen = NewListenEndpoint(transport);
         var info = new ProcessStartInfo(Executable)
@@ -124,6 +133,8 @@ public sealed class ServerProcess : IDisposable
             RedirectStandardInput = false,
         };
         foreach (var a in new[] { "--listen", listen, "--region-size", regionSize, "--memory-limit", memoryLimit, "--threads", threads.ToString(System.Globalization.CultureInfo.InvariantCulture) })
+            info.ArgumentList.Add(a);
+        foreach (var a in extraArgs ?? Array.Empty<string>())
             info.ArgumentList.Add(a);
         if (!File.Exists(info.FileName))
             throw new FileNotFoundException("remotecache-server is not in the output folder", info.FileName);
@@ -143,6 +154,8 @@ public sealed class ServerProcess : IDisposable
                 throw new XunitException($"remotecache-server ({listen}) did not print 'ready' within 15 s. Output:\n{server.Output}");
             if (server._endpoints.Count == 0)
                 throw new XunitException($"remotecache-server ({listen}) printed no 'listening' line. Output:\n{server.Output}");
+            if (server.ServerId.Length == 0)
+                throw new XunitException($"remotecache-server ({listen}) printed no 'server id' line before 'ready'. Output:\n{server.Output}");
             if (transport == "tcp" && server.Endpoint.EndsWith(":0", StringComparison.Ordinal))
                 throw new XunitException($"remotecache-server did not resolve port 0: {server.Endpoint}");
         }
@@ -167,6 +180,10 @@ public sealed class ServerProcess : IDisposable
         {
             lock (_endpoints)
                 _endpoints.Add(line["listening ".Length..].Trim());
+        }
+        else if (line.StartsWith("server id ", StringComparison.Ordinal))
+        {
+            ServerId = line["server id ".Length..].Trim();
         }
         else if (line == "ready")
         {

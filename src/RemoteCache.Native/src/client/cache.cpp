@@ -78,7 +78,9 @@ void Worker::sleep(const Knobs& k) {
   for (auto& ch : channels_) in_flight = in_flight || !ch->idle();
   if (!busy) {
     std::vector<int> raw{wake_.fd()};
-    for (auto& ch : channels_) ch->link().wait_fds(raw);
+    // A broken connection's fds stay readable (end of stream): waiting on them would spin.
+    for (auto& ch : channels_)
+      if (ch->broken() == RC_OK) ch->link().wait_fds(raw);
     std::vector<pollfd> fds;
     for (int fd : raw) fds.push_back(pollfd{fd, POLLIN, 0});
     // While work is in flight wake up regularly so that deadlines and liveness are checked.

@@ -158,7 +158,7 @@ std::size_t Channel::progress(const Knobs& k) {
     } else if (now - last_probe_ns_ > kProbeEveryNs) {
       last_probe_ns_ = now;
       const Status alive = link_->check_alive();
-      if (alive != RC_OK) fail_all(fail(alive, "the cache server is gone"));
+      if (alive != RC_OK) fail_all(alive == RC_E_DISCONNECTED ? fail(alive, "the cache server is gone") : alive);
     }
   }
   return done;

@@ -142,7 +142,7 @@ int32_t Session::wait(rc_completion* out, uint32_t max, int32_t timeout_ms) {
     } else {
       for (auto& ch : channels_) {
         ch->link().arm_wait();
-        ch->link().wait_fds(raw);
+        if (ch->broken() == RC_OK) ch->link().wait_fds(raw);  // a broken one's fds stay readable
       }
     }
     const int32_t again = poll(out, max);

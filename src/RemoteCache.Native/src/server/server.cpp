@@ -295,7 +295,7 @@ class ServerThread {
       if (closing->reason == CloseReason::LeaseExpired) {
         const auto notice = transport::encode_notice(RC_E_EXPIRED, "the lease of cache " + std::to_string(c->cache->id) +
                                                                        " ended; the server dropped it");
-        if (c->link->send_response(notice) == RC_OK) c->link->flush();
+        c->link->send_notice(notice);
       }
     }
     unwatch(*c);  // before the fds close, so that epoll never reports a recycled descriptor

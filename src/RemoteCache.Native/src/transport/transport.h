@@ -118,6 +118,10 @@ class ServerConnection {
   virtual void disarm_wait() = 0;
   virtual void wait_fds(std::vector<int>& fds) const = 0;
   virtual std::string peer() const = 0;
+  // Sends a Notice just before the server closes the connection on purpose (best effort).
+  virtual void send_notice(std::span<const std::byte> frame) {
+    if (send_response(frame) == RC_OK) flush();
+  }
 };
 
 // An accepted connection whose Connect handshake has not run yet. The server runs handshakes off

@@ -201,19 +201,30 @@ class ShmClientConnection final : public ClientConnection {
     fds.push_back(sock_.get());
   }
 
-  Status check_alive() override { return silent_peer_alive(sock_.get()); }
+  Status check_alive() override { return server_status(); }
 
  private:
+  // The server says nothing on the socket after the handshake but a Notice before it closes a
+  // connection on purpose (in the socket, not the rings, whose pages it releases as it closes).
+  Status server_status() {
+    if (gone_ != RC_OK) return gone_;
+    std::byte buf[sizeof(wire::FrameHeader) + sizeof(wire::Notice)];
+    const ssize_t n = recv(sock_.get(), buf, sizeof buf, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return RC_OK;
+    gone_ = n > 0 ? decode_notice({buf, std::size_t(n)}) : fail(RC_E_DISCONNECTED, "the cache server is gone");
+    message_ = last_error();
+    return gone_;
+  }
+
   // One-sided access never involves the server, and the mapping outlives it, so its death would go
   // unnoticed: probe the handshake socket every couple of milliseconds of one-sided traffic
   // (RDMA reports the same event as error completions once the QP breaks).
   Status peer_still_there() {
-    if (gone_) return fail(RC_E_DISCONNECTED, "the cache server is gone");
+    if (gone_ != RC_OK) return fail(gone_, message_);
     const uint64_t now = coarse_now_ns();
     if (now - last_probe_ns_ < kProbeEveryNs) return RC_OK;
     last_probe_ns_ = now;
-    gone_ = silent_peer_alive(sock_.get()) != RC_OK;
-    return gone_ ? fail(RC_E_DISCONNECTED, "the cache server is gone") : RC_OK;
+    return server_status();
   }
 
   // Posted one-sided operations, in order; a read's copy is pending while src is set.
@@ -259,7 +270,8 @@ class ShmClientConnection final : public ClientConnection {
   std::vector<Done> done_;
   std::size_t finished_reads_ = 0;  // done_[0, finished_reads_) hold no pending copy
   uint64_t last_probe_ns_ = 0;
-  bool gone_ = false;
+  Status gone_ = RC_OK;  // why the server is gone, once it is
+  std::string message_;
 };
 
 // ---- server -----------------------------------------------------------------------------------
@@ -327,6 +339,9 @@ class ShmServerConnection final : public ServerConnection {
     fds.push_back(sock_.get());
   }
   std::string peer() const override { return "shm#" + std::to_string(sock_.get()); }
+  void send_notice(std::span<const std::byte> frame) override {
+    (void)!send(sock_.get(), frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
 
  private:
   std::byte* ring_base(int which) {
