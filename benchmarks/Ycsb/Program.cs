@@ -108,12 +108,14 @@ public static class Program
     }
 
     /// <summary>
-    /// Region size and count for a cache of at least <paramref name="bytes"/>: a server lends at most 250 regions to a
-    /// cache, so regions grow with the log, in powers of two (the cache stays a whole number of FASTER segments).
+    /// Region size and count for a cache of at least <paramref name="bytes"/>: a server lends at most
+    /// <see cref="RemoteCacheOptions.MaxRegionsPerServer"/> regions to a cache, so regions grow with the log, in powers of
+    /// two (the cache stays a whole number of FASTER segments); aiming at 4/5 of the maximum leaves room for the rounding.
     /// </summary>
     internal static (long RegionSize, uint Regions) CacheRegions(long bytes)
     {
-        long regionSize = Math.Max(1L << 20, (long)System.Numerics.BitOperations.RoundUpToPowerOf2((ulong)((bytes + 199) / 200)));
+        const long target = RemoteCacheOptions.MaxRegionsPerServer * 4 / 5;
+        long regionSize = Math.Max(1L << 20, (long)System.Numerics.BitOperations.RoundUpToPowerOf2((ulong)((bytes + target - 1) / target)));
         return (regionSize, (uint)((bytes + regionSize - 1) / regionSize));
     }
 

@@ -1,4 +1,5 @@
 using System.Linq;
+using RemoteCache;
 using RemoteCache.Benchmarks.Ycsb;
 using Xunit;
 
@@ -54,7 +55,7 @@ public sealed class CacheRegionsTests
     public void CacheFitsTheServersRegionLimitAndHoldsWholeSegments(long bytes)
     {
         var (regionSize, regions) = Program.CacheRegions(bytes);
-        Assert.InRange(regions, 1u, 250u);
+        Assert.InRange(regions, 1u, RemoteCacheOptions.MaxRegionsPerServer);
         Assert.True(regionSize * regions >= bytes);
         Assert.Equal(0, regionSize & (regionSize - 1));  // a power of two: divides or is a multiple of any segment
         Assert.True(regionSize >= 1L << 20);
