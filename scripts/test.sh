@@ -4,7 +4,8 @@
 #   1. native-release  build/native        RelWithDebInfo, GoogleTest suites via ctest
 #   2. native-asan     build/native-asan   clang-14, -DRC_SANITIZE=address,undefined, ctest
 #   3. native-tsan     build/native-tsan   clang-14, -DRC_SANITIZE=thread, ctest
-#   4. fuzz-frame      build/native-fuzz   clang-14 libFuzzer, 60 s from generated seed frames
+#   4. fuzz            build/native-fuzz   clang-14 libFuzzer: 5 targets, an equal share of RC_FUZZ_SECONDS
+#                                          each, from generated seeds (fuzz/CMakeLists.txt lists them)
 #   5. dotnet          dotnet test RemoteCache.sln (skipped while there is no solution)
 #   6. rdma-vm         tests/rdma-vm/run.sh: a qemu VM with Soft-RoCE runs the conformance suite over
 #                      verbs, the verbs benchmarks and perftest (the verbs tests must run there, not skip)
@@ -13,7 +14,7 @@
 # usage: bash scripts/test.sh [--quick]     --quick: step 1 only (plus package check)
 # environment (all optional):
 #   RC_BUILD_ROOT     where the build directories go (default: build)
-#   RC_FUZZ_SECONDS   fuzzing time (default: 60)
+#   RC_FUZZ_SECONDS   fuzzing time of all targets together (default: 150)
 #   RC_CTEST_JOBS     parallel ctest jobs (default: nproc, at most 2)
 #   RC_SKIP_APT=1     never call apt-get (fail later if something is missing)
 set -euo pipefail
@@ -34,7 +35,7 @@ done
 
 NATIVE_SRC="src/RemoteCache.Native"
 BUILD_ROOT="${RC_BUILD_ROOT:-build}"
-FUZZ_SECONDS="${RC_FUZZ_SECONDS:-60}"
+FUZZ_SECONDS="${RC_FUZZ_SECONDS:-150}"
 JOBS="$(nproc 2>/dev/null || echo 1)"
 if (( JOBS > 2 )); then JOBS=2; fi
 if (( JOBS < 1 )); then JOBS=1; fi
@@ -231,40 +232,59 @@ step_fuzz() {
   "${SAN_WRAP[@]}" cmake -S "$NATIVE_SRC" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_C_COMPILER="$CLANG_C" -DCMAKE_CXX_COMPILER="$CLANG_CXX" \
     -DRC_BUILD_FUZZ=ON -DRC_BUILD_TESTS=OFF
-  # The default target includes fuzz-corpus, which runs fuzz-seeds into $dir/fuzz/seeds.
+  # The default target includes fuzz-corpus, which runs fuzz-seeds into $dir/fuzz/seeds/<target>.
   "${SAN_WRAP[@]}" cmake --build "$dir" -j "$JOBS"
   echo "-- configure + build: $(fmt_duration $((SECONDS - t0)))"
 
-  local fuzzer="$dir/fuzz/fuzz-frame" seeds="$dir/fuzz/seeds" corpus="$dir/corpus"
-  local artifacts="$dir/artifacts" log="$dir/fuzz-frame.log"
-  if [[ -z "$(ls -A "$seeds" 2>/dev/null)" ]]; then
-    "${SAN_WRAP[@]}" "$dir/fuzz/fuzz-seeds" "$seeds"
+  # Every target (name:max_len) fuzzes for an equal share of FUZZ_SECONDS from its own seeds, into
+  # its own corpus (kept between runs), artifacts directory and log.
+  local targets=(fuzz-frame:41000 fuzz-tcp-framing:4096 fuzz-connect:4096 fuzz-response:4096 fuzz-sequence:8192)
+  local share=$((FUZZ_SECONDS / ${#targets[@]}))
+  if (( share < 1 )); then share=1; fi
+  local seeds_root="$dir/fuzz/seeds"
+  if [[ -z "$(ls -A "$seeds_root" 2>/dev/null)" ]]; then
+    "${SAN_WRAP[@]}" "$dir/fuzz/fuzz-seeds" "$seeds_root"
   fi
-  mkdir -p "$corpus" "$artifacts"
-  rm -f "$artifacts"/crash-* "$artifacts"/leak-* "$artifacts"/timeout-* "$artifacts"/oom-*
-  echo "seeds: $(ls "$seeds" | wc -l) files in $seeds; corpus: $corpus; log: $log"
+  echo "fuzzing ${#targets[@]} targets for ${share}s each (RC_FUZZ_SECONDS=$FUZZ_SECONDS)"
 
-  # NEW/REDUCE progress lines go to the log only; everything else (pulses, stats, crash reports)
-  # also to the console.
-  local rc=0
-  set +e
-  timeout --kill-after=30 $((FUZZ_SECONDS + 240)) "${SAN_WRAP[@]}" "$fuzzer" \
-    -max_total_time="$FUZZ_SECONDS" -max_len=41000 -timeout=25 -rss_limit_mb=2048 \
-    -print_final_stats=1 -artifact_prefix="$artifacts/" "$corpus" "$seeds" 2>&1 |
-    tee "$log" | grep --line-buffered -vE '^#[0-9]+[[:space:]]+(NEW|REDUCE)[[:space:]]'
-  rc=${PIPESTATUS[0]}
-  set -e
-  local found
-  found="$(ls "$artifacts" 2>/dev/null || true)"
-  if (( rc != 0 )) || [[ -n $found ]]; then
-    echo "fuzz-frame FAILED (exit $rc)."
-    if [[ -n $found ]]; then
-      echo "reproducers in $artifacts: $found"
-      echo "reproduce with: $fuzzer $artifacts/<file>"
+  local entry name max_len fuzzer seeds corpus artifacts log rc found failed=()
+  for entry in "${targets[@]}"; do
+    name=${entry%%:*}
+    max_len=${entry#*:}
+    fuzzer="$dir/fuzz/$name" seeds="$seeds_root/$name" corpus="$dir/corpus/$name"
+    artifacts="$dir/artifacts/$name" log="$dir/$name.log"
+    mkdir -p "$corpus" "$artifacts"
+    rm -f "$artifacts"/crash-* "$artifacts"/leak-* "$artifacts"/timeout-* "$artifacts"/oom-*
+    echo
+    echo "-- $name: ${share}s; seeds: $(ls "$seeds" 2>/dev/null | wc -l) files in $seeds; corpus: $corpus; log: $log"
+
+    # NEW/REDUCE progress lines go to the log only; everything else (pulses, stats, crash reports)
+    # also to the console.
+    rc=0
+    set +e
+    timeout --kill-after=30 $((share + 240)) "${SAN_WRAP[@]}" "$fuzzer" \
+      -max_total_time="$share" -max_len="$max_len" -timeout=25 -rss_limit_mb=2048 \
+      -print_final_stats=1 -artifact_prefix="$artifacts/" "$corpus" "$seeds" 2>&1 |
+      tee "$log" | grep --line-buffered -vE '^#[0-9]+[[:space:]]+(NEW|REDUCE)[[:space:]]'
+    rc=${PIPESTATUS[0]}
+    set -e
+    found="$(ls "$artifacts" 2>/dev/null || true)"
+    if (( rc != 0 )) || [[ -n $found ]]; then
+      echo "$name FAILED (exit $rc)."
+      if [[ -n $found ]]; then
+        echo "reproducers in $artifacts: $found"
+        echo "reproduce with: ${SAN_WRAP[*]:+${SAN_WRAP[*]} }$fuzzer $artifacts/<file>"
+      fi
+      failed+=("$name")
+      continue
     fi
+    echo "$name: no crash in ${share}s ($(grep -E '^stat::number_of_executed_units' "$log" | awk '{print $2}') runs," \
+      "$(grep -oE 'cov: [0-9]+' "$log" | tail -n 1 || true))"
+  done
+  if (( ${#failed[@]} > 0 )); then
+    echo "fuzzing FAILED: ${failed[*]} (logs in $dir/<target>.log)"
     return 1
   fi
-  echo "fuzz-frame: no crash in ${FUZZ_SECONDS}s ($(grep -E '^stat::number_of_executed_units' "$log" | awk '{print $2}') runs)"
 }
 
 # ---- .NET (placeholder until the solution exists) -----------------------------------------------
@@ -304,7 +324,7 @@ run_suite native-release step_release
 if (( ! QUICK )); then
   run_suite native-asan step_asan
   run_suite native-tsan step_tsan
-  run_suite fuzz-frame step_fuzz
+  run_suite fuzz step_fuzz
   run_suite dotnet step_dotnet
   run_suite rdma-vm step_rdma_vm
 fi

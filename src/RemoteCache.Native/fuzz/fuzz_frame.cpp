@@ -27,7 +27,7 @@
 #include "common/wire.h"
 #include "server/executor.h"
 #include "transport/shm/shm_ring.h"
-#include "transport/socket_util.h"
+#include "transport/connect_codec.h"
 
 #define FUZZ_CHECK(cond)                                                                  \
   do {                                                                                    \
@@ -262,7 +262,7 @@ void fuzz_connect(const uint8_t* data, std::size_t size) {
   const std::span<const std::byte> frame(reinterpret_cast<const std::byte*>(data), size);
 
   wire::ConnectRequest request{};
-  if (rc::transport::decode_connect_request(frame, request)) {
+  if (rc::transport::decode_connect_request(frame, request) == RC_OK) {
     FUZZ_CHECK(size == sizeof(wire::FrameHeader) + sizeof(wire::ConnectRequest));
     FUZZ_CHECK(request.token_length <= wire::kTokenMax);
   }

@@ -193,7 +193,8 @@ bool Channel::take_response(std::span<const std::byte> frame) {
       }
       if (e.status == RC_E_OUT_OF_RANGE)
         set_last_error("the server refused a range outside the regions it granted");
-      complete(op, static_cast<Status>(e.status));
+      // Range-check the server's integer before it becomes an rc_status the application sees.
+      complete(op, is_known_status(e.status) ? static_cast<Status>(e.status) : RC_E_PROTOCOL);
       ops_.pop();
     }
   }

@@ -44,7 +44,7 @@ std::optional<std::vector<uint8_t>> base64url_decode(std::string_view text) {
   for (char& c : standard) {
     if (c == '-') c = '+';
     else if (c == '_') c = '/';
-    else if (c == '+' || c == '/') return std::nullopt;  // only the url alphabet is accepted
+    else if (c == '+' || c == '/' || c == '=') return std::nullopt;  // the url alphabet only; padding only at the end
   }
   const std::size_t pad = (4 - standard.size() % 4) % 4;
   standard.append(pad, '=');

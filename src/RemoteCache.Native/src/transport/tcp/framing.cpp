@@ -6,10 +6,6 @@
 #include <cstring>
 
 namespace rc::transport::tcp {
-namespace {
-// An outbox that grew past this for a burst gives the memory back once it has drained.
-constexpr std::size_t kOutboxKeep = 256 * 1024;
-}  // namespace
 
 FrameReader::FrameReader() : buf_(2 * std::size_t{wire::kMaxFrame}) {}
 
@@ -59,6 +55,11 @@ bool Outbox::push(int fd, std::span<const std::byte> data) {
   }
   if (!data.empty()) {
     compact();
+    // Growing a buffer that still holds sent bytes would double them too: drop them first.
+    if (begin_ > 0 && buf_.size() + data.size() > buf_.capacity()) {
+      buf_.erase(buf_.begin(), buf_.begin() + static_cast<std::ptrdiff_t>(begin_));
+      begin_ = 0;
+    }
     buf_.insert(buf_.end(), data.begin(), data.end());
   }
   return true;
@@ -78,9 +79,9 @@ bool Outbox::flush(int fd) {
   return true;
 }
 
-// Sent bytes are dropped once they are at least half of what is held, so the buffer never holds
-// more than about twice the unsent bytes (a reader that drains slowly but never completely must not
-// make it grow), and a drained burst gives its memory back.
+// Sent bytes are dropped once they are at least half of what is held, and before the buffer grows,
+// so it never holds more than about twice the unsent bytes (a reader that drains slowly but never
+// completely must not make it grow), and a drained burst gives its memory back.
 void Outbox::compact() {
   if (begin_ == buf_.size()) {
     buf_.clear();

@@ -12,6 +12,13 @@
 
 namespace rc::transport::tcp {
 
+// Above this much unsent response data the server stops reading a connection's requests: a client
+// that does not drain its responses must not make the server buffer without bound. An outbox then
+// holds at most about twice this plus one frame.
+inline constexpr std::size_t kOutboxLimit = 1u << 20;
+// An outbox that grew past this for a burst gives the memory back once it has drained.
+inline constexpr std::size_t kOutboxKeep = 256 * 1024;
+
 class FrameReader {
  public:
   FrameReader();
@@ -38,7 +45,8 @@ class Outbox {
 
   bool empty() const { return begin_ == buf_.size(); }
   std::size_t size() const { return buf_.size() - begin_; }
-  // Bytes held, sent or not: what the connection costs.
+  // Bytes held, sent or not: what the connection costs (at most about twice the most unsent bytes
+  // since it was last empty, or kOutboxKeep once drained).
   std::size_t capacity() const { return buf_.capacity(); }
 
  private:

@@ -20,11 +20,6 @@
 namespace rc::transport::tcp {
 namespace {
 
-// Above this much unsent response data the server stops reading a connection's requests: a client
-// that does not drain its responses must not make the server buffer without bound. With Outbox's
-// compaction a connection then holds at most about twice this plus one frame.
-constexpr std::size_t kOutboxLimit = 1u << 20;
-
 void set_nonblocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
 void set_nodelay(int fd) {
