@@ -3,7 +3,7 @@
 configurations run on two builds, interleaved round by round (the order alternates) so that the
 machine's drift hits both alike. Prints each build's median and the ratio after/before.
 
-usage: bench_compare.py BEFORE_BUILD_DIR AFTER_BUILD_DIR [--rounds N] [--seconds T]
+usage: bench_compare.py BEFORE_BUILD_DIR AFTER_BUILD_DIR [--rounds N] [--seconds T] [--only TEXT]
 (scripts/bench_compare.sh builds a git ref and the working tree and calls this.)
 """
 import argparse
@@ -34,19 +34,21 @@ def main():
     ap.add_argument("after")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=2)
+    ap.add_argument("--only", default="", help="run only the configurations whose name contains this text")
     args = ap.parse_args()
+    configs = [c for c in CONFIGS if args.only in c[0]]
     builds = {"before": args.before, "after": args.after}
-    results = {name: {"before": [], "after": []} for name, *_ in CONFIGS}
+    results = {name: {"before": [], "after": []} for name, *_ in configs}
     for r in range(args.rounds):
         order = ["before", "after"] if r % 2 == 0 else ["after", "before"]
-        for name, metric, _, flags in CONFIGS:
+        for name, metric, _, flags in configs:
             for which in order:
                 row = bench(builds[which], args.seconds, **flags)
                 results[name][which].append(row[metric])
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
     print(f"{'configuration':42} {'before':>12} {'after':>12} {'after/before':>13}  per-round ratios")
     summary = {}
-    for name, metric, better, _ in CONFIGS:
+    for name, metric, better, _ in configs:
         b, a = results[name]["before"], results[name]["after"]
         mb, ma = statistics.median(b), statistics.median(a)
         ratios = [x / y for x, y in zip(a, b)]

@@ -132,8 +132,9 @@ int32_t Session::wait(rc_completion* out, uint32_t max, int32_t timeout_ms) {
     const int32_t n = poll(out, max);
     if (n != 0 || outstanding() == 0) return n;
     if (woken_.exchange(false, std::memory_order_acq_rel)) return 0;
-    if (now_ns() >= deadline) return 0;
-    if (!backoff.idle()) continue;
+    const uint64_t now = now_ns();
+    if (now >= deadline) return 0;
+    if (!backoff.idle(now)) continue;
     // Block until the data path signals: our channels' fds (c = 0) or our eventfd (c > 0).
     raw.clear();
     raw.push_back(wake_.fd());  // rc_wake, and with c > 0 also the client thread's completions

@@ -21,8 +21,9 @@ class Backoff {
 
   // The loop found nothing to do: spins or yields once and returns false, or returns true when it
   // is time to block (then call worked() after waking). The clock is read only while idle.
-  bool idle() {
-    const uint64_t now = now_ns();
+  bool idle() { return idle(now_ns()); }
+  // The same, for a loop that has just read the clock anyway.
+  bool idle(uint64_t now) {
     if (idle_since_ == 0) idle_since_ = now;
     const uint64_t idle = now - idle_since_;
     if (idle < spin_ns_) {
