@@ -4,62 +4,11 @@
 // Every data check compares against a shadow copy of the cache kept by the test: requests of one
 // session execute in program order, so a read must return the shadow as it was when the read was
 // submitted.
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/types.h>
-#include <sys/un.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <gtest/gtest.h>
-#include <remotecache/remotecache.h>
-
-#include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <cmath>
-#include <condition_variable>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <functional>
-#include <map>
-#include <memory>
-#include <mutex>
-#include <random>
-#include <set>
-#include <sstream>
-#include <string>
-#include <thread>
-#include <unordered_map>
-#include <vector>
-
-#include "common/wire.h"  // only for the raw-protocol (malformed input) tests
-#include "test_util.h"
-
-#ifndef RC_SERVER_PATH
-#error "RC_SERVER_PATH must name the remotecache-server binary"
-#endif
+#include "harness.h"
 
 namespace {
 
-using namespace std::chrono_literals;
-using Clock = std::chrono::steady_clock;
-namespace wire = rc::wire;
-
-constexpr uint64_t KiB = 1024;
-constexpr uint64_t MiB = 1024 * KiB;
-constexpr uint64_t kRegionSize = 1 * MiB;  // the server's --region-size
-constexpr uint64_t kMemoryLimit = 64 * MiB;
-
-constexpr int32_t kHung = 1000;  // pseudo status: no completion arrived in time
+using namespace rctest;
 
 // The data-path configurations every data test runs through: {c, s, b, q}.
 const rc_config kConfigs[] = {{0, 1, 1, 1}, {0, 1, 16, 4}, {1, 1, 32, 8}, {2, 2, 8, 2}, {0, 0, 1, 1}};
@@ -75,912 +24,6 @@ bool same(const rc_config& a, const rc_config& b) {
          a.batch_size == b.batch_size && a.queue_depth == b.queue_depth;
 }
 
-std::string sname(int32_t st) {
-  if (st == kHung) return "HUNG(no completion)";
-  const char* n = rc_status_name(st);
-  return n ? std::string(n) : "rc_status(" + std::to_string(st) + ")";
-}
-
-std::string last_error() {
-  const char* e = rc_last_error();
-  return e ? std::string(e) : std::string("<null>");
-}
-
-std::chrono::milliseconds ms(int v) { return std::chrono::milliseconds(v); }
-
-// No completion for this long means the library hangs.
-std::chrono::milliseconds hang_limit() { return ms(rctest::scaled_ms(30000)); }
-
-void fill_random(uint8_t* p, uint64_t n, uint64_t seed) {
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
-  uint64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    const uint64_t v = x * 0x2545F4914F6CDD1Dull;
-    std::memcpy(p + i, &v, 8);
-  }
-  for (; i < n; ++i) {
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    p[i] = static_cast<uint8_t>((x * 0x2545F4914F6CDD1Dull) >> 56);
-  }
-}
-
-std::vector<uint8_t> pattern(uint64_t seed, uint64_t n) {
-  std::vector<uint8_t> v(n);
-  fill_random(v.data(), n, seed);
-  return v;
-}
-
-uint64_t fresh_cache_id() {
-  static std::atomic<uint64_t> counter{0};
-  static const uint64_t base = [] {
-    std::random_device rd;
-    return (uint64_t{rd()} << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
-  }();
-  return (base + 0x9E3779B97F4A7C15ull * ++counter) | 1;
-}
-
-// ---- child process bookkeeping -------------------------------------------------------------------
-
-std::mutex g_children_mu;
-std::set<pid_t> g_children;
-
-void register_child(pid_t pid) {
-  std::lock_guard<std::mutex> lock(g_children_mu);
-  g_children.insert(pid);
-}
-void unregister_child(pid_t pid) {
-  std::lock_guard<std::mutex> lock(g_children_mu);
-  g_children.erase(pid);
-}
-
-// Aborts the test binary (after killing the servers it started) if a test runs far too long, so a
-// library hang shows up with the phase it hung in rather than only as a ctest timeout.
-class Watchdog {
- public:
-  Watchdog(std::string name, std::chrono::milliseconds limit) : name_(std::move(name)) {
-    thread_ = std::thread([this, limit] {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (cv_.wait_for(lock, limit, [this] { return done_; })) return;
-      std::fprintf(stderr, "\n[watchdog] %s did not finish within %lld ms; phase: %s\n", name_.c_str(),
-                   static_cast<long long>(limit.count()), phase_.c_str());
-      {
-        std::lock_guard<std::mutex> children(g_children_mu);
-        for (pid_t p : g_children) ::kill(p, SIGKILL);
-      }
-      std::fflush(stderr);
-      std::fflush(stdout);
-      std::abort();
-    });
-  }
-  ~Watchdog() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  void phase(std::string p) {
-    std::lock_guard<std::mutex> lock(mu_);
-    phase_ = std::move(p);
-  }
-
- private:
-  std::string name_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::string phase_ = "start";
-  std::thread thread_;
-};
-
-// ---- the server as a child process ----------------------------------------------------------------
-
-class ServerProcess {
- public:
-  ServerProcess() = default;
-  ServerProcess(const ServerProcess&) = delete;
-  ServerProcess& operator=(const ServerProcess&) = delete;
-  ~ServerProcess() {
-    kill_hard();
-    if (!shm_path_.empty()) ::unlink(shm_path_.c_str());
-  }
-
-  // Starts `remotecache-server --listen <listen> ...` and waits for its "ready" line.
-  ::testing::AssertionResult start(const std::string& listen, std::vector<std::string> extra = {}) {
-    extra_ = std::move(extra);
-    if (listen.rfind("shm:", 0) == 0) shm_path_ = listen.substr(4);
-    return launch(listen);
-  }
-
-  // Starts again on the endpoint the first run reported (the same port for tcp).
-  ::testing::AssertionResult restart() {
-    if (pid_ > 0) return ::testing::AssertionFailure() << "restart() while the server is running";
-    if (endpoint_.empty()) return ::testing::AssertionFailure() << "restart() before a successful start()";
-    return launch(endpoint_);
-  }
-
-  const std::string& endpoint() const { return endpoint_; }
-  pid_t pid() const { return pid_; }
-  bool running() const { return pid_ > 0; }
-
-  // Still running: not reaped, not a zombie, and signalable.
-  bool alive() {
-    if (pid_ <= 0) return false;
-    int status = 0;
-    const pid_t r = ::waitpid(pid_, &status, WNOHANG);
-    if (r == pid_) {
-      exit_status_ = status;
-      finish_reap();
-      return false;
-    }
-    return ::kill(pid_, 0) == 0;
-  }
-
-  std::string exit_description() const { return describe_status(exit_status_); }
-
-  // SIGKILL and reap.
-  void kill_hard() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    int status = 0;
-    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-    }
-    exit_status_ = status;
-    finish_reap();
-  }
-
-  // SIGTERM; the server must exit with status 0.
-  ::testing::AssertionResult stop() {
-    if (pid_ <= 0) return ::testing::AssertionFailure() << "stop() without a running server";
-    ::kill(pid_, SIGTERM);
-    const auto deadline = Clock::now() + ms(rctest::scaled_ms(15000));
-    int status = 0;
-    for (;;) {
-      const pid_t r = ::waitpid(pid_, &status, WNOHANG);
-      if (r == pid_) break;
-      if (Clock::now() > deadline) {
-        kill_hard();
-        return ::testing::AssertionFailure() << "server did not exit within 15 s of SIGTERM";
-      }
-      std::this_thread::sleep_for(5ms);
-    }
-    exit_status_ = status;
-    finish_reap();
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return ::testing::AssertionSuccess();
-    return ::testing::AssertionFailure() << "server did not stop cleanly on SIGTERM: " << describe_status(status);
-  }
-
- private:
-  static std::string describe_status(int status) {
-    std::ostringstream o;
-    if (WIFEXITED(status))
-      o << "exit code " << WEXITSTATUS(status);
-    else if (WIFSIGNALED(status))
-      o << "killed by signal " << WTERMSIG(status) << " (" << strsignal(WTERMSIG(status)) << ")";
-    else
-      o << "wait status " << status;
-    return o.str();
-  }
-
-  ::testing::AssertionResult launch(const std::string& listen) {
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) return ::testing::AssertionFailure() << "pipe2: " << std::strerror(errno);
-    std::vector<std::string> args = {RC_SERVER_PATH,  "--listen",  listen, "--region-size", std::to_string(kRegionSize),
-                                     "--memory-limit", std::to_string(kMemoryLimit), "--threads", "2"};
-    args.insert(args.end(), extra_.begin(), extra_.end());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-
-    const pid_t parent = ::getpid();
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      // Child: only async-signal-safe calls until exec.
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) ::_exit(126);
-      ::dup2(fds[1], STDOUT_FILENO);  // the duplicate does not inherit O_CLOEXEC
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    ::close(fds[1]);
-    if (pid < 0) {
-      ::close(fds[0]);
-      return ::testing::AssertionFailure() << "fork: " << std::strerror(errno);
-    }
-    pid_ = pid;
-    out_fd_ = fds[0];
-    register_child(pid);
-
-    std::string buffer;
-    std::string output;  // for diagnostics
-    std::string endpoint;
-    bool ready = false;
-    const auto deadline = Clock::now() + ms(rctest::scaled_ms(30000));
-    while (!ready) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      if (left <= 0) {
-        kill_hard();
-        return ::testing::AssertionFailure() << "server on " << listen << " printed no 'ready' within 30 s; output:\n"
-                                             << output;
-      }
-      pollfd p{out_fd_, POLLIN, 0};
-      const int pr = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1000)));
-      if (pr < 0 && errno != EINTR) break;
-      if (pr <= 0) continue;
-      char chunk[1024];
-      const ssize_t n = ::read(out_fd_, chunk, sizeof chunk);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        // EOF before ready: the server died.
-        int status = 0;
-        ::waitpid(pid_, &status, 0);
-        exit_status_ = status;
-        finish_reap();
-        return ::testing::AssertionFailure() << "server on " << listen << " exited before 'ready' ("
-                                             << describe_status(status) << "); output:\n"
-                                             << output;
-      }
-      buffer.append(chunk, static_cast<std::size_t>(n));
-      output.append(chunk, static_cast<std::size_t>(n));
-      std::size_t nl;
-      while ((nl = buffer.find('\n')) != std::string::npos) {
-        std::string line = buffer.substr(0, nl);
-        buffer.erase(0, nl + 1);
-        if (!line.empty() && line.back() == '\r') line.pop_back();
-        if (line.rfind("listening ", 0) == 0 && endpoint.empty()) endpoint = line.substr(10);
-        if (line == "ready") ready = true;
-      }
-    }
-    if (!ready) {
-      kill_hard();
-      return ::testing::AssertionFailure() << "reading the server's stdout failed: " << std::strerror(errno);
-    }
-    if (endpoint.empty()) {
-      kill_hard();
-      return ::testing::AssertionFailure() << "server printed 'ready' without a 'listening <endpoint>' line; output:\n"
-                                           << output;
-    }
-    if (endpoint.rfind(listen.substr(0, 4), 0) != 0) {
-      kill_hard();
-      return ::testing::AssertionFailure() << "server listening on '" << endpoint << "' for --listen " << listen;
-    }
-    if (listen.rfind("tcp:", 0) == 0 && endpoint.size() >= 2 && endpoint.substr(endpoint.size() - 2) == ":0") {
-      kill_hard();
-      return ::testing::AssertionFailure() << "server reported port 0: " << endpoint;
-    }
-    endpoint_ = endpoint;
-    // Keep draining stdout so the server never blocks on a full pipe.
-    const int fd = out_fd_;
-    drain_ = std::thread([fd] {
-      char chunk[1024];
-      for (;;) {
-        const ssize_t n = ::read(fd, chunk, sizeof chunk);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        (void)!::write(STDERR_FILENO, chunk, static_cast<std::size_t>(n));
-      }
-    });
-    return ::testing::AssertionSuccess();
-  }
-
-  void finish_reap() {
-    unregister_child(pid_);
-    pid_ = -1;
-    if (drain_.joinable()) drain_.join();
-    if (out_fd_ >= 0) ::close(out_fd_);
-    out_fd_ = -1;
-  }
-
-  pid_t pid_ = -1;
-  int out_fd_ = -1;
-  int exit_status_ = 0;
-  std::thread drain_;
-  std::string endpoint_;
-  std::string shm_path_;
-  std::vector<std::string> extra_;
-};
-
-// ---- RAII for library handles --------------------------------------------------------------------
-
-struct CacheHandle {
-  rc_cache* c = nullptr;
-  CacheHandle() = default;
-  CacheHandle(const CacheHandle&) = delete;
-  CacheHandle& operator=(const CacheHandle&) = delete;
-  ~CacheHandle() {
-    if (c != nullptr) rc_cache_close(c);
-  }
-  rc_status close() {
-    const rc_status st = rc_cache_close(c);
-    c = nullptr;
-    return st;
-  }
-  void leak() { c = nullptr; }
-};
-
-struct SessionHandle {
-  rc_session* s = nullptr;
-  SessionHandle() = default;
-  SessionHandle(const SessionHandle&) = delete;
-  SessionHandle& operator=(const SessionHandle&) = delete;
-  ~SessionHandle() {
-    if (s != nullptr) rc_session_close(s);
-  }
-  rc_status close() {
-    const rc_status st = rc_session_close(s);
-    s = nullptr;
-    return st;
-  }
-  void leak() { s = nullptr; }
-};
-
-rc_status open_cache(const std::vector<std::string>& endpoints, const rc_cache_options& o, rc_cache** out) {
-  std::vector<const char*> eps;
-  for (const auto& e : endpoints) eps.push_back(e.c_str());
-  return rc_cache_open(eps.data(), eps.size(), &o, out);
-}
-
-rc_cache_options make_options(uint64_t id, const rc_config& cfg, uint32_t regions = 4, const char* token = "test-token") {
-  rc_cache_options o{};
-  o.cache_id = id;
-  o.token = token;
-  o.regions_per_server = regions;
-  o.config = cfg;
-  o.session_capacity = 0;
-  o.op_timeout_ms = static_cast<uint32_t>(rctest::scaled_ms(20000));
-  o.connect_timeout_ms = static_cast<uint32_t>(rctest::scaled_ms(10000));
-  return o;
-}
-
-// ---- asynchronous operation tracking -------------------------------------------------------------
-
-struct PendingOp {
-  uint64_t tag = 0;
-  uint64_t address = 0;
-  uint64_t length = 0;
-  bool write = false;
-  int phase = 0;
-  bool check = false;
-  std::vector<uint8_t> data;      // write source / read destination; never moves while pending
-  std::vector<uint8_t> expected;  // reads with check: the shadow at submission time
-};
-
-// Submits operations on one session and reaps their completions; keeps every buffer alive until the
-// library returns its completion. By default every completion must be RC_OK and every checked read
-// must match; a custom handler replaces that.
-class Pipeline {
- public:
-  using Handler = std::function<void(const PendingOp&, int32_t status)>;
-
-  Pipeline(rc_session* s, std::string label) : s_(s), label_(std::move(label)) {}
-  Pipeline(const Pipeline&) = delete;
-  Pipeline& operator=(const Pipeline&) = delete;
-  ~Pipeline() {
-    if (!pending_.empty() && !drain(hang_limit())) abandon();
-  }
-
-  void set_handler(Handler h) { handler_ = std::move(h); }
-  void set_phase(int p) { phase_ = p; }
-
-  rc_status write(uint64_t address, std::vector<uint8_t> data) {
-    auto op = std::make_unique<PendingOp>();
-    op->tag = next_tag_++;
-    op->address = address;
-    op->length = data.size();
-    op->write = true;
-    op->phase = phase_;
-    op->data = std::move(data);
-    const rc_status st = rc_write(s_, address, op->data.data(), op->length, op->tag);
-    if (st == RC_OK) pending_.emplace(op->tag, std::move(op));
-    return st;
-  }
-
-  // `expected` (length bytes) or null for an unchecked read.
-  rc_status read(uint64_t address, uint64_t length, const uint8_t* expected) {
-    auto op = std::make_unique<PendingOp>();
-    op->tag = next_tag_++;
-    op->address = address;
-    op->length = length;
-    op->phase = phase_;
-    op->data.assign(length, 0xA5);
-    if (expected != nullptr) {
-      op->check = true;
-      op->expected.assign(expected, expected + length);
-    }
-    const rc_status st = rc_read(s_, address, op->data.data(), length, op->tag);
-    if (st == RC_OK) pending_.emplace(op->tag, std::move(op));
-    return st;
-  }
-
-  // Collects completions, waiting up to timeout_ms for the first (0: rc_poll). Returns how many, or
-  // -1 when rc_poll / rc_wait failed.
-  int reap(int32_t timeout_ms) {
-    rc_completion c[64];
-    const int32_t n = timeout_ms == 0 ? rc_poll(s_, c, 64) : rc_wait(s_, c, 64, timeout_ms);
-    if (n < 0) {
-      fail() << (timeout_ms == 0 ? "rc_poll" : "rc_wait") << " returned " << sname(n) << ": " << last_error();
-      return -1;
-    }
-    if (n > 64) {
-      fail() << "rc_wait returned " << n << " completions for max 64";
-      return -1;
-    }
-    for (int32_t i = 0; i < n; ++i) complete(c[i]);
-    return n;
-  }
-
-  // Waits until at least one completion arrives; false (after reporting) if none arrives within limit.
-  bool reap_some(std::chrono::milliseconds limit) {
-    const auto deadline = Clock::now() + limit;
-    for (;;) {
-      if (pending_.empty()) return true;
-      const int n = reap(100);
-      if (n > 0) return true;
-      if (n < 0) return false;
-      if (Clock::now() > deadline) {
-        fail() << "no completion for " << limit.count() << " ms with " << pending_.size()
-               << " operations outstanding (rc_session_outstanding = " << rc_session_outstanding(s_)
-               << "); oldest: " << describe(*pending_.begin()->second);
-        return false;
-      }
-    }
-  }
-
-  // Reaps until nothing is pending; false on a hang.
-  bool drain(std::chrono::milliseconds no_progress_limit) {
-    while (!pending_.empty())
-      if (!reap_some(no_progress_limit)) return false;
-    return true;
-  }
-
-  // Gives up on pending operations: their buffers are leaked so the library can never write freed memory.
-  void abandon() {
-    for (auto& [tag, op] : pending_) (void)op.release();
-    pending_.clear();
-  }
-
-  std::size_t pending() const { return pending_.size(); }
-  uint64_t failures() const { return failures_; }
-  uint64_t completed() const { return completed_; }
-  uint64_t reads_verified() const { return reads_verified_; }
-  const std::string& label() const { return label_; }
-  rc_session* session() const { return s_; }
-
-  static std::string describe(const PendingOp& op) {
-    std::ostringstream o;
-    o << (op.write ? "write" : "read") << " #" << op.tag << " [" << op.address << ", +" << op.length << ")";
-    if (op.phase != 0) o << " phase " << op.phase;
-    return o.str();
-  }
-
-  // Starts a failure message (only the first few are printed).
-  struct Failure {
-    std::ostringstream* o;
-    template <typename T>
-    Failure& operator<<(const T& v) {
-      if (o) *o << v;
-      return *this;
-    }
-  };
-  class FailureSink {
-   public:
-    explicit FailureSink(Pipeline& p) : p_(p) {}
-    ~FailureSink() {
-      if (p_.failures_ <= kMaxReports) ADD_FAILURE() << p_.label_ << ": " << o_.str();
-      if (p_.failures_ == kMaxReports + 1) ADD_FAILURE() << p_.label_ << ": more failures not shown";
-    }
-    template <typename T>
-    FailureSink& operator<<(const T& v) {
-      o_ << v;
-      return *this;
-    }
-
-   private:
-    Pipeline& p_;
-    std::ostringstream o_;
-  };
-  FailureSink fail() {
-    ++failures_;
-    return FailureSink(*this);
-  }
-
- private:
-  static constexpr uint64_t kMaxReports = 8;
-
-  void complete(const rc_completion& c) {
-    auto it = pending_.find(c.tag);
-    if (it == pending_.end()) {
-      fail() << "completion for unknown or already completed tag " << c.tag << " (status " << sname(c.status) << ")";
-      return;
-    }
-    std::unique_ptr<PendingOp> op = std::move(it->second);
-    pending_.erase(it);
-    ++completed_;
-    if (handler_) {
-      handler_(*op, c.status);
-      return;
-    }
-    if (c.status != RC_OK) {
-      fail() << describe(*op) << " completed with " << sname(c.status);
-      return;
-    }
-    if (!op->write && op->check) {
-      if (op->data == op->expected) {
-        ++reads_verified_;
-        return;
-      }
-      uint64_t first = 0;
-      while (first < op->length && op->data[first] == op->expected[first]) ++first;
-      uint64_t bad = 0;
-      for (uint64_t i = 0; i < op->length; ++i) bad += op->data[i] != op->expected[i];
-      fail() << describe(*op) << " returned wrong data: " << bad << " bytes differ, first at +" << first << " (address "
-             << op->address + first << "): got 0x" << std::hex << int{op->data[first]} << ", expected 0x"
-             << int{op->expected[first]} << std::dec;
-    }
-  }
-
-  rc_session* s_;
-  std::string label_;
-  Handler handler_;
-  int phase_ = 0;
-  uint64_t next_tag_ = 1;
-  uint64_t completed_ = 0;
-  uint64_t failures_ = 0;
-  uint64_t reads_verified_ = 0;
-  std::map<uint64_t, std::unique_ptr<PendingOp>> pending_;
-};
-
-// Synchronous helpers; return the completion's status, a synchronous error, or kHung.
-int32_t sync_write(rc_session* s, uint64_t address, const uint8_t* src, uint64_t length) {
-  Pipeline pl(s, "sync_write");
-  int32_t result = kHung;
-  pl.set_handler([&](const PendingOp&, int32_t st) { result = st; });
-  const rc_status st = pl.write(address, std::vector<uint8_t>(src, src + length));
-  if (st != RC_OK) return st;
-  if (!pl.drain(hang_limit())) {
-    pl.abandon();
-    return kHung;
-  }
-  return result;
-}
-
-int32_t sync_read(rc_session* s, uint64_t address, uint8_t* dst, uint64_t length) {
-  Pipeline pl(s, "sync_read");
-  int32_t result = kHung;
-  pl.set_handler([&](const PendingOp& op, int32_t st) {
-    result = st;
-    if (st == RC_OK) std::memcpy(dst, op.data.data(), op.length);
-  });
-  const rc_status st = pl.read(address, length, nullptr);
-  if (st != RC_OK) return st;
-  if (!pl.drain(hang_limit())) {
-    pl.abandon();
-    return kHung;
-  }
-  return result;
-}
-
-// Reads [base, base + shadow.size()) in chunks and compares with the shadow.
-::testing::AssertionResult verify_all(rc_session* s, const std::vector<uint8_t>& shadow, uint64_t base,
-                                      const std::string& label) {
-  Pipeline pl(s, label + " verify_all");
-  const uint64_t chunk = 256 * KiB;
-  for (uint64_t off = 0; off < shadow.size(); off += chunk) {
-    const uint64_t n = std::min<uint64_t>(chunk, shadow.size() - off);
-    const rc_status st = pl.read(base + off, n, shadow.data() + off);
-    if (st != RC_OK) return ::testing::AssertionFailure() << "verify read submit: " << sname(st) << ": " << last_error();
-    while (pl.pending() >= 8)
-      if (!pl.reap_some(hang_limit())) break;
-  }
-  const bool drained = pl.drain(hang_limit());
-  if (!drained) pl.abandon();
-  if (!drained || pl.failures() != 0)
-    return ::testing::AssertionFailure() << label << ": full verification failed (" << pl.failures() << " failures)";
-  return ::testing::AssertionSuccess();
-}
-
-// Random I/O against a shadow of the window [base, base + shadow.size()).
-struct RandomIo {
-  uint64_t base = 0;
-  uint64_t ops = 0;                        // submissions; 0 = until *stop
-  uint32_t max_outstanding = 32;
-  uint64_t max_len = 64 * KiB;
-  const std::atomic<bool>* stop = nullptr;
-  std::atomic<uint64_t>* progress = nullptr;  // completions so far
-};
-
-struct RandomIoResult {
-  uint64_t submitted = 0;
-  bool hung = false;
-};
-
-RandomIoResult run_random_io(Pipeline& pl, std::vector<uint8_t>& shadow, const RandomIo& p, std::mt19937_64& rng) {
-  RandomIoResult r;
-  const uint64_t size = shadow.size();
-  // Region boundaries strictly inside the window (window-relative).
-  std::vector<uint64_t> boundaries;
-  for (uint64_t b = (p.base / kRegionSize + 1) * kRegionSize; b < p.base + size; b += kRegionSize)
-    boundaries.push_back(b - p.base);
-  const double log_max = std::log(static_cast<double>(std::min(p.max_len, size)));
-  std::uniform_real_distribution<double> log_len(0.0, log_max);
-  uint64_t seed = rng();
-
-  auto more = [&] {
-    return pl.failures() == 0 && (p.ops == 0 || r.submitted < p.ops) &&
-           !(p.stop != nullptr && p.stop->load(std::memory_order_relaxed));
-  };
-  while (more() || pl.pending() != 0) {
-    while (more() && pl.pending() < p.max_outstanding) {
-      uint64_t len = static_cast<uint64_t>(std::exp(log_len(rng)));
-      len = std::clamp<uint64_t>(len, 1, std::min(p.max_len, size));
-      const uint64_t hi = size - len;
-      uint64_t start;
-      if (!boundaries.empty() && rng() % 2 == 0) {
-        // Straddle (or touch) a region boundary.
-        const uint64_t b = boundaries[rng() % boundaries.size()];
-        const uint64_t back = rng() % (len + 1);
-        start = b >= back ? b - back : 0;
-      } else {
-        start = rng() % (hi + 1);
-      }
-      start = std::min(start, hi);
-      rc_status st;
-      if (rng() % 2 == 0) {
-        std::vector<uint8_t> data(len);
-        fill_random(data.data(), len, ++seed);
-        std::vector<uint8_t> copy = data;
-        st = pl.write(p.base + start, std::move(data));
-        if (st == RC_OK) std::memcpy(shadow.data() + start, copy.data(), len);
-      } else {
-        st = pl.read(p.base + start, len, shadow.data() + start);
-      }
-      if (st != RC_OK) {
-        pl.fail() << "submission of [" << p.base + start << ", +" << len << ") failed synchronously with " << sname(st)
-                  << ": " << last_error();
-        break;
-      }
-      ++r.submitted;
-      if (rng() % 16 == 0) {
-        const rc_status fs = rc_flush(pl.session());
-        if (fs != RC_OK) pl.fail() << "rc_flush returned " << sname(fs);
-      }
-    }
-    if (pl.pending() == 0) continue;
-    const uint32_t outstanding = rc_session_outstanding(pl.session());
-    if (outstanding != pl.pending())
-      pl.fail() << "rc_session_outstanding = " << outstanding << " but " << pl.pending() << " operations are pending";
-    // Mix non-blocking polls with waits.
-    if (pl.pending() < p.max_outstanding && rng() % 2 == 0 && more()) {
-      if (pl.reap(0) < 0) break;
-    } else if (!pl.reap_some(hang_limit())) {
-      r.hung = true;
-      pl.abandon();
-      break;
-    }
-    if (p.progress != nullptr) p.progress->store(pl.completed(), std::memory_order_relaxed);
-  }
-  if (p.progress != nullptr) p.progress->store(pl.completed(), std::memory_order_relaxed);
-  return r;
-}
-
-// ---- raw sockets ------------------------------------------------------------------------------------
-
-struct Fd {
-  int fd = -1;
-  Fd() = default;
-  explicit Fd(int f) : fd(f) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() { reset(); }
-  void reset() {
-    if (fd >= 0) ::close(fd);
-    fd = -1;
-  }
-};
-
-bool parse_tcp(const std::string& endpoint, std::string& host, uint16_t& port) {
-  if (endpoint.rfind("tcp:", 0) != 0) return false;
-  const auto colon = endpoint.rfind(':');
-  if (colon <= 4) return false;
-  host = endpoint.substr(4, colon - 4);
-  port = static_cast<uint16_t>(std::stoul(endpoint.substr(colon + 1)));
-  return true;
-}
-
-int connect_tcp(const std::string& endpoint) {
-  std::string host;
-  uint16_t port = 0;
-  if (!parse_tcp(endpoint, host, port)) return -1;
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  if (::inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1) {
-    ::close(fd);
-    return -1;
-  }
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  const int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  return fd;
-}
-
-sockaddr_un unix_address(const std::string& path, socklen_t& len) {
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  std::memcpy(a.sun_path, path.data(), std::min(path.size(), sizeof(a.sun_path) - 1));
-  if (!path.empty() && path[0] == '@') a.sun_path[0] = '\0';
-  const bool abstract = !path.empty() && path[0] == '@';
-  len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + path.size() + (abstract ? 0 : 1));
-  return a;
-}
-
-int connect_unix_seqpacket(const std::string& path) {
-  const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  socklen_t len = 0;
-  sockaddr_un a = unix_address(path, len);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), len) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-bool send_all(int fd, const void* data, std::size_t n) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  while (n > 0) {
-    const ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<std::size_t>(w);
-  }
-  return true;
-}
-
-bool recv_exact(int fd, void* data, std::size_t n, int timeout_ms) {
-  auto* p = static_cast<uint8_t*>(data);
-  const auto deadline = Clock::now() + ms(timeout_ms);
-  while (n > 0) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) return false;
-    pollfd pf{fd, POLLIN, 0};
-    const int pr = ::poll(&pf, 1, static_cast<int>(left));
-    if (pr < 0 && errno == EINTR) continue;
-    if (pr <= 0) return false;
-    const ssize_t r = ::recv(fd, p, n, 0);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<std::size_t>(r);
-  }
-  return true;
-}
-
-enum class PeerState { Closed, Timeout };
-
-// Reads and discards until the peer closes (EOF / reset) or the timeout passes.
-PeerState wait_closed(int fd, int timeout_ms) {
-  const auto deadline = Clock::now() + ms(timeout_ms);
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) return PeerState::Timeout;
-    pollfd pf{fd, POLLIN, 0};
-    const int pr = ::poll(&pf, 1, static_cast<int>(left));
-    if (pr < 0 && errno == EINTR) continue;
-    if (pr == 0) return PeerState::Timeout;
-    char buf[4096];
-    const ssize_t r = ::recv(fd, buf, sizeof buf, 0);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return PeerState::Closed;
-  }
-}
-
-std::vector<uint8_t> connect_frame(uint64_t cache_id, uint32_t regions, const std::string& token,
-                                   uint32_t token_length_override = UINT32_MAX) {
-  wire::ConnectRequest req{};
-  req.cache_id = cache_id;
-  req.regions = regions;
-  req.server_threads = 1;
-  req.token_length = token_length_override != UINT32_MAX ? token_length_override : static_cast<uint32_t>(token.size());
-  std::memcpy(req.token, token.data(), std::min<std::size_t>(token.size(), wire::kTokenMax));
-  const wire::FrameHeader h{wire::kMagic, wire::kVersion, static_cast<uint8_t>(wire::Kind::Connect), 0,
-                            static_cast<uint32_t>(sizeof(wire::FrameHeader) + sizeof req), 0, 0};
-  std::vector<uint8_t> f(sizeof h + sizeof req);
-  std::memcpy(f.data(), &h, sizeof h);
-  std::memcpy(f.data() + sizeof h, &req, sizeof req);
-  return f;
-}
-
-struct RawReply {
-  bool received = false;
-  wire::FrameHeader header{};
-  wire::ConnectReply reply{};
-  std::vector<wire::RegionDescriptor> regions;
-};
-
-RawReply read_connect_reply(int fd, int timeout_ms) {
-  RawReply r;
-  if (!recv_exact(fd, &r.header, sizeof r.header, timeout_ms)) return r;
-  if (!wire::header_ok(r.header, wire::Kind::ConnectReply, r.header.bytes)) return r;
-  if (r.header.bytes < sizeof(wire::FrameHeader) + sizeof(wire::ConnectReply)) return r;
-  std::vector<uint8_t> rest(r.header.bytes - sizeof(wire::FrameHeader));
-  if (!recv_exact(fd, rest.data(), rest.size(), timeout_ms)) return r;
-  std::memcpy(&r.reply, rest.data(), sizeof r.reply);
-  const std::size_t n = (rest.size() - sizeof r.reply) / sizeof(wire::RegionDescriptor);
-  r.regions.resize(n);
-  if (n > 0) std::memcpy(r.regions.data(), rest.data() + sizeof r.reply, n * sizeof(wire::RegionDescriptor));
-  r.received = true;
-  return r;
-}
-
-struct RawEntry {
-  wire::Op op;
-  uint16_t region;
-  uint64_t offset;
-  uint32_t length;
-  std::vector<uint8_t> payload;
-};
-
-std::vector<uint8_t> batch_frame(uint64_t seq, const std::vector<RawEntry>& entries) {
-  std::vector<uint8_t> f(sizeof(wire::FrameHeader));
-  for (const auto& e : entries) {
-    const wire::RequestEntry re{static_cast<uint8_t>(e.op), 0, e.region, e.length, e.offset};
-    const auto* p = reinterpret_cast<const uint8_t*>(&re);
-    f.insert(f.end(), p, p + sizeof re);
-    if (e.op == wire::Op::Write) {
-      f.insert(f.end(), e.payload.begin(), e.payload.end());
-      f.resize(f.size() + (wire::pad8(e.length) - e.length), 0);
-    }
-  }
-  const wire::FrameHeader h{wire::kMagic, wire::kVersion, static_cast<uint8_t>(wire::Kind::Batch), 0,
-                            static_cast<uint32_t>(f.size()), static_cast<uint32_t>(entries.size()), seq};
-  std::memcpy(f.data(), &h, sizeof h);
-  return f;
-}
-
-struct RawResponse {
-  bool received = false;
-  wire::FrameHeader header{};
-  std::vector<wire::ResponseEntry> entries;
-  std::vector<std::vector<uint8_t>> payloads;
-};
-
-// Reads one Response frame; read payloads are parsed for the entries the caller says are reads.
-RawResponse read_response(int fd, const std::vector<bool>& is_read, int timeout_ms) {
-  RawResponse r;
-  if (!recv_exact(fd, &r.header, sizeof r.header, timeout_ms)) return r;
-  if (!wire::header_ok(r.header, wire::Kind::Response, r.header.bytes)) return r;
-  std::vector<uint8_t> rest(r.header.bytes - sizeof(wire::FrameHeader));
-  if (!recv_exact(fd, rest.data(), rest.size(), timeout_ms)) return r;
-  r.received = true;
-  if (r.header.flags & wire::kFlagAllOk) return r;
-  std::size_t pos = 0;
-  for (uint32_t i = 0; i < r.header.count && pos + sizeof(wire::ResponseEntry) <= rest.size(); ++i) {
-    wire::ResponseEntry e;
-    std::memcpy(&e, rest.data() + pos, sizeof e);
-    pos += sizeof e;
-    std::vector<uint8_t> payload;
-    if (i < is_read.size() && is_read[i] && e.status == RC_OK) {
-      const std::size_t padded = wire::pad8(e.length);
-      if (pos + padded > rest.size()) break;
-      payload.assign(rest.data() + pos, rest.data() + pos + e.length);
-      pos += padded;
-    }
-    r.entries.push_back(e);
-    r.payloads.push_back(std::move(payload));
-  }
-  return r;
-}
 
 // ---- the fixture ------------------------------------------------------------------------------------
 
@@ -1059,23 +102,6 @@ class Conformance : public ::testing::TestWithParam<std::string> {
     const rc_status st = rc_session_open(cache.c, &s.s);
     if (st != RC_OK) return ::testing::AssertionFailure() << "rc_session_open = " << sname(st) << ": " << last_error();
     if (s.s == nullptr) return ::testing::AssertionFailure() << "rc_session_open returned RC_OK and a null session";
-    return ::testing::AssertionSuccess();
-  }
-
-  // A write then a read-back through a fresh session: the cache works.
-  ::testing::AssertionResult cache_works(rc_cache* cache, uint64_t address, uint64_t seed) {
-    SessionHandle s;
-    const rc_status so = rc_session_open(cache, &s.s);
-    if (so != RC_OK) return ::testing::AssertionFailure() << "rc_session_open = " << sname(so);
-    const auto data = pattern(seed, 3000);
-    const int32_t w = sync_write(s.s, address, data.data(), data.size());
-    if (w != RC_OK) return ::testing::AssertionFailure() << "write = " << sname(w) << ": " << last_error();
-    std::vector<uint8_t> back(data.size());
-    const int32_t r = sync_read(s.s, address, back.data(), back.size());
-    if (r != RC_OK) return ::testing::AssertionFailure() << "read = " << sname(r) << ": " << last_error();
-    if (back != data) return ::testing::AssertionFailure() << "read-back differs from what was written";
-    const rc_status sc = s.close();
-    if (sc != RC_OK) return ::testing::AssertionFailure() << "rc_session_close = " << sname(sc);
     return ::testing::AssertionSuccess();
   }
 
@@ -1505,6 +531,9 @@ TEST_P(Conformance, StatusNames) {
       {RC_E_CLOSED, "RC_E_CLOSED"},
       {RC_E_UNSUPPORTED, "RC_E_UNSUPPORTED"},
       {RC_E_INTERNAL, "RC_E_INTERNAL"},
+      {RC_E_EXPIRED, "RC_E_EXPIRED"},
+      {RC_E_IN_USE, "RC_E_IN_USE"},
+      {RC_E_LIMIT, "RC_E_LIMIT"},
   };
   for (const auto& [code, name] : names) {
     const char* got = rc_status_name(code);
@@ -1515,6 +544,8 @@ TEST_P(Conformance, StatusNames) {
   EXPECT_NE(rc_status_name(-12345), nullptr);
 }
 
+// Tokens (wire v2): the same id with another token is another cache, so a wrong token cannot reach,
+// lock out or even detect the right one's cache; the right token shares it.
 TEST_P(Conformance, ErrorsAuth) {
   const uint64_t id = fresh_cache_id();
   CacheHandle a;
@@ -1527,15 +558,40 @@ TEST_P(Conformance, ErrorsAuth) {
 
   phase("wrong token");
   {
+    // A cache is named by (id, token): a wrong token gets what an unused id gets, a fresh empty
+    // cache, and neither it nor its writes touch the first one.
     CacheHandle wrong;
-    const rc_status st = open_cache({server_.endpoint()}, make_options(id, rc_config{0, 1, 1, 1}, 4, "beta"), &wrong.c);
-    EXPECT_EQ(st, RC_E_AUTH) << last_error();
-    if (st == RC_OK) {
-      EXPECT_EQ(wrong.close(), RC_OK);
-    }
-    wrong.leak();
+    ASSERT_TRUE(open(wrong, make_options(id, rc_config{0, 1, 1, 1}, 4, "beta")));
+    EXPECT_EQ(rc_cache_capacity(wrong.c), rc_cache_capacity(a.c));
+    SessionHandle sw;
+    ASSERT_TRUE(session(wrong, sw));
+    std::vector<uint8_t> seen(data.size(), 0xEE);
+    ASSERT_EQ(sync_read(sw.s, at, seen.data(), seen.size()), RC_OK);
+    EXPECT_TRUE(seen == std::vector<uint8_t>(data.size(), 0)) << "a wrong token sees the data of the right one";
+    const auto scribble = pattern(11, data.size());
+    ASSERT_EQ(sync_write(sw.s, at, scribble.data(), scribble.size()), RC_OK);
+    EXPECT_EQ(sw.close(), RC_OK);
+    EXPECT_EQ(wrong.close(), RC_OK);
   }
-  EXPECT_TRUE(cache_works(a.c, 3 * MiB, 1)) << "a refused connection disturbed the first handle";
+  {
+    std::vector<uint8_t> back(data.size());
+    ASSERT_EQ(sync_read(sa.s, at, back.data(), back.size()), RC_OK);
+    EXPECT_TRUE(back == data) << "a cache opened with a wrong token changed the first one's data";
+  }
+  phase("no token");
+  {
+    // No token: the library picks a random one, so the cache is never shared.
+    CacheHandle none;
+    ASSERT_TRUE(open(none, make_options(id, rc_config{0, 1, 1, 1}, 4, nullptr)));
+    SessionHandle sn;
+    ASSERT_TRUE(session(none, sn));
+    std::vector<uint8_t> seen(data.size(), 0xEE);
+    ASSERT_EQ(sync_read(sn.s, at, seen.data(), seen.size()), RC_OK);
+    EXPECT_TRUE(seen == std::vector<uint8_t>(data.size(), 0)) << "an open without a token reached another cache";
+    EXPECT_EQ(sn.close(), RC_OK);
+    EXPECT_EQ(none.close(), RC_OK);
+  }
+  EXPECT_TRUE(cache_works(a.c, 3 * MiB, 1)) << "other caches with the same id disturbed the first handle";
 
   phase("right token");
   CacheHandle b;
@@ -2348,9 +1404,9 @@ TEST_P(Conformance, MalformedInputNeverCrashesServer) {
     }
     if (!check("out-of-range entries and wrong seq")) return;
     {
-      phase("connect with the good cache's id and a wrong token");
-      // (The good cache uses a random id; reuse a known one by opening a raw connection with a fixed
-      // id twice.)
+      phase("connect with a used cache id and a wrong token");
+      // A cache is named by (id, token): a wrong token opens another, empty cache with the same id,
+      // exactly as if the id were unused, and sees nothing of the first one's data.
       const uint64_t id = fresh_cache_id();
       Fd first(connect_tcp(ep));
       ASSERT_GE(first.fd, 0);
@@ -2359,15 +1415,35 @@ TEST_P(Conformance, MalformedInputNeverCrashesServer) {
       const RawReply r1 = read_connect_reply(first.fd, reply_ms);
       ASSERT_TRUE(r1.received);
       EXPECT_EQ(r1.reply.status, RC_OK);
-      Fd second(connect_tcp(ep));
-      ASSERT_GE(second.fd, 0);
-      f = connect_frame(id, 1, "wrong");
-      send_all(second.fd, f.data(), f.size());
-      const RawReply r2 = read_connect_reply(second.fd, reply_ms);
-      if (r2.received) {
-        EXPECT_EQ(r2.reply.status, RC_E_AUTH);
-      }
-      else ADD_FAILURE() << "no ConnectReply to a wrong token (expected RC_E_AUTH)";
+      const auto secret = pattern(77, 64);
+      const auto w = batch_frame(1, {RawEntry{wire::Op::Write, 0, 4096, 64, secret}});
+      ASSERT_TRUE(send_all(first.fd, w.data(), w.size()));
+      const RawResponse wr = read_response(first.fd, {false}, reply_ms);
+      ASSERT_TRUE(wr.received) << "no Response to the first connection's write";
+
+      auto read_back = [&](const std::string& token, std::vector<uint8_t>& out) {
+        Fd other(connect_tcp(ep));
+        if (other.fd < 0) return false;
+        const auto c = connect_frame(id, 1, token);
+        send_all(other.fd, c.data(), c.size());
+        const RawReply r = read_connect_reply(other.fd, reply_ms);
+        EXPECT_TRUE(r.received) << "no ConnectReply for token '" << token << "'";
+        if (!r.received) return false;
+        EXPECT_EQ(r.reply.status, RC_OK) << "token '" << token << "': " << r.message();
+        if (r.reply.status != RC_OK) return false;
+        const auto rd = batch_frame(1, {RawEntry{wire::Op::Read, 0, 4096, 64, {}}});
+        send_all(other.fd, rd.data(), rd.size());
+        const RawResponse resp = read_response(other.fd, {true}, reply_ms);
+        EXPECT_TRUE(resp.received && resp.entries.size() == 1) << "no read Response for token '" << token << "'";
+        if (!resp.received || resp.entries.size() != 1) return false;
+        out = resp.payloads[0];
+        return true;
+      };
+      std::vector<uint8_t> got;
+      ASSERT_TRUE(read_back("wrong", got));
+      EXPECT_TRUE(got == std::vector<uint8_t>(64, 0)) << "a wrong token sees the data of the cache with the right one";
+      ASSERT_TRUE(read_back("right", got));
+      EXPECT_TRUE(got == secret) << "the right token does not reach the first connection's cache";
     }
     if (!check("wrong token")) return;
     {
@@ -2384,24 +1460,6 @@ TEST_P(Conformance, MalformedInputNeverCrashesServer) {
     if (!check("many short-lived connections")) return;
   } else {
     const std::string path = server_.endpoint().substr(4);
-    auto send_packet = [](int fd, const void* data, std::size_t len, int pass_fd) {
-      iovec iov{const_cast<void*>(data), len};
-      msghdr m{};
-      m.msg_iov = &iov;
-      m.msg_iovlen = 1;
-      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-      if (pass_fd >= 0) {
-        std::memset(control, 0, sizeof control);
-        m.msg_control = control;
-        m.msg_controllen = sizeof control;
-        cmsghdr* c = CMSG_FIRSTHDR(&m);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int));
-        std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
-      }
-      return ::sendmsg(fd, &m, MSG_NOSIGNAL);
-    };
     {
       phase("garbage datagram");
       Fd fd(connect_unix_seqpacket(path));

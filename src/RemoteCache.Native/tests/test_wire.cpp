@@ -44,13 +44,39 @@ TEST(Wire, StructSizesAndOffsets) {
   EXPECT_EQ(offsetof(wire::ResponseEntry, status), 0u);
   EXPECT_EQ(offsetof(wire::ResponseEntry, length), 4u);
 
-  EXPECT_EQ(sizeof(wire::ConnectRequest), 88u);
+  // Version 2: flags, a client id and a capability joined the Connect.
+  EXPECT_EQ(sizeof(wire::ConnectRequest), 256u);
   EXPECT_EQ(offsetof(wire::ConnectRequest, cache_id), 0u);
   EXPECT_EQ(offsetof(wire::ConnectRequest, regions), 8u);
   EXPECT_EQ(offsetof(wire::ConnectRequest, server_threads), 12u);
   EXPECT_EQ(offsetof(wire::ConnectRequest, token_length), 16u);
-  EXPECT_EQ(offsetof(wire::ConnectRequest, token), 24u);
+  EXPECT_EQ(offsetof(wire::ConnectRequest, flags), 20u);
+  EXPECT_EQ(offsetof(wire::ConnectRequest, client_id), 24u);
+  EXPECT_EQ(sizeof(wire::ConnectRequest::client_id), 16u);
+  EXPECT_EQ(offsetof(wire::ConnectRequest, token), 40u);
   EXPECT_EQ(sizeof(wire::ConnectRequest::token), wire::kTokenMax);
+  EXPECT_EQ(offsetof(wire::ConnectRequest, capability_length), 104u);
+  EXPECT_EQ(offsetof(wire::ConnectRequest, reserved), 108u);
+  EXPECT_EQ(offsetof(wire::ConnectRequest, capability), 112u);
+
+  EXPECT_EQ(sizeof(wire::Capability), 144u);
+  EXPECT_EQ(offsetof(wire::Capability, magic), 0u);
+  EXPECT_EQ(offsetof(wire::Capability, version), 4u);
+  EXPECT_EQ(offsetof(wire::Capability, cache_id), 8u);
+  EXPECT_EQ(offsetof(wire::Capability, expires_unix_ms), 16u);
+  EXPECT_EQ(offsetof(wire::Capability, regions), 24u);
+  EXPECT_EQ(offsetof(wire::Capability, server_id_length), 28u);
+  EXPECT_EQ(offsetof(wire::Capability, server_id), 32u);
+  EXPECT_EQ(sizeof(wire::Capability::server_id), 64u);
+  EXPECT_EQ(offsetof(wire::Capability, nonce), 96u);
+  EXPECT_EQ(offsetof(wire::Capability, mac), 112u);
+  EXPECT_EQ(sizeof(wire::Capability::mac), 32u);
+  EXPECT_EQ(wire::kCapabilitySigned, 112u) << "the MAC covers every byte before it";
+
+  EXPECT_EQ(sizeof(wire::Notice), 104u);
+  EXPECT_EQ(offsetof(wire::Notice, status), 0u);
+  EXPECT_EQ(offsetof(wire::Notice, reserved), 4u);
+  EXPECT_EQ(offsetof(wire::Notice, message), 8u);
 
   EXPECT_EQ(sizeof(wire::ConnectReply), 120u);
   EXPECT_EQ(offsetof(wire::ConnectReply, status), 0u);
@@ -66,11 +92,13 @@ TEST(Wire, StructSizesAndOffsets) {
   EXPECT_TRUE(std::is_trivially_copyable_v<wire::ResponseEntry>);
   EXPECT_TRUE(std::is_trivially_copyable_v<wire::ConnectRequest>);
   EXPECT_TRUE(std::is_trivially_copyable_v<wire::ConnectReply>);
+  EXPECT_TRUE(std::is_trivially_copyable_v<wire::Capability>);
+  EXPECT_TRUE(std::is_trivially_copyable_v<wire::Notice>);
 }
 
 TEST(Wire, Constants) {
   EXPECT_EQ(std::memcmp(&wire::kMagic, "RCB1", 4), 0) << "magic spells RCB1 in memory";
-  EXPECT_EQ(wire::kVersion, 1);
+  EXPECT_EQ(wire::kVersion, 2);
   EXPECT_EQ(wire::kBatchBytes, 4096u);
   EXPECT_EQ(wire::kMaxChunk, 32u * 1024u);
   EXPECT_EQ(wire::kMaxBatchEntries, 256u);
@@ -79,6 +107,12 @@ TEST(Wire, Constants) {
   EXPECT_EQ(static_cast<int>(wire::Kind::ConnectReply), 2);
   EXPECT_EQ(static_cast<int>(wire::Kind::Batch), 3);
   EXPECT_EQ(static_cast<int>(wire::Kind::Response), 4);
+  EXPECT_EQ(static_cast<int>(wire::Kind::Notice), 5);
+  EXPECT_EQ(std::memcmp(&wire::kCapabilityMagic, "RCC1", 4), 0) << "capability magic spells RCC1 in memory";
+  EXPECT_EQ(wire::kCapabilityVersion, 1);
+  EXPECT_EQ(wire::kConnectExclusive, 1u);
+  EXPECT_EQ(wire::kConnectExclusive, RC_OPEN_EXCLUSIVE) << "the Connect flag is the open flag";
+  EXPECT_EQ(wire::kTokenMax, static_cast<uint32_t>(RC_MAX_TOKEN_BYTES));
   EXPECT_EQ(static_cast<int>(wire::Op::Read), 1);
   EXPECT_EQ(static_cast<int>(wire::Op::Write), 2);
   EXPECT_EQ(static_cast<int>(wire::Op::SetServerThreads), 3);
@@ -119,7 +153,7 @@ TEST(Wire, HeaderOkAcceptsWellFormed) {
   EXPECT_TRUE(wire::header_ok(good_header(100), wire::Kind::Batch, 1000)) << "more bytes available than the frame is fine";
   EXPECT_TRUE(wire::header_ok(good_header(24), wire::Kind::Batch, 24)) << "an empty frame is only a header";
   EXPECT_TRUE(wire::header_ok(good_header(wire::kMaxFrame), wire::Kind::Batch, wire::kMaxFrame));
-  for (auto kind : {wire::Kind::Connect, wire::Kind::ConnectReply, wire::Kind::Response}) {
+  for (auto kind : {wire::Kind::Connect, wire::Kind::ConnectReply, wire::Kind::Response, wire::Kind::Notice}) {
     auto h = good_header(64);
     h.kind = static_cast<uint8_t>(kind);
     EXPECT_TRUE(wire::header_ok(h, kind, 64)) << static_cast<int>(kind);
@@ -135,8 +169,10 @@ TEST(Wire, HeaderOkRejectsMalformed) {
   EXPECT_FALSE(wire::header_ok(h, wire::Kind::Batch, 100)) << "zero magic";
 
   h = good_header(100);
-  h.version = 2;
+  h.version = wire::kVersion + 1;
   EXPECT_FALSE(wire::header_ok(h, wire::Kind::Batch, 100)) << "future version";
+  h.version = 1;
+  EXPECT_FALSE(wire::header_ok(h, wire::Kind::Batch, 100)) << "version 1 (before the v2 Connect)";
   h.version = 0;
   EXPECT_FALSE(wire::header_ok(h, wire::Kind::Batch, 100)) << "version 0";
 

@@ -1,6 +1,7 @@
-// Admission key files, as remotecache-server and remotecache-capability read them: the file's bytes,
-// less one trailing newline (so `openssl rand -hex 32 > key` works as well as raw bytes). The file
-// must be readable by its owner only, as for ssh keys: a key others can read admits them.
+// Admission key files, as remotecache-server and remotecache-capability read them: the key is the
+// file's bytes, exactly (nothing is trimmed, so every reader of the file, the manager included, gets
+// the same key). The file must be readable by its owner only, as for ssh keys: a key others can read
+// admits them.
 #pragma once
 
 #include <sys/stat.h>
@@ -30,8 +31,6 @@ inline std::vector<uint8_t> read_key_file(const std::string& path, std::string& 
   }
   std::ifstream in(path, std::ios::binary);
   std::vector<uint8_t> key((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!key.empty() && key.back() == '\n') key.pop_back();
-  if (!key.empty() && key.back() == '\r') key.pop_back();
   if (key.size() < RC_MIN_ADMISSION_KEY_BYTES) {
     why = "the admission key in " + path + " has " + std::to_string(key.size()) + " bytes; at least " +
           std::to_string(RC_MIN_ADMISSION_KEY_BYTES) + " are needed";

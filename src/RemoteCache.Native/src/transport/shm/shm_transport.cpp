@@ -185,8 +185,10 @@ class ShmClientConnection final : public ClientConnection {
 
   Status poll_response(std::span<const std::byte>& frame) override {
     const Status st = responses_.peek(frame);
-    if (st == RC_E_PROTOCOL) return fail(RC_E_PROTOCOL, "shm response ring corrupted");
-    return st;
+    if (st != RC_E_PROTOCOL) return st;
+    // A departing server releases the rings' pages: zeroed indices are its departure, not corruption.
+    if (const Status gone = server_status(); gone != RC_OK) return fail(gone, message_);
+    return fail(RC_E_PROTOCOL, "shm response ring corrupted");
   }
 
   void release_response() override { responses_.release(); }
@@ -278,6 +280,10 @@ class ShmClientConnection final : public ClientConnection {
 
 class ShmServerConnection final : public ServerConnection {
  public:
+  // The socket closes first: the client must see the hang-up before the rings' pages are released
+  // (released pages read as zeros, which would look like a corrupted ring).
+  ~ShmServerConnection() override { sock_.reset(); }
+
   ShmServerConnection(UniqueFd sock, Mapping segment, EventFd server_bell, EventFd client_bell)
       : sock_(std::move(sock)),
         segment_(std::move(segment)),
@@ -490,16 +496,20 @@ std::unique_ptr<ClientConnection> connect(const Endpoint& endpoint, const Connec
     return nullptr;
   }
   const auto request = encode_connect_request(params.request);
-  status = send_with_fds(sock.get(), request, {});
-  if (status != RC_OK) return nullptr;
+  const Status sent = send_with_fds(sock.get(), request, {});
 
+  // A server that refuses before reading the Connect (a uid not allowed, a limit) replies and closes
+  // at once: the send may fail and the first receive may report the reset, yet the refusal, which
+  // says why, is still queued. So the reply is looked for whatever the send did.
   std::vector<std::byte> buf(sizeof(wire::FrameHeader) + sizeof(wire::ConnectReply) +
                              kMaxFds * sizeof(wire::RegionDescriptor));
   std::vector<UniqueFd> fds;
-  const ssize_t n = recv_with_fds(sock.get(), buf.data(), buf.size(), fds);
+  ssize_t n = recv_with_fds(sock.get(), buf.data(), buf.size(), fds);
+  if (n < 0 && (errno == ECONNRESET || errno == EPIPE)) n = recv_with_fds(sock.get(), buf.data(), buf.size(), fds);
   if (n <= 0) {
     const bool timed_out = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
-    status = fail(timed_out ? RC_E_TIMEOUT : RC_E_DISCONNECTED, "no Connect reply from " + endpoint.to_string());
+    status = sent != RC_OK ? sent
+                           : fail(timed_out ? RC_E_TIMEOUT : RC_E_DISCONNECTED, "no Connect reply from " + endpoint.to_string());
     return nullptr;
   }
   wire::ConnectReply reply{};
