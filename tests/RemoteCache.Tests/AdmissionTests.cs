@@ -199,24 +199,6 @@ public sealed class AdmissionTests
         Assert.NotEqual(a, b);  // each has its own nonce
     }
 
-    private static (string[] Listen, string Shm) ListenList(string transport)
-    {
-        var shm = $"shm:{ServerProcess.NewSocketPath()}";
-        const string tcp = "tcp:127.0.0.1:0";
-        return (transport == "tcp" ? new[] { tcp, shm } : new[] { shm, tcp }, shm);
-    }
-
-    private static void DeleteSocket(string shm)
-    {
-        try
-        {
-            File.Delete(shm["shm:".Length..]);
-        }
-        catch (IOException)
-        {
-        }
-    }
-
     private static async Task WithAdmissionServer(string transport, byte[] key, Func<RemoteCacheServer, string, Task> body,
                                                   string? serverId = null)
     {

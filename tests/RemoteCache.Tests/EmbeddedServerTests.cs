@@ -19,25 +19,6 @@ public sealed class EmbeddedServerTests
 
     public EmbeddedServerTests(ITestOutputHelper output) => this.output = output;
 
-    private static (string[] Listen, string Shm) ListenList(string transport)
-    {
-        var shm = $"shm:{ServerProcess.NewSocketPath()}";
-        const string tcp = "tcp:127.0.0.1:0";
-        // The transport under test first: the client opens Endpoints[0].
-        return (transport == "tcp" ? new[] { tcp, shm } : new[] { shm, tcp }, shm);
-    }
-
-    private static void DeleteSocket(string shm)
-    {
-        try
-        {
-            File.Delete(shm["shm:".Length..]);
-        }
-        catch (IOException)
-        {
-        }
-    }
-
     [Theory]
     [InlineData("shm")]
     [InlineData("tcp")]

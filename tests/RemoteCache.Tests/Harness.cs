@@ -1,4 +1,5 @@
 using System;
+using System.IO;
 using System.Collections.Generic;
 using System.Linq;
 using System.Threading;
@@ -73,6 +74,26 @@ internal static class Harness
     };
 
     /// <summary>Disposes the client, failing the test if that does not finish within 30 s.</summary>
+    /// <summary>Listen endpoints for an embedded server: the transport under test first (a client opens Endpoints[0]).</summary>
+    public static (string[] Listen, string Shm) ListenList(string transport)
+    {
+        var shm = $"shm:{ServerProcess.NewSocketPath()}";
+        const string tcp = "tcp:127.0.0.1:0";
+        return (transport == "tcp" ? new[] { tcp, shm } : new[] { shm, tcp }, shm);
+    }
+
+    /// <summary>Removes the socket file of an shm endpoint, if it is still there.</summary>
+    public static void DeleteSocket(string shm)
+    {
+        try
+        {
+            File.Delete(shm["shm:".Length..]);
+        }
+        catch (IOException)
+        {
+        }
+    }
+
     public static async Task DisposeWithTimeout(RemoteCacheClient client)
     {
         var task = client.DisposeAsync().AsTask();
