@@ -280,17 +280,10 @@ class SequenceRun {
   // What FrameReader::next must answer on the server end, from the bytes sent so far.
   Want framing(std::size_t& length) const {
     const std::size_t at = pos_ + pending_;
-    const std::size_t avail = sent_ - at;
-    if (avail >= kHeader) {
-      wire::FrameHeader h;
-      std::memcpy(&h, stream_.data() + at, sizeof h);
-      if (h.magic != wire::kMagic || h.version != wire::kVersion || h.kind != static_cast<uint8_t>(wire::Kind::Batch) ||
-          h.bytes < kHeader || h.bytes > wire::kMaxFrame)
-        return Want::Protocol;
-      if (avail >= h.bytes) {
-        length = h.bytes;
-        return Want::Frame;
-      }
+    switch (expected_framing({stream_.data() + at, sent_ - at}, wire::Kind::Batch, false, length)) {
+      case Framing::Frame: return Want::Frame;
+      case Framing::Protocol: return Want::Protocol;
+      case Framing::Incomplete: break;
     }
     return client_shut_ && sent_ == stream_.size() ? Want::Eof : Want::Busy;
   }

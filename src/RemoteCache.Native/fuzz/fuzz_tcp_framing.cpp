@@ -162,19 +162,10 @@ class ReaderRun {
   // What next() must answer, from the bytes sent so far alone.
   Want model(std::size_t& length) const {
     const std::size_t at = pos_ + pending_;
-    const std::size_t avail = sent_ - at;
-    if (avail >= kHeader) {
-      wire::FrameHeader h;
-      std::memcpy(&h, stream_.data() + at, sizeof h);
-      const bool kind_ok = h.kind == static_cast<uint8_t>(kind_) ||
-                           (allow_notice_ && h.kind == static_cast<uint8_t>(wire::Kind::Notice));
-      if (h.magic != wire::kMagic || h.version != wire::kVersion || !kind_ok || h.bytes < kHeader ||
-          h.bytes > wire::kMaxFrame)
-        return Want::Protocol;
-      if (avail >= h.bytes) {
-        length = h.bytes;
-        return Want::Frame;
-      }
+    switch (expected_framing({stream_.data() + at, sent_ - at}, kind_, allow_notice_, length)) {
+      case Framing::Frame: return Want::Frame;
+      case Framing::Protocol: return Want::Protocol;
+      case Framing::Incomplete: break;
     }
     return shut_ ? Want::Eof : Want::Busy;
   }

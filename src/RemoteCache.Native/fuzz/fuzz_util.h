@@ -20,6 +20,8 @@
 #include <span>
 #include <vector>
 
+#include "common/wire.h"
+
 #define FUZZ_CHECK(cond)                                                                      \
   do {                                                                                        \
     if (!(cond)) {                                                                            \
@@ -145,6 +147,24 @@ inline const uint8_t* pattern() {
 inline const uint8_t* pattern_for(uint64_t key, std::size_t n) {
   FUZZ_CHECK(n <= kPatternBytes / 2);
   return pattern() + (key * 4099) % (kPatternBytes - n);
+}
+
+// The model of tcp::FrameReader::next shared by the harnesses: what it must answer for the bytes
+// sent and not yet consumed. Incomplete is Busy, or end of stream once the sender has shut down.
+enum class Framing { Frame, Protocol, Incomplete };
+inline Framing expected_framing(std::span<const uint8_t> unread, wire::Kind kind, bool allow_notice,
+                                std::size_t& length) {
+  if (unread.size() < sizeof(wire::FrameHeader)) return Framing::Incomplete;
+  wire::FrameHeader h;
+  std::memcpy(&h, unread.data(), sizeof h);
+  const bool kind_ok = h.kind == static_cast<uint8_t>(kind) ||
+                       (allow_notice && h.kind == static_cast<uint8_t>(wire::Kind::Notice));
+  if (h.magic != wire::kMagic || h.version != wire::kVersion || !kind_ok || h.bytes < sizeof h ||
+      h.bytes > wire::kMaxFrame)
+    return Framing::Protocol;
+  if (unread.size() < h.bytes) return Framing::Incomplete;
+  length = h.bytes;
+  return Framing::Frame;
 }
 
 }  // namespace rc::fuzz

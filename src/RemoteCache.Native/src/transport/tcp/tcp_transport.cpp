@@ -10,6 +10,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string>
+#include <utility>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -27,23 +29,13 @@ void set_nodelay(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-// The peer's address alone (no port): what per-peer limits count.
-std::string peer_address(int fd) {
+// The peer's address and port; "?" where getpeername cannot tell.
+std::pair<std::string, uint16_t> peer_of(int fd) {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "ip:?";
-  char host[INET6_ADDRSTRLEN] = "?";
-  if (ss.ss_family == AF_INET) inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&ss)->sin_addr, host, sizeof host);
-  if (ss.ss_family == AF_INET6) inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr, host, sizeof host);
-  return std::string("ip:") + host;
-}
-
-std::string describe_peer(int fd) {
-  sockaddr_storage ss{};
-  socklen_t len = sizeof ss;
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "tcp:?";
   char host[INET6_ADDRSTRLEN] = "?";
   uint16_t port = 0;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return {host, port};
   if (ss.ss_family == AF_INET) {
     auto* in = reinterpret_cast<sockaddr_in*>(&ss);
     inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
@@ -53,7 +45,15 @@ std::string describe_peer(int fd) {
     inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
     port = ntohs(in6->sin6_port);
   }
-  return std::string("tcp:") + host + ":" + std::to_string(port);
+  return {host, port};
+}
+
+// The peer's address alone (no port): what per-peer limits count.
+std::string peer_address(int fd) { return "ip:" + peer_of(fd).first; }
+
+std::string describe_peer(int fd) {
+  const auto [host, port] = peer_of(fd);
+  return "tcp:" + host + ":" + std::to_string(port);
 }
 
 // Blocking exchange with a deadline (and, on the server, a stop signal), for the handshake only.
