@@ -59,7 +59,6 @@ public class DeviceReads
             var cache = RemoteCacheClient.Open(_server.Endpoints, new RemoteCacheOptions
             {
                 RegionsPerServer = (uint)(LogBytes >> SegmentBits),
-                Config = new CacheConfig(0, 1, 16, 4),
                 Name = $"device bench {Device}",
                 Exclusive = true,       // RemoteCacheDevice requires it: the cache is one log's
                 SessionCapacity = 4096, // as measured before the C# default became the header's 1024: up to 4 x Window reads in flight

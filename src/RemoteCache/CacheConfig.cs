@@ -30,6 +30,17 @@ public readonly record struct CacheConfig(uint ClientThreads, uint ServerThreads
     /// <summary>Throughput first on a small machine: batches of 64, four in flight.</summary>
     public static CacheConfig HighThroughput => new(0, 1, 64, 4);
 
+    /// <summary>
+    /// Lone requests done by the application thread, one-sided where the transport has a one-sided path (shm, RDMA
+    /// verbs: no server CPU at all), with <see cref="OneSidedQueueDepth"/> in flight per connection; over tcp, which
+    /// has none, the server gives the cache one thread. What a FASTER device's reads want: RemoteCacheDevice uses it
+    /// unless the cache was opened with a configuration.
+    /// </summary>
+    public static CacheConfig OneSided => new(0, 0, 1, OneSidedQueueDepth);
+
+    /// <summary>The queue depth of <see cref="OneSided"/>.</summary>
+    public const uint OneSidedQueueDepth = 8;
+
     internal RcConfig ToNative() => new()
     {
         ClientThreads = ClientThreads,

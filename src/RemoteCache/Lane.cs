@@ -62,8 +62,37 @@ internal sealed unsafe class Lane : IDisposable
     public int Outstanding => Volatile.Read(ref _outstanding);
     private int _outstanding;
 
-    /// <summary>Bumped by every submission and caller's poll, so the poller can tell a busy lane from an abandoned one.</summary>
+    /// <summary>
+    /// Bumped by callers' own submissions and polls, so the poller can tell a lane its callers drive from one they
+    /// left. Submissions made by completions (a callback or continuation issuing the next read) are not callers'
+    /// activity: whoever runs the completion may be gone right after (FASTER blocks for its queue), so they hand the
+    /// lane to the poller instead (<see cref="TakeHandoff"/>).
+    /// </summary>
     public int Activity;
+
+    /// <summary>Callers spinning on this lane right now (<see cref="DriveWhilePending"/>): the poller leaves it to them.</summary>
+    public int Drivers => Volatile.Read(ref _drivers);
+    private int _drivers;
+
+    private volatile bool _handoff;
+
+    /// <summary>Whether work was left to the poller since the last call (and clears it).</summary>
+    public bool TakeHandoff()
+    {
+        if (!_handoff)
+            return false;
+        _handoff = false;
+        return true;
+    }
+
+    private void HandOff()
+    {
+        if (RemoteCacheClient.IsPollerOf(Owner))
+            return;  // the poller submitted it: it polls again anyway
+        if (!_handoff)
+            _handoff = true;
+        Owner.NotifyOutstanding();
+    }
 
     // ---- operation pool ------------------------------------------------------------------------------
     // Operations are rented and (on the callback path) returned under the gate with plain stores. Only a
@@ -125,7 +154,9 @@ internal sealed unsafe class Lane : IDisposable
                     : NativeMethods.Read(_session, (ulong)address, buffer, (ulong)length, (ulong)op.Index);
                 if (status != RcStatus.Busy)
                 {
-                    Activity++;
+                    bool fromCompletion = t_depth > 0;
+                    if (!fromCompletion)
+                        Activity++;
                     if (status == RcStatus.Ok)
                     {
                         op.Start(address, length, callback, context, pin);
@@ -138,6 +169,8 @@ internal sealed unsafe class Lane : IDisposable
                         op = null;
                     }
                     Exit();
+                    if (fromCompletion && status == RcStatus.Ok)
+                        HandOff();
                     return status;
                 }
                 ReturnLocked(op);
@@ -176,8 +209,15 @@ internal sealed unsafe class Lane : IDisposable
     /// </summary>
     public int Drive(bool byPoller = false)
     {
-        if (t_depth >= MaxDepth || !TryEnter())
+        if (t_depth >= MaxDepth)
             return 0;
+        if (!TryEnter())
+        {
+            // The poller may be blocked in rc_wait with the gate: a caller that wants its lane takes it back.
+            if (!byPoller && _pollerWaiting)
+                NativeMethods.Wake(_session);
+            return 0;
+        }
         if (!byPoller)
             Activity++;
         int n = PollLocked(0, out var finished);
@@ -198,20 +238,33 @@ internal sealed unsafe class Lane : IDisposable
         return n;
     }
 
-    /// <summary>Drives the lane for up to about 50 µs or until <paramref name="op"/> has finished.</summary>
+    /// <summary>
+    /// Drives the lane for up to about 50 µs or until <paramref name="op"/> has finished; if it has not, the lane is
+    /// handed to the poller at once (the caller is about to suspend).
+    /// </summary>
     public void DriveWhilePending(Operation op, short token)
     {
         long start = Stopwatch.GetTimestamp();
         var spin = new SpinWait();
-        while (op.IsPending(token))
+        Interlocked.Increment(ref _drivers);
+        try
         {
-            if (Drive() == 0)
+            while (op.IsPending(token))
             {
-                if (Stopwatch.GetTimestamp() - start > SpinTicks)
-                    return;
-                spin.SpinOnce(sleep1Threshold: -1);
+                if (Drive() == 0)
+                {
+                    if (Stopwatch.GetTimestamp() - start > SpinTicks)
+                        break;
+                    spin.SpinOnce(sleep1Threshold: -1);
+                }
             }
         }
+        finally
+        {
+            Interlocked.Decrement(ref _drivers);
+        }
+        if (op.IsPending(token))
+            HandOff();
     }
 
     private static int NoPoll(out Finished[] finished)

@@ -36,6 +36,7 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
         Name = name;
         CacheId = options.CacheId;
         IsExclusive = options.Exclusive;
+        ConfigGiven = options.Config is not null;
         Capacity = (long)NativeMethods.CacheCapacity(cache);
         var lanes = new List<Lane>();
         try
@@ -105,7 +106,7 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
             CacheId = options.CacheId,
             Token = tokenString.Count > 0 ? tokenString.Pointers[0] : IntPtr.Zero,  // none: the library makes a random one
             RegionsPerServer = options.RegionsPerServer,
-            Config = options.Config.ToNative(),
+            Config = (options.Config ?? CacheConfig.HighThroughput).ToNative(),
             SessionCapacity = options.SessionCapacity,
             OpTimeoutMs = ToMilliseconds(options.OperationTimeout),
             ConnectTimeoutMs = ToMilliseconds(options.ConnectTimeout),
@@ -137,6 +138,9 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
     /// it while this one has it open.
     /// </summary>
     public bool IsExclusive { get; }
+
+    /// <summary>Whether the cache was opened with a configuration (<see cref="RemoteCacheOptions.Config"/> not null).</summary>
+    public bool ConfigGiven { get; }
 
     /// <summary>The name used in messages and exceptions.</summary>
     public string Name { get; }
@@ -312,6 +316,94 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
 
     internal void NotifyOutstanding() => _work.Set();
 
+    [ThreadStatic] private static RemoteCacheClient? t_pollerOf;
+
+    /// <summary>Whether the calling thread is <paramref name="client"/>'s poller.</summary>
+    internal static bool IsPollerOf(RemoteCacheClient client) => t_pollerOf == client;
+
+    // A caller's submission or poll keeps the poller off its lane this long: a thread that polls in a loop (FASTER's
+    // CompletePending(wait: false), a YCSB client) harvests its own completions and fills its own batches. Short,
+    // because a caller that polled and then blocked (CompletePending(wait: true)) leaves no other sign.
+    private static readonly long QuietTicks = Stopwatch.Frequency / 200_000;  // 5 µs
+
+    // Without progress for this long, the poller stops spinning and blocks in rc_wait: completions normally come
+    // within a few microseconds (tcp on loopback: ~10), a stalled server should not cost a core.
+    private static readonly long BlockAfterTicks = Stopwatch.Frequency / 10_000;  // 100 µs
+
+    // Finishes what callers leave behind, at once: a lane with outstanding operations is polled unless a caller
+    // spins on it (Lane.Drivers) or drove it within QuietTicks; work submitted by completions is handed over
+    // explicitly (Lane.TakeHandoff). Without progress it backs off to yields, then blocks in rc_wait on a lone
+    // waiting lane (a submitter or caller wakes it with rc_wake); it never sleeps while work is waiting.
+    private void PollerLoop()
+    {
+        t_pollerOf = this;
+        var lastActivity = new int[_lanes.Length];
+        var lastChange = new long[_lanes.Length];  // when lastActivity last moved
+        long lastProgress = Stopwatch.GetTimestamp();
+        var spin = new SpinWait();
+        int next = 0;
+        while (!_stopping)
+        {
+            int done = 0, waiting = 0;
+            bool deferred = false;
+            Lane? waitingLane = null;
+            long now = Stopwatch.GetTimestamp();
+            for (int i = 0; i < _lanes.Length; i++)
+            {
+                var lane = _lanes[i];
+                if (lane.Outstanding == 0 || lane.Drivers > 0)
+                    continue;
+                if (!lane.TakeHandoff())
+                {
+                    int activity = Volatile.Read(ref lane.Activity);
+                    if (activity != lastActivity[i])
+                    {
+                        lastActivity[i] = activity;
+                        lastChange[i] = now;
+                    }
+                    if (now - lastChange[i] < QuietTicks)
+                    {
+                        deferred = true;
+                        continue;
+                    }
+                }
+                waiting++;
+                waitingLane = lane;
+                done += lane.Drive(byPoller: true);
+            }
+            if (done > 0)
+            {
+                lastProgress = now;
+                spin.Reset();
+                continue;
+            }
+            if (waiting == 0 && !deferred)
+            {
+                // Nothing outstanding, or all of it in the hands of callers spinning on it: sleep until new work or
+                // a hand-off (a caller that stops spinning signals; the check after Reset catches an earlier signal).
+                _work.Reset();
+                if (!NeedsPoller())
+                    _work.Wait(NothingOutstanding() ? 100 : 1);
+                spin.Reset();
+                continue;
+            }
+            if (deferred || now - lastProgress < BlockAfterTicks)
+            {
+                spin.SpinOnce(sleep1Threshold: -1);
+                continue;
+            }
+            if (waiting == 1)
+            {
+                waitingLane!.DriveBlocking(1);
+                continue;
+            }
+            // Several lanes wait and rc_wait watches one: block on each in turn, briefly (a stalled server).
+            next = (next + 1) % _lanes.Length;
+            if (_lanes[next].Outstanding > 0)
+                _lanes[next].DriveBlocking(1);
+        }
+    }
+
     private bool NothingOutstanding()
     {
         foreach (var lane in _lanes)
@@ -320,67 +412,12 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
         return true;
     }
 
-    private static readonly long QuietTicks = Stopwatch.Frequency / 20_000;  // 50 µs
-
-    // Finishes what callers leave behind: a lane with outstanding operations that nobody submits on or
-    // awaits is polled here, first briefly, then blocking in rc_wait (a submitter wakes it with rc_wake).
-    private void PollerLoop()
+    private bool NeedsPoller()
     {
-        var lastActivity = new int[_lanes.Length];
-        var lastChange = new long[_lanes.Length];  // when lastActivity last moved
-        var spin = new SpinWait();
-        int next = 0;
-        while (!_stopping)
-        {
-            int done = 0;
-            Lane? idle = null;
-            for (int i = 0; i < _lanes.Length; i++)
-            {
-                var lane = _lanes[i];
-                if (lane.Outstanding == 0)
-                    continue;
-                int activity = Volatile.Read(ref lane.Activity);
-                if (activity != lastActivity[i])
-                {
-                    lastActivity[i] = activity;  // someone is busy on it: leave batching to them
-                    lastChange[i] = Stopwatch.GetTimestamp();
-                    continue;
-                }
-                // A caller between two of its polls is not an abandoned lane: step in only once it has been quiet
-                // for a while (as long as an awaiting caller drives before it suspends), so that the poller does
-                // not compete for the lane (and a core) with a caller that drives it.
-                if (Stopwatch.GetTimestamp() - lastChange[i] < QuietTicks)
-                    continue;
-                done += lane.Drive(byPoller: true);
-                idle ??= lane;
-            }
-            if (done > 0)
-            {
-                spin.Reset();
-                continue;
-            }
-            if (idle is null && NothingOutstanding())
-            {
-                _work.Reset();
-                if (NothingOutstanding())
-                    _work.Wait(100);
-                continue;
-            }
-            if (idle is null)
-            {
-                // Every lane with work is in active hands, and they drive it themselves: back off to
-                // real sleeps rather than take a core from them (or from a server on a small machine).
-                spin.SpinOnce();
-                continue;
-            }
-            if (!spin.NextSpinWillYield)
-            {
-                spin.SpinOnce(sleep1Threshold: -1);
-                continue;
-            }
-            next = (next + 1) % _lanes.Length;
-            (_lanes[next].Outstanding > 0 ? _lanes[next] : idle).DriveBlocking(1);
-        }
+        foreach (var lane in _lanes)
+            if (lane.Outstanding != 0 && lane.Drivers == 0)
+                return true;
+        return false;
     }
 
     private void ThrowIfDisposed()

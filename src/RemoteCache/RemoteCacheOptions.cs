@@ -46,8 +46,12 @@ public sealed class RemoteCacheOptions
     /// <summary>Regions requested from each server, 1..<see cref="MaxRegionsPerServer"/> (the region size is the server's).</summary>
     public uint RegionsPerServer { get; set; } = 1;
 
-    /// <summary>The data-path configuration.</summary>
-    public CacheConfig Config { get; set; } = CacheConfig.HighThroughput;
+    /// <summary>
+    /// The data-path configuration. Null (the default): <see cref="CacheConfig.HighThroughput"/> for the client, and
+    /// <see cref="CacheConfig.OneSided"/> once a RemoteCacheDevice takes the cache (it reconfigures a cache opened
+    /// without one).
+    /// </summary>
+    public CacheConfig? Config { get; set; }
 
     /// <summary>Operations outstanding per lane at most. Default: <see cref="DefaultSessionCapacity"/>, as in the native library.</summary>
     public uint SessionCapacity { get; set; } = DefaultSessionCapacity;
