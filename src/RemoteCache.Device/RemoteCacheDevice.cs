@@ -46,7 +46,13 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
     /// Whether <see cref="Dispose"/> also disposes <paramref name="cache"/>; if so, a constructor or
     /// <see cref="Initialize"/> that throws disposes it too (nobody else would).
     /// </param>
+    /// <remarks>
+    /// A cache opened without a configuration (<see cref="RemoteCacheOptions.Config"/> null) is switched to
+    /// <see cref="CacheConfig.OneSided"/>, what FASTER's reads want: each read is issued alone, from FASTER's thread,
+    /// and over shm or RDMA reads the server's memory without its CPU.
+    /// </remarks>
     /// <exception cref="ArgumentException"><paramref name="cache"/> was not opened exclusively.</exception>
+    /// <exception cref="RemoteCacheException">The cache could not be switched to <see cref="CacheConfig.OneSided"/>.</exception>
     public RemoteCacheDevice(RemoteCacheClient cache, int throttleLimit = 256, bool ownsCache = false)
         : base($"remotecache:{cache?.Name}", 512, cache?.Capacity ?? 0)
     {
@@ -59,6 +65,8 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
                     $"RemoteCacheDevice: cache '{cache.Name}' was not opened exclusively; open it with " +
                     "RemoteCacheOptions.Exclusive = true, so that no other client (another store, or this store opened " +
                     "twice) can write into the log's segments", nameof(cache));
+            if (!cache.ConfigGiven)
+                cache.Reconfigure(CacheConfig.OneSided);
         }
         catch
         {
