@@ -6,10 +6,13 @@ using RemoteCache.Interop;
 namespace RemoteCache.Device;
 
 /// <summary>
-/// A FASTER log device whose storage is a RemoteCache: the cache's address space is a ring of FASTER segments
-/// (capacity / segment size of them). Segment s lives in ring slot s mod n; when the log reaches a segment whose
-/// slot still holds an older one, the older one is evicted and <see cref="IDevice.StartSegment"/> moves past it,
-/// so readers of evicted ranges go to the next tier. Use it as the first tier of a <see cref="TieredDevice"/>.
+/// A FASTER log device whose storage is a RemoteCache. For a segmented log (FASTER's main log) the cache's address
+/// space is a ring of FASTER segments (capacity / segment size of them): segment s lives in ring slot s mod n; when
+/// the log reaches a segment whose slot still holds an older one, the older one is evicted and
+/// <see cref="IDevice.StartSegment"/> moves past it, so readers of evicted ranges go to the next tier. For an
+/// unsegmented log (FASTER initializes the object log of a FasterKV with class keys or values, and DeltaLog devices,
+/// with segment size −1) the cache is a ring of bytes filled in write order, the oldest evicted. Use it as the first
+/// tier of a <see cref="TieredDevice"/>.
 /// </summary>
 /// <remarks>
 /// <para>Completions come through the cache client's native completion path: <see cref="TryComplete"/> harvests
@@ -20,23 +23,44 @@ namespace RemoteCache.Device;
 /// <see cref="NotResident"/>; a write to a segment older than the ring completes successfully without storing,
 /// as a write below StartSegment would. I/O errors complete with <see cref="ErrorCodeOf"/> of the native status.
 /// No call throws into FASTER.</para>
+/// <para><b>Unsegmented logs.</b> FASTER still names a segment in every call: a DeltaLog's is 0 and its offsets are
+/// the log's flat addresses; the object log's is the main-log segment whose page the objects belong to, and each
+/// segment's offsets start at 0. So writes are not placed at their address mod capacity (two segments would share
+/// bytes) but at the ring's head, in arrival order, and an index maps (segment, offsets) to where they went; the
+/// resident window is the last capacity bytes placed. A read is served only if every byte it asks for was written
+/// completely into the window (from at most <see cref="UnsegmentedReadParts"/> writes); it is checked again after
+/// the data arrived, and a read that a later write overtook while in flight completes with <see cref="NotResident"/>
+/// instead of returning overwritten bytes. Rewriting offsets makes their old bytes unreadable at once. A write
+/// larger than the cache, or one that would land on bytes an older write is still writing, completes successfully
+/// without storing. <see cref="IDevice.RemoveSegment"/> forgets a segment's objects. Nothing written is readable
+/// through a new device: a process that recovers starts with an empty cache, and reads go to the next tier.</para>
 /// </remarks>
 public sealed class RemoteCacheDevice : StorageDeviceBase
 {
     /// <summary>Error code of a read of a range this device does not hold; a tiered device reads the next tier.</summary>
     public const uint NotResident = 0x2000_0100;
 
+    /// <summary>The most writes one read of an unsegmented log may span and still be served by the cache.</summary>
+    public const int UnsegmentedReadParts = ExtentRing.MaxParts;
+
     private const uint ErrorBase = 0x2000_0000;
 
     private static readonly IoCallback s_onDone = OnDone;
+    private static readonly IoCallback s_onRingWrite = OnRingWrite;
+    private static readonly IoCallback s_onRingRead = OnRingRead;
 
     private readonly RemoteCacheClient _cache;
     private readonly bool _ownsCache;
     private readonly Pool<Io> _pool = new(() => new Io());
+    private readonly Pool<RingIo> _ringPool = new(() => new RingIo());
     private Slot[] _slots = Array.Empty<Slot>();
+    private ExtentRing? _ring;  // set for an unsegmented log
     private int _disposed;
 
-    /// <summary>Creates a device over <paramref name="cache"/>, which must hold a whole number of FASTER segments.</summary>
+    /// <summary>
+    /// Creates a device over <paramref name="cache"/>, which must hold a whole number of FASTER segments if FASTER
+    /// initializes the device with a segment size.
+    /// </summary>
     /// <param name="cache">
     /// The cache that stores the log's most recent segments, opened with <see cref="RemoteCacheOptions.Exclusive"/> = true:
     /// a cache belongs to one store, and a second client writing into it would corrupt the log silently.
@@ -82,8 +106,14 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
     /// <summary>The cache this device stores segments in.</summary>
     public RemoteCacheClient Cache => _cache;
 
-    /// <summary>Segments the cache holds at once (known after FASTER initialized the device).</summary>
+    /// <summary>Segments the cache holds at once (known after FASTER initialized the device; 0 for an unsegmented log).</summary>
     public int RingSegments => _slots.Length;
+
+    /// <summary>Whether FASTER initialized the device for an unsegmented log (segment size −1).</summary>
+    public bool IsUnsegmented => _ring is not null;
+
+    /// <summary>The write-order ring of an unsegmented log (tests look at it).</summary>
+    internal ExtentRing? Ring => _ring;
 
     /// <summary>Operations submitted to the cache and not yet completed (by anyone using the cache).</summary>
     public int InFlight => _cache.Outstanding;
@@ -95,13 +125,23 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
     public static RcStatus? StatusOf(uint errorCode) =>
         errorCode == NotResident || (errorCode & ~0xffu) != ErrorBase ? null : (RcStatus)(-(int)(errorCode & 0xff));
 
-    /// <summary>Whether the device holds <paramref name="segment"/> now (it may be evicted right after).</summary>
+    /// <summary>Whether the device holds <paramref name="segment"/> of a segmented log now (it may be evicted right after).</summary>
     public bool Holds(int segment) =>
         _slots.Length > 0 && segment >= 0 && Volatile.Read(ref _slots[segment % _slots.Length].Segment) == segment;
 
     /// <inheritdoc/>
+    /// <remarks>
+    /// A segment size of −1 (FASTER's unsegmented object log and DeltaLog devices) makes the cache a ring filled in
+    /// write order; any other size must be a power of two that divides the cache.
+    /// </remarks>
     public override void Initialize(long segmentSize, LightEpoch? epoch = null, bool omitSegmentIdFromFilename = false)
     {
+        if (segmentSize == -1)
+        {
+            base.Initialize(segmentSize, epoch, omitSegmentIdFromFilename);
+            _ring = new ExtentRing(Capacity);
+            return;
+        }
         if (segmentSize <= 0 || segmentSize > Capacity || Capacity % segmentSize != 0)
         {
             if (_ownsCache)
@@ -130,6 +170,11 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
     public override void ReadAsync(int segmentId, ulong sourceAddress, IntPtr destinationAddress, uint readLength,
                                    DeviceIOCompletionCallback callback, object context)
     {
+        if (_ring is not null)
+        {
+            ReadUnsegmented(segmentId, sourceAddress, destinationAddress, readLength, callback, context);
+            return;
+        }
         // FASTER reads whole sectors, so the last record of a segment can ask for bytes past its end; like a
         // segment file, the device returns what the segment has.
         long length = Math.Min((long)readLength, segmentSize - (long)Math.Min(sourceAddress, (ulong)segmentSize));
@@ -146,6 +191,11 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
     public override void WriteAsync(IntPtr sourceAddress, int segmentId, ulong destinationAddress, uint numBytesToWrite,
                                     DeviceIOCompletionCallback callback, object context)
     {
+        if (_ring is not null)
+        {
+            WriteUnsegmented(sourceAddress, segmentId, destinationAddress, numBytesToWrite, callback, context);
+            return;
+        }
         if (segmentId < 0 || destinationAddress + numBytesToWrite > (ulong)segmentSize)
         {
             callback(ErrorCodeOf(RcStatus.OutOfRange), 0, context);
@@ -160,6 +210,7 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
     {
         // Nothing to free remotely: the slot is simply forgotten (stragglers still read consistent bytes, and
         // the next segment of the slot waits for them before it writes).
+        _ring?.Remove(segment);
         if (_slots.Length > 0 && segment >= 0)
             Interlocked.CompareExchange(ref _slots[segment % _slots.Length].Segment, Slot.Empty, segment);
         callback(result);
@@ -301,12 +352,18 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
         io.Length = length;
         io.Callback = callback;
         io.Context = context;
+        Issue(write, address, buffer, length, s_onDone, io);
+    }
+
+    // Hands one operation to the cache; one refused before it was sent completes through the callback like any other.
+    private void Issue(bool write, long address, IntPtr buffer, uint length, IoCallback onDone, object io)
+    {
         try
         {
             if (write)
-                _cache.Write(address, buffer, (int)length, s_onDone, io);
+                _cache.Write(address, buffer, (int)length, onDone, io);
             else
-                _cache.Read(address, buffer, (int)length, s_onDone, io);
+                _cache.Read(address, buffer, (int)length, onDone, io);
         }
         catch (Exception e) when (e is RemoteCacheException or ObjectDisposedException or ArgumentOutOfRangeException)
         {
@@ -316,7 +373,7 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
                 ObjectDisposedException => RcStatus.Closed,
                 _ => RcStatus.OutOfRange,
             };
-            OnDone(status, io);
+            onDone(status, io);
         }
     }
 
@@ -332,6 +389,73 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
         device._pool.Return(io);
         device.Leave(slot);
         callback(status == RcStatus.Ok ? 0 : ErrorCodeOf(status), status == RcStatus.Ok ? length : 0, userContext!);
+    }
+
+    // ---- unsegmented logs ---------------------------------------------------------------------------
+
+    private void WriteUnsegmented(IntPtr source, int segment, ulong offset, uint length,
+                                  DeviceIOCompletionCallback callback, object context)
+    {
+        var extent = Addressable(offset, length) ? _ring!.Place(segment, (long)offset, length) : null;
+        if (extent is null)
+        {
+            callback(0, length, context);  // not kept: reads of it go to the next tier
+            return;
+        }
+        var io = _ringPool.Rent();
+        io.Device = this;
+        io.Extent = extent;
+        io.Length = length;
+        io.Callback = callback;
+        io.Context = context;
+        Issue(write: true, extent.CacheAddress(Capacity), source, length, s_onRingWrite, io);
+    }
+
+    private static void OnRingWrite(RcStatus status, object? context)
+    {
+        var io = (RingIo)context!;
+        var device = io.Device!;
+        device._ring!.Written(io.Extent!, status == RcStatus.Ok);
+        io.Finish(status == RcStatus.Ok ? 0 : ErrorCodeOf(status));
+    }
+
+    private void ReadUnsegmented(int segment, ulong offset, IntPtr destination, uint length,
+                                 DeviceIOCompletionCallback callback, object context)
+    {
+        Span<ExtentRing.Part> parts = stackalloc ExtentRing.Part[ExtentRing.MaxParts];
+        long oldest = 0;
+        int count = Addressable(offset, length) ? _ring!.Locate(segment, (long)offset, length, parts, out oldest) : 0;
+        if (count == 0)
+        {
+            callback(NotResident, 0, context);
+            return;
+        }
+        var io = _ringPool.Rent();
+        io.Device = this;
+        io.Oldest = oldest;
+        io.Remaining = count;
+        io.Length = length;
+        io.Callback = callback;
+        io.Context = context;
+        // io may be finished and reused as soon as the last part is issued: nothing reads it after that.
+        for (int i = 0; i < count; i++)
+            Issue(write: false, parts[i].CacheAddress, destination + (nint)parts[i].Skip, (uint)parts[i].Length, s_onRingRead, io);
+    }
+
+    private static bool Addressable(ulong offset, uint length) => offset <= (ulong)(long.MaxValue - length);
+
+    private static void OnRingRead(RcStatus status, object? context)
+    {
+        var io = (RingIo)context!;
+        if (status != RcStatus.Ok)
+            Interlocked.CompareExchange(ref io.Status, (int)status, (int)RcStatus.Ok);
+        if (Interlocked.Decrement(ref io.Remaining) != 0)
+            return;
+        var failed = (RcStatus)io.Status;
+        // Checked after the data arrived: a write placed over these bytes meanwhile may have changed them.
+        uint error = failed != RcStatus.Ok ? ErrorCodeOf(failed)
+                   : io.Device!._ring!.StillHolds(io.Oldest) ? 0 : NotResident;
+        io.Finish(error);
     }
 
     private sealed class Slot
@@ -365,6 +489,34 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
             Slot = null;
             Callback = null;
             Context = null;
+        }
+    }
+
+    // One write, or one read of up to ExtentRing.MaxParts cache ranges, of an unsegmented log.
+    private sealed class RingIo
+    {
+        public RemoteCacheDevice? Device;
+        public ExtentRing.Extent? Extent;
+        public long Oldest;
+        public int Remaining;
+        public int Status;  // RcStatus of the first part that failed
+        public uint Length;
+        public DeviceIOCompletionCallback? Callback;
+        public object? Context;
+
+        public void Finish(uint error)
+        {
+            var device = Device!;
+            var callback = Callback!;
+            var context = Context;
+            uint length = Length;
+            Device = null;
+            Extent = null;
+            Callback = null;
+            Context = null;
+            Status = (int)RcStatus.Ok;
+            device._ringPool.Return(this);
+            callback(error, error == 0 ? length : 0, context!);
         }
     }
 }

@@ -22,7 +22,14 @@ namespace RemoteCache.Device;
 /// taken out: the read that failed is retried on the next tier, later operations skip it, nothing reaches FASTER.
 /// The failure is logged and counted (<see cref="FailedTiers"/>, <see cref="TierFailures"/>). Errors of the
 /// commit-point tier and beyond reach FASTER, after a failed read has been tried on any later tier.</para>
-/// <para>The device owns its tiers: <see cref="Dispose"/> disposes them.</para>
+/// <para><b>Unsegmented logs</b> (FASTER's object log of a FasterKV with class keys or values, DeltaLog devices:
+/// segment size −1) work the same way: FASTER names a segment and an offset in it that can be any size; reads are
+/// routed by the written ranges of that segment, and a <see cref="RemoteCacheDevice"/> tier answers
+/// <see cref="RemoteCacheDevice.NotResident"/> for bytes it evicted or that a later write overtook, which then come
+/// from the next tier.</para>
+/// <para>The device owns its tiers: <see cref="Dispose"/> disposes them, and so does a constructor or
+/// <see cref="Initialize"/> that throws (FASTER drops a device whose Initialize threw, and the caller of a constructor
+/// that threw has no device to dispose), so that a cache tier's memory goes back to its server.</para>
 /// </remarks>
 public sealed class TieredDevice : StorageDeviceBase
 {
@@ -36,16 +43,17 @@ public sealed class TieredDevice : StorageDeviceBase
     private readonly Pool<WriteOp> _writes;
     private long _tierFailures;
     private long _fallThroughs;
+    private int _disposed;
 
-    /// <summary>Creates a tiered device.</summary>
+    /// <summary>Creates a tiered device, which owns <paramref name="tiers"/> from then on (even if this throws).</summary>
     /// <param name="commitPoint">Index of the tier whose completed write makes a write durable (usually the last, the SSD).</param>
     /// <param name="tiers">The tiers, fastest first.</param>
     /// <param name="logger">Where tier failures are reported.</param>
+    /// <exception cref="ArgumentOutOfRangeException"><paramref name="commitPoint"/> is not a tier (the tiers are disposed).</exception>
+    /// <exception cref="ArgumentException">No tiers, or a null one (the others are disposed).</exception>
     public TieredDevice(int commitPoint, IReadOnlyList<IDevice> tiers, ILogger? logger = null)
-        : base(Describe(tiers, commitPoint), SectorSizeOf(tiers), tiers[^1].Capacity)
+        : base(Describe(Validated(tiers, commitPoint), commitPoint), SectorSizeOf(tiers), tiers[^1].Capacity)
     {
-        if (commitPoint < 0 || commitPoint >= tiers.Count)
-            throw new ArgumentOutOfRangeException(nameof(commitPoint), commitPoint, $"there are {tiers.Count} tiers");
         _tiers = tiers.Select((d, i) => new Tier(d, tracked: i < commitPoint)).ToArray();
         _commitPoint = commitPoint;
         _logger = logger;
@@ -54,7 +62,7 @@ public sealed class TieredDevice : StorageDeviceBase
     }
 
     /// <summary>Creates a tiered device from tiers given fastest first; the last one is the commit point.</summary>
-    public TieredDevice(params IDevice[] tiers) : this(tiers.Length - 1, tiers)
+    public TieredDevice(params IDevice[] tiers) : this((tiers ?? throw new ArgumentNullException(nameof(tiers))).Length - 1, tiers)
     {
     }
 
@@ -77,11 +85,20 @@ public sealed class TieredDevice : StorageDeviceBase
     public long ReadsServedBy(int tier) => _tiers[tier].Served.Sum();
 
     /// <inheritdoc/>
+    /// <remarks>If a tier refuses (throws), every tier is disposed before the exception reaches FASTER.</remarks>
     public override void Initialize(long segmentSize, LightEpoch? epoch = null, bool omitSegmentIdFromFilename = false)
     {
-        base.Initialize(segmentSize, epoch, omitSegmentIdFromFilename);
-        foreach (var tier in _tiers)
-            tier.Device.Initialize(segmentSize, epoch, omitSegmentIdFromFilename);
+        try
+        {
+            base.Initialize(segmentSize, epoch, omitSegmentIdFromFilename);
+            foreach (var tier in _tiers)
+                tier.Device.Initialize(segmentSize, epoch, omitSegmentIdFromFilename);
+        }
+        catch
+        {
+            Dispose();
+            throw;
+        }
         // The log's extent is what the commit-point tier holds (recovered from disk after a restart).
         startSegment = _tiers[_commitPoint].Device.StartSegment;
         endSegment = _tiers[_commitPoint].Device.EndSegment;
@@ -254,8 +271,14 @@ public sealed class TieredDevice : StorageDeviceBase
     /// <inheritdoc/>
     public override void Dispose()
     {
-        foreach (var tier in _tiers)
-            tier.Device.Dispose();
+        if (Interlocked.Exchange(ref _disposed, 1) == 0)
+            DisposeAll(_tiers.Select(t => t.Device));
+    }
+
+    private static void DisposeAll(IEnumerable<IDevice?> devices)
+    {
+        foreach (var device in devices)
+            device?.Dispose();
     }
 
     // ---- failure ----------------------------------------------------------------------------------
@@ -272,13 +295,28 @@ public sealed class TieredDevice : StorageDeviceBase
                           index, tier.Device.FileName, what, errorCode, status is null ? "" : $", {status}");
     }
 
-    private static uint SectorSizeOf(IReadOnlyList<IDevice> tiers)
+    // Runs before the base constructor uses the tiers: whatever is wrong, the tiers given are disposed.
+    private static IReadOnlyList<IDevice> Validated(IReadOnlyList<IDevice> tiers, int commitPoint)
     {
         ArgumentNullException.ThrowIfNull(tiers);
-        if (tiers.Count == 0)
-            throw new ArgumentException("a tiered device needs at least one tier", nameof(tiers));
-        return tiers.Max(t => t.SectorSize);
+        try
+        {
+            if (tiers.Count == 0)
+                throw new ArgumentException("a tiered device needs at least one tier", nameof(tiers));
+            if (tiers.Any(t => t is null))
+                throw new ArgumentException("a tier is null", nameof(tiers));
+            if (commitPoint < 0 || commitPoint >= tiers.Count)
+                throw new ArgumentOutOfRangeException(nameof(commitPoint), commitPoint, $"there are {tiers.Count} tiers");
+        }
+        catch
+        {
+            DisposeAll(tiers);
+            throw;
+        }
+        return tiers;
     }
+
+    private static uint SectorSizeOf(IReadOnlyList<IDevice> tiers) => tiers.Max(t => t.SectorSize);
 
     private static string Describe(IReadOnlyList<IDevice> tiers, int commitPoint) =>
         "tiered:" + string.Join(";", tiers.Select((t, i) => (i == commitPoint ? "*" : "") + t.FileName));

@@ -1,6 +1,7 @@
 using System;
 using System.Runtime.InteropServices;
 using System.Threading;
+using System.Threading.Tasks;
 using FASTER.core;
 using RemoteCache.Interop;
 using RemoteCache.Tests;
@@ -14,9 +15,10 @@ public sealed unsafe class RemoteCacheDeviceTests : IDisposable
     private const int SegmentBits = 20;
     private const long Segment = 1L << SegmentBits;
     private const int Sector = 512;
+    private const int Block = 64 << 10;
 
     private readonly ServerProcess _server = ServerProcess.Start("shm");
-    private readonly byte* _buffer = (byte*)NativeMemory.AlignedAlloc(4 * Sector, Sector);
+    private readonly byte* _buffer = (byte*)NativeMemory.AlignedAlloc(Block, Sector);
 
     public void Dispose()
     {
@@ -24,27 +26,18 @@ public sealed unsafe class RemoteCacheDeviceTests : IDisposable
         _server.Dispose();
     }
 
-    private RemoteCacheDevice NewDevice(uint regions, int throttleLimit = 256)
+    private RemoteCacheDevice NewDevice(uint regions, int throttleLimit = 256, long segmentSize = Segment)
     {
         var cache = RemoteCacheClient.Open(new[] { _server.Endpoint }, new RemoteCacheOptions { RegionsPerServer = regions, Name = "device unit", Exclusive = true });
         var device = new RemoteCacheDevice(cache, throttleLimit, ownsCache: true);
-        device.Initialize(Segment, new LightEpoch());
+        device.Initialize(segmentSize, new LightEpoch());
         return device;
     }
 
-    private static (uint Error, uint Bytes) Wait(Action<DeviceIOCompletionCallback> start)
-    {
-        using var done = new ManualResetEventSlim();
-        uint error = uint.MaxValue, bytes = 0;
-        start((e, n, _) =>
-        {
-            error = e;
-            bytes = n;
-            done.Set();
-        });
-        Assert.True(done.Wait(TimeSpan.FromSeconds(10)), "device operation did not complete within 10 s");
-        return (error, bytes);
-    }
+    // FASTER initializes its object-log and DeltaLog devices with segment size -1.
+    private RemoteCacheDevice NewUnsegmentedDevice(uint regions) => NewDevice(regions, segmentSize: -1);
+
+    private static (uint Error, uint Bytes) Wait(Action<DeviceIOCompletionCallback> start) => Waits.ForDevice(start);
 
     private (uint, uint) Write(RemoteCacheDevice d, int segment, ulong offset, byte fill)
     {
@@ -106,6 +99,117 @@ public sealed unsafe class RemoteCacheDeviceTests : IDisposable
         Assert.Equal(RemoteCacheDevice.NotResident, Read(d, 0, 0).Item1);
     }
 
+    // ---- unsegmented logs -------------------------------------------------------------------------
+
+    [Fact]
+    public void UnsegmentedWritesReadBackBySegmentAndOffset()
+    {
+        using var d = NewUnsegmentedDevice(regions: 1);
+        Assert.True(d.IsUnsegmented);
+        Assert.Equal(0, d.RingSegments);
+        const ulong Far = 1UL << 40;  // an unsegmented log's offsets are not bounded by a segment size
+        Assert.Equal((0u, (uint)Sector), Write(d, 0, 0, 1));
+        Assert.Equal((0u, (uint)Sector), Write(d, 1, 0, 2));  // the object log: every segment's objects start at 0
+        Assert.Equal((0u, (uint)Sector), Write(d, 0, Far, 3));
+        Assert.Equal((0u, (uint)Sector), Write(d, 0, Far + Sector, 4));
+        Assert.Equal((0u, (uint)Sector, (byte)1), Read(d, 0, 0));
+        Assert.Equal((0u, (uint)Sector, (byte)2), Read(d, 1, 0));
+        Assert.Equal((0u, 2u * Sector, (byte)3), Read(d, 0, Far, 2 * Sector));  // one read of two writes
+        Assert.Equal(4, _buffer[Sector]);
+        Assert.Equal(RemoteCacheDevice.NotResident, Read(d, 0, Sector).Item1);  // never written
+        Assert.Equal(RemoteCacheDevice.NotResident, Read(d, 2, 0).Item1);
+
+        Assert.Equal((0u, (uint)Sector), Write(d, 1, 0, 5));
+        Assert.Equal((0u, (uint)Sector, (byte)5), Read(d, 1, 0));
+        Wait(cb => d.RemoveSegmentAsync(1, _ => cb(0, 0, null!), null!));
+        Assert.Equal(RemoteCacheDevice.NotResident, Read(d, 1, 0).Item1);
+    }
+
+    [Fact]
+    public void UnsegmentedReadsOutsideTheResidentWindowAreNotResident()
+    {
+        using var d = NewUnsegmentedDevice(regions: 1);
+        const int Blocks = 48;  // 3 MiB written into a 1 MiB cache: the last 16 blocks stay
+        for (int b = 0; b < Blocks; b++)
+        {
+            new Span<byte>(_buffer, Block).Fill((byte)b);
+            Assert.Equal((0u, (uint)Block), Wait(cb => d.WriteAsync((IntPtr)_buffer, 0, (ulong)b * Block, Block, cb, null!)));
+        }
+        for (int b = 0; b < Blocks; b++)
+        {
+            var (error, _, first) = Read(d, 0, (ulong)b * Block + 4096);
+            if (b < Blocks - 16)
+                Assert.Equal(RemoteCacheDevice.NotResident, error);
+            else
+                Assert.Equal((0u, (byte)b), (error, first));
+        }
+    }
+
+    [Fact]
+    public Task UnsegmentedReadOvertakenByTheRingIsNeverServed() => Hang.Guard(nameof(UnsegmentedReadOvertakenByTheRingIsNeverServed), () =>
+    {
+        // Appends go round a 1 MiB ring while this thread reads the oldest blocks still in it, the ones the next
+        // writes replace. Every read must return exactly the block asked for, or say NotResident.
+        using var d = NewUnsegmentedDevice(regions: 1);
+        const int BlockBytes = 4096, Blocks = 4 * 256;  // four times round the ring
+        long ringBlocks = d.Capacity / BlockBytes;
+        long completed = 0;
+        var writer = Task.Run(() =>
+        {
+            var block = (long*)NativeMemory.AlignedAlloc(BlockBytes, Sector);
+            try
+            {
+                for (long b = 0; b < Blocks; b++)
+                {
+                    new Span<long>(block, BlockBytes / 8).Fill(b);
+                    Assert.Equal(0u, Wait(cb => d.WriteAsync((IntPtr)block, 0, (ulong)(b * BlockBytes), BlockBytes, cb, null!)).Error);
+                    Volatile.Write(ref completed, b + 1);
+                }
+            }
+            finally
+            {
+                NativeMemory.AlignedFree(block);
+            }
+        });
+        var words = new Span<long>(_buffer, BlockBytes / 8);
+        long served = 0, notResident = 0, wrong = 0, round = 0;
+        while (!writer.IsCompleted)
+        {
+            long b = Volatile.Read(ref completed) - ringBlocks + round++ % 3;
+            if (b < 0)
+            {
+                Thread.Yield();  // the first lap: nothing is evicted yet
+                continue;
+            }
+            words.Clear();
+            var (error, _) = Wait(cb => d.ReadAsync(0, (ulong)(b * BlockBytes), (IntPtr)_buffer, BlockBytes, cb, null!));
+            if (error == RemoteCacheDevice.NotResident)
+            {
+                notResident++;
+                continue;
+            }
+            Assert.Equal(0u, error);
+            served++;
+            foreach (long word in words)
+                if (word != b)
+                {
+                    wrong++;
+                    break;
+                }
+        }
+        writer.GetAwaiter().GetResult();
+        Assert.True(wrong == 0, $"{wrong} of {served} reads served returned another block's bytes");
+        Assert.True(served > 0 && notResident > 0, $"served {served}, not resident {notResident}: the reads never met the ring's end");
+    }, seconds: 30);
+
+    [Fact]
+    public void NonPositiveSegmentSizeOtherThanMinusOneIsRefused()
+    {
+        var cache = RemoteCacheClient.Open(new[] { _server.Endpoint }, new RemoteCacheOptions { RegionsPerServer = 1, Exclusive = true });
+        using var d = new RemoteCacheDevice(cache, ownsCache: true);
+        Assert.Throws<FasterException>(() => d.Initialize(0, new LightEpoch()));
+    }
+
     [Fact]
     public void SegmentThatDoesNotDivideTheCacheIsRefusedClearly()
     {
@@ -141,7 +245,7 @@ public sealed unsafe class RemoteCacheDeviceTests : IDisposable
         Assert.Equal(2 * Segment, server.MemoryInUse);
         Assert.Throws<ArgumentException>(() => new RemoteCacheDevice(cache, ownsCache: true));
         Assert.Throws<ObjectDisposedException>(() => cache.WriteAsync(0, new byte[] { 1 }));
-        WaitForNoMemoryInUse(server);
+        Waits.ForNoMemoryInUse(server);
 
         // The same when FASTER's Initialize refuses the segment size (FASTER never disposes a device it failed to set up).
         cache = RemoteCacheClient.Open(server.Endpoints, new RemoteCacheOptions { RegionsPerServer = 3, Exclusive = true });
@@ -149,16 +253,8 @@ public sealed unsafe class RemoteCacheDeviceTests : IDisposable
         var device = new RemoteCacheDevice(cache, ownsCache: true);
         Assert.Throws<FasterException>(() => device.Initialize(2 * Segment, new LightEpoch()));
         Assert.Throws<ObjectDisposedException>(() => cache.WriteAsync(0, new byte[] { 1 }));
-        WaitForNoMemoryInUse(server);
+        Waits.ForNoMemoryInUse(server);
         device.Dispose();  // harmless
-    }
-
-    private static void WaitForNoMemoryInUse(RemoteCacheServer server)
-    {
-        var deadline = DateTime.UtcNow.AddSeconds(10);
-        while (server.MemoryInUse != 0 && DateTime.UtcNow < deadline)
-            Thread.Sleep(10);
-        Assert.Equal(0L, server.MemoryInUse);
     }
 
     [Fact]

@@ -10,46 +10,58 @@ namespace RemoteCache.Device.Tests;
 /// <summary>The shape of a FasterKV log in a test: page, memory and segment sizes (as bit counts).</summary>
 public sealed record LogShape(int PageBits, int MemoryBits, int SegmentBits, long Records)
 {
-    public LogSettings Settings(IDevice device) => new()
+    public LogSettings Settings(IDevice device, IDevice? objectLog = null) => new()
     {
         LogDevice = device,
+        ObjectLogDevice = objectLog,
         PageSizeBits = PageBits,
         MemorySizeBits = MemoryBits,
         SegmentSizeBits = SegmentBits,
     };
 }
 
-/// <summary>A FasterKV&lt;long, TValue&gt; over a given device, with the load / read-back / update checks the tests share.</summary>
-public sealed class StoreRig<TValue> : IDisposable where TValue : unmanaged
+/// <summary>
+/// A FasterKV&lt;TKey, TValue&gt; over given devices, with the load / read-back / update checks the tests share.
+/// Records are numbered; <c>keyOf</c> makes record n's key. Class keys or values need an object-log device.
+/// </summary>
+public sealed class StoreRig<TKey, TValue> : IDisposable
 {
     private readonly ValueKind<TValue> _kind;
     private readonly LogShape _shape;
-    private ClientSession<long, TValue, TValue, TValue, Empty, SimpleFunctions<long, TValue>>? _session;
+    private readonly Func<long, TKey> _keyOf;
+    // The context of an operation is its record number, so that a completed read can be checked against it.
+    private ClientSession<TKey, TValue, TValue, TValue, long, SimpleFunctions<TKey, TValue, long>>? _session;
 
-    public StoreRig(ValueKind<TValue> kind, LogShape shape, IDevice device, string? checkpointDir = null)
+    public StoreRig(ValueKind<TValue> kind, LogShape shape, IDevice device, Func<long, TKey> keyOf,
+                    CheckpointSettings? checkpoints = null, IDevice? objectLog = null,
+                    SerializerSettings<TKey, TValue>? serializers = null)
     {
         _kind = kind;
         _shape = shape;
+        _keyOf = keyOf;
         Device = device;
-        Kv = new FasterKV<long, TValue>(
+        ObjectLog = objectLog;
+        Kv = new FasterKV<TKey, TValue>(
             Math.Max(1L << 10, (long)BitOperations.RoundUpToPowerOf2((ulong)shape.Records)),
-            shape.Settings(device),
-            checkpointDir is null ? null : new CheckpointSettings { CheckpointDir = checkpointDir });
-        _session = Kv.For(new SimpleFunctions<long, TValue>(kind.Add)).NewSession<SimpleFunctions<long, TValue>>();
+            shape.Settings(device, objectLog), checkpoints, serializers);
+        // SimpleFunctions merges (input, old value); an RMW of a class value must not take one for the other.
+        var functions = new SimpleFunctions<TKey, TValue, long>((input, old) => kind.Add(old, input));
+        _session = Kv.For(functions).NewSession<SimpleFunctions<TKey, TValue, long>>();
     }
 
-    public FasterKV<long, TValue> Kv { get; }
+    public FasterKV<TKey, TValue> Kv { get; }
     public IDevice Device { get; }
-    private ClientSession<long, TValue, TValue, TValue, Empty, SimpleFunctions<long, TValue>> Session =>
-        _session ?? throw new ObjectDisposedException(nameof(StoreRig<TValue>));
+    public IDevice? ObjectLog { get; }
+    private ClientSession<TKey, TValue, TValue, TValue, long, SimpleFunctions<TKey, TValue, long>> Session =>
+        _session ?? throw new ObjectDisposedException(nameof(StoreRig<TKey, TValue>));
 
     /// <summary>Log bytes beyond what FASTER keeps in memory: the part only the device holds.</summary>
     public long BytesOnDeviceOnly => Kv.Log.HeadAddress - Kv.Log.BeginAddress;
 
     public void Load(long version = 0)
     {
-        for (long key = 0; key < _shape.Records; key++)
-            Session.Upsert(key, _kind.Make(key, version));
+        for (long n = 0; n < _shape.Records; n++)
+            Session.Upsert(_keyOf(n), _kind.Make(n, version), n);
         Session.CompletePending(wait: true);
     }
 
@@ -57,13 +69,13 @@ public sealed class StoreRig<TValue> : IDisposable where TValue : unmanaged
     public void UpdateAll(long from)
     {
         var increment = _kind.Make(0, 1);
-        for (long key = 0; key < _shape.Records; key++)
+        for (long n = 0; n < _shape.Records; n++)
         {
-            if ((key & 1) == 0)
-                Session.Upsert(key, _kind.Make(key, from + 1));
+            if ((n & 1) == 0)
+                Session.Upsert(_keyOf(n), _kind.Make(n, from + 1), n);
             else
-                Session.RMW(key, increment);
-            if ((key & 255) == 255)
+                Session.RMW(_keyOf(n), increment, n);
+            if ((n & 255) == 255)
                 Session.CompletePending(wait: true);
         }
         Session.CompletePending(wait: true);
@@ -82,16 +94,17 @@ public sealed class StoreRig<TValue> : IDisposable where TValue : unmanaged
         long stride = FindStride(_shape.Records);
         for (long i = 0; i < _shape.Records; i++)
         {
-            long key = i * stride % _shape.Records;
-            TValue output = default;
-            var status = session.Read(ref key, ref output);
+            long n = i * stride % _shape.Records;
+            var key = _keyOf(n);
+            TValue output = default!;
+            var status = session.Read(ref key, ref output, n);
             if (status.IsPending)
             {
                 pending++;
             }
             else
             {
-                Record(status, key, output);
+                Record(status, n, output);
             }
             if (i % Batch == Batch - 1 || i == _shape.Records - 1)
             {
@@ -99,7 +112,7 @@ public sealed class StoreRig<TValue> : IDisposable where TValue : unmanaged
                 using (outputs)
                 {
                     while (outputs.Next())
-                        Record(outputs.Current.Status, outputs.Current.Key, outputs.Current.Output);
+                        Record(outputs.Current.Status, outputs.Current.Context, outputs.Current.Output);
                 }
                 onProgress?.Invoke(i + 1);
             }
@@ -110,15 +123,15 @@ public sealed class StoreRig<TValue> : IDisposable where TValue : unmanaged
             throw new XunitException($"{found} of {_shape.Records} keys found");
         return pending;
 
-        void Record(Status status, long key, TValue output)
+        void Record(Status status, long n, TValue output)
         {
             if (!status.Found)
             {
-                errors.Add($"key {key}: status {status}");
+                errors.Add($"record {n}: status {status}");
                 return;
             }
             found++;
-            if (_kind.Check(output, key, version) is { } problem)
+            if (_kind.Check(output, n, version) is { } problem)
                 errors.Add(problem);
         }
     }
@@ -132,7 +145,19 @@ public sealed class StoreRig<TValue> : IDisposable where TValue : unmanaged
         return token;
     }
 
+    /// <summary>A log-only snapshot checkpoint; incremental (a DeltaLog over the last snapshot) where FASTER can.</summary>
+    public Guid SnapshotCheckpoint(bool tryIncremental)
+    {
+        var (success, token) = Kv.TakeHybridLogCheckpointAsync(CheckpointType.Snapshot, tryIncremental).AsTask().GetAwaiter().GetResult();
+        if (!success)
+            throw new XunitException("TakeHybridLogCheckpointAsync failed");
+        return token;
+    }
+
     public void Recover(Guid token) => Kv.Recover(token);
+
+    /// <summary>Recovers the latest checkpoint (log-only checkpoints have no index checkpoint to name).</summary>
+    public void RecoverLatest() => Kv.Recover();
 
     public void Dispose()
     {
@@ -140,6 +165,7 @@ public sealed class StoreRig<TValue> : IDisposable where TValue : unmanaged
         _session = null;
         Kv.Dispose();
         Device.Dispose();
+        ObjectLog?.Dispose();
     }
 
     // A stride coprime with the record count visits every key once, far from its neighbours in the log.

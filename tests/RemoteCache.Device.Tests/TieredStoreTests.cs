@@ -44,7 +44,7 @@ public abstract class TieredStoreTests<TValue> where TValue : unmanaged
         public required RemoteCacheClient Cache;
         public required RemoteCacheDevice CacheDevice;
         public required TieredDevice Tiered;
-        public required StoreRig<TValue> Store;
+        public required StoreRig<long, TValue> Store;
 
         public void Dispose()
         {
@@ -58,17 +58,12 @@ public abstract class TieredStoreTests<TValue> where TValue : unmanaged
         var server = ServerProcess.Start(transport, memoryLimit: "1G");
         try
         {
-            var cache = RemoteCacheClient.Open(new[] { server.Endpoint }, new RemoteCacheOptions
-            {
-                RegionsPerServer = regions,
-                Name = $"device test ({_kind.Name})",
-                OperationTimeout = TimeSpan.FromSeconds(5),
-                Exclusive = true,
-            });
-            var cacheDevice = new RemoteCacheDevice(cache, ownsCache: true);
             var ssd = Devices.CreateLogDevice(dir.File("hlog.log"), recoverDevice: recover);
-            var tiered = new TieredDevice(cacheDevice, ssd);
-            var store = new StoreRig<TValue>(_kind, _shape, tiered, checkpointDir);
+            var tiered = TestTiers.OverCache(server.Endpoint, regions, ssd, $"device test ({_kind.Name})");
+            var cacheDevice = tiered.CacheTier();
+            var cache = cacheDevice.Cache;
+            var store = new StoreRig<long, TValue>(_kind, _shape, tiered, key => key,
+                                                   checkpointDir is null ? null : new CheckpointSettings { CheckpointDir = checkpointDir });
             return new Rig { Server = server, Cache = cache, CacheDevice = cacheDevice, Tiered = tiered, Store = store };
         }
         catch
@@ -85,7 +80,7 @@ public abstract class TieredStoreTests<TValue> where TValue : unmanaged
                        $"tier failures {tiered.TierFailures}");
     }
 
-    private void AssertMostReadsHitTheDevice(long pending, StoreRig<TValue> store)
+    private void AssertMostReadsHitTheDevice(long pending, StoreRig<long, TValue> store)
     {
         Assert.True(store.BytesOnDeviceOnly > 4 * (1L << _shape.MemoryBits),
                     $"the log ({store.BytesOnDeviceOnly} B on the device only) should outgrow FASTER's memory (2^{_shape.MemoryBits} B) several times");
@@ -205,7 +200,7 @@ public abstract class TieredStoreTests<TValue> where TValue : unmanaged
         var cacheDevice = new RemoteCacheDevice(cache, ownsCache: true);
         var ssd = Devices.CreateLogDevice(dir.File("hlog.log"));
         var tiered = (IDevice)ctor.Invoke(new object[] { 1, new List<IDevice> { cacheDevice, ssd } });
-        using var store = new StoreRig<TValue>(_kind, _shape, tiered);
+        using var store = new StoreRig<long, TValue>(_kind, _shape, tiered, key => key);
         store.Load();
         long pending = store.ReadBackAll(version: 0);
         _out.WriteLine($"{_kind.Name} via FASTER's TieredStorageDevice: {pending} of {_shape.Records} reads went to the device");

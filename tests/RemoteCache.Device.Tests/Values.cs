@@ -1,4 +1,6 @@
+using System;
 using System.Runtime.InteropServices;
+using FASTER.core;
 
 namespace RemoteCache.Device.Tests;
 
@@ -11,8 +13,8 @@ public struct KiloValue
     [FieldOffset(1016)] public long Tail;
 }
 
-/// <summary>How a test makes, merges and checks values of one size. Value of (key, version) = key * 1000 + version.</summary>
-public abstract class ValueKind<TValue> where TValue : unmanaged
+/// <summary>How a test makes, merges and checks values of one kind. Value of (key, version) = key * 1000 + version.</summary>
+public abstract class ValueKind<TValue>
 {
     public abstract string Name { get; }
 
@@ -55,5 +57,58 @@ public sealed class KiloKind : ValueKind<KiloValue>
         return value.Head == expected.Head && value.Middle == expected.Middle && value.Tail == expected.Tail
             ? null
             : $"key {key}: value ({value.Head}, {value.Middle}, {value.Tail}), expected ({expected.Head}, {expected.Middle}, {expected.Tail})";
+    }
+}
+
+/// <summary>A class value, which FASTER keeps in its object log: a stamp, a string and a byte array whose length varies by key.</summary>
+public sealed class Payload
+{
+    public long Stamp;
+    public string Text = "";
+    public byte[] Blob = Array.Empty<byte>();
+}
+
+/// <summary>Writes <see cref="Payload"/>s into FASTER's object log (FASTER's default for classes is the much slower DataContract).</summary>
+public sealed class PayloadSerializer : BinaryObjectSerializer<Payload>
+{
+    public override void Serialize(ref Payload obj)
+    {
+        writer.Write(obj.Stamp);
+        writer.Write(obj.Text);
+        writer.Write(obj.Blob.Length);
+        writer.Write(obj.Blob);
+    }
+
+    public override void Deserialize(out Payload obj)
+    {
+        obj = new Payload { Stamp = reader.ReadInt64(), Text = reader.ReadString() };
+        obj.Blob = reader.ReadBytes(reader.ReadInt32());
+    }
+}
+
+public sealed class PayloadKind : ValueKind<Payload>
+{
+    public override string Name => "class values";
+
+    // The main log holds a header and the key's and value's object-log addresses; the objects are in the object log.
+    public override int RecordBytes => 8 + 8 + 8;
+
+    public override Payload Make(long key, long version)
+    {
+        long stamp = key * 1000 + version;
+        var blob = new byte[64 + (int)(key % 193)];
+        for (int i = 0; i < blob.Length; i++)
+            blob[i] = (byte)(stamp * 31 + i);
+        return new Payload { Stamp = stamp, Text = $"record {key} version {version}", Blob = blob };
+    }
+
+    public override Payload Add(Payload old, Payload input) => Make(old.Stamp / 1000, old.Stamp % 1000 + input.Stamp);
+
+    public override string? Check(Payload value, long key, long version)
+    {
+        var expected = Make(key, version);
+        return value.Stamp == expected.Stamp && value.Text == expected.Text && value.Blob.AsSpan().SequenceEqual(expected.Blob)
+            ? null
+            : $"key {key}: value (stamp {value.Stamp}, '{value.Text}', {value.Blob.Length} B), expected (stamp {expected.Stamp}, '{expected.Text}', {expected.Blob.Length} B)";
     }
 }

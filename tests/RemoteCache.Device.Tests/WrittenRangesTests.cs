@@ -66,4 +66,19 @@ public sealed class WrittenRangesTests
         w.Remove(2);
         Assert.False(w.Contains(2, 0, 512));
     }
+
+    [Fact]
+    public void OffsetsOfAnUnsegmentedLogAreNotBoundedByASegment()
+    {
+        // An unsegmented device's offsets are its log's flat addresses, all in one segment.
+        var w = new WrittenRanges();
+        long far = 1L << 42;
+        w.BeginWrite(0, far, far + 4096);
+        w.EndWrite(0, far, far + 4096, true);
+        w.BeginWrite(0, far + 4096, far + 8192);
+        w.EndWrite(0, far + 4096, far + 8192, true);
+        Assert.True(w.Contains(0, far + 512, far + 8192));
+        Assert.False(w.Contains(0, far - 512, far + 512));
+        Assert.False(w.Contains(0, far + 4096, long.MaxValue));
+    }
 }
