@@ -70,9 +70,8 @@ public static class Program
                         // header's RC_DEFAULT_SESSION_CAPACITY of 1024): FASTER's threads keep up to the device's throttle
                         // limit of reads plus page flushes in flight per lane, and a full lane makes them poll and retry.
                         SessionCapacity = 4096,
-                        // Lone one-sided requests, and over shm no server thread at all (s = 0): on a small
-                        // machine a polling server thread would take a core from FASTER's threads.
-                        Config = o.Transport == "shm" ? new CacheConfig(0, 0, 1, 1) : CacheConfig.LowLatency,
+                        // No Config: RemoteCacheDevice's default (CacheConfig.OneSided), lone one-sided requests and
+                        // over shm no server thread at all, which on a small machine would take a core from FASTER.
                         Name = "ycsb",
                     });
                 },

@@ -379,6 +379,14 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
             }
             if (waiting == 0 && !deferred)
             {
+                // Right after finishing work, the next request usually follows within microseconds (FASTER's thread,
+                // woken by the last completion, issues its next read): keep polling a while rather than sleep and
+                // need a futex wake for it.
+                if (now - lastProgress < BlockAfterTicks)
+                {
+                    spin.SpinOnce(sleep1Threshold: -1);
+                    continue;
+                }
                 // Nothing outstanding, or all of it in the hands of callers spinning on it: sleep until new work or
                 // a hand-off (a caller that stops spinning signals; the check after Reset catches an earlier signal).
                 _work.Reset();

@@ -74,6 +74,7 @@ public sealed class ServerProcess : IDisposable
     private readonly TaskCompletionSource _ready = new(TaskCreationOptions.RunContinuationsAsynchronously);
     private readonly string? _socketPath;
     private bool _killedByTest;
+    private int _disposed;
 
     private ServerProcess(Process process, string? socketPath)
     {
@@ -117,11 +118,11 @@ public sealed class ServerProcess : IDisposable
 
     /// <summary>Starts the server and waits (up to 15 s) until it prints "ready".</summary>
     /// <param name="transport">"shm" or "tcp".</param>
-    /// <param name="memoryLimit">--memory-limit.</param>
-    /// <param name="regionSize">--region-size.</param>
-    /// <param name="threads">--threads.</param>
+    /// <param name="memoryLimit">--memory-limit; null: the server's default.</param>
+    /// <param name="regionSize">--region-size; null: the server's default.</param>
+    /// <param name="threads">--threads; null: the server's default.</param>
     /// <param name="extraArgs">More arguments, e.g. --admission-key FILE --server-id ID.</param>
-    public static ServerProcess Start(string transport, string memoryLimit = "256M", string regionSize = "1M", int threads = 2,
+    public static ServerProcess Start(string transport, string? memoryLimit = "256M", string? regionSize = "1M", int? threads = 2,
                                       IEnumerable<string>? extraArgs = null)
     {
         var listen = NewListenEndpoint(transport);
@@ -132,7 +133,14 @@ public sealed class ServerProcess : IDisposable
             RedirectStandardError = true,
             RedirectStandardInput = false,
         };
-        foreach (var a in new[] { "--listen", listen, "--region-size", regionSize, "--memory-limit", memoryLimit, "--threads", threads.ToString(System.Globalization.CultureInfo.InvariantCulture) })
+        var flags = new List<string> { "--listen", listen };
+        if (regionSize is not null)
+            flags.AddRange(new[] { "--region-size", regionSize });
+        if (memoryLimit is not null)
+            flags.AddRange(new[] { "--memory-limit", memoryLimit });
+        if (threads is { } n)
+            flags.AddRange(new[] { "--threads", n.ToString(System.Globalization.CultureInfo.InvariantCulture) });
+        foreach (var a in flags)
             info.ArgumentList.Add(a);
         foreach (var a in extraArgs ?? Array.Empty<string>())
             info.ArgumentList.Add(a);
@@ -215,9 +223,11 @@ public sealed class ServerProcess : IDisposable
             throw new XunitException("remotecache-server survived SIGKILL for 10 s");
     }
 
-    /// <summary>SIGTERM; SIGKILL if it does not stop within 10 s.</summary>
+    /// <summary>SIGTERM; SIGKILL if it does not stop within 10 s. Later calls do nothing.</summary>
     public void Dispose()
     {
+        if (Interlocked.Exchange(ref _disposed, 1) != 0)
+            return;
         try
         {
             if (!_process.HasExited)
