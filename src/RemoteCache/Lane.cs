@@ -26,6 +26,7 @@ internal sealed unsafe class Lane : IDisposable
     private const int MaxDepth = 4;
     [ThreadStatic] private static int t_depth;
     [ThreadStatic] private static Finished[][]? t_buffers;
+    [ThreadStatic] private static int t_chained;  // submissions this thread made from completions
 
     /// <summary>Whether the calling thread is running completions right now.</summary>
     public static bool InDispatch => t_depth > 0;
@@ -170,7 +171,10 @@ internal sealed unsafe class Lane : IDisposable
                     }
                     Exit();
                     if (fromCompletion && status == RcStatus.Ok)
+                    {
+                        t_chained++;
                         HandOff();
+                    }
                     return status;
                 }
                 ReturnLocked(op);
@@ -220,10 +224,19 @@ internal sealed unsafe class Lane : IDisposable
         }
         if (!byPoller)
             Activity++;
-        int n = PollLocked(0, out var finished);
-        Exit();
-        Dispatch(finished, n);
-        return n;
+        int total = 0;
+        for (;;)
+        {
+            int chained = t_chained;
+            int n = PollLocked(0, out var finished);
+            Exit();
+            Dispatch(finished, n);
+            total += n;
+            // Completions that submitted again (a chain of dependent reads) are polled for at once: a one-sided
+            // read is done by the next poll, and the thread may not come back (FASTER blocks for its queue).
+            if (n == 0 || t_chained == chained || !TryEnter())
+                return total;
+        }
     }
 
     /// <summary>The poller's blocking form: waits in rc_wait up to <paramref name="timeoutMs"/>.</summary>
