@@ -19,6 +19,33 @@ public sealed record LogShape(int PageBits, int MemoryBits, int SegmentBits, lon
     };
 }
 
+/// <summary>
+/// How a test store indexes its keys: <paramref name="Buckets"/> hash buckets (a power of two); a
+/// <paramref name="HashModulo"/> above 0 folds every key's hash onto that many codes, as FASTER's own read-cache
+/// stress tests do (with 100), so that a few long hash chains run through the whole log; a read cache of
+/// 2^<paramref name="ReadCacheMemoryBits"/> bytes (0: none).
+/// </summary>
+public sealed record IndexShape(long Buckets, int HashModulo = 0, int ReadCachePageBits = 0, int ReadCacheMemoryBits = 0)
+{
+    public IFasterEqualityComparer<long>? Comparer => HashModulo > 0 ? new FoldedComparer(HashModulo) : null;
+
+    public ReadCacheSettings? ReadCache => ReadCacheMemoryBits > 0
+        ? new ReadCacheSettings { PageSizeBits = ReadCachePageBits, MemorySizeBits = ReadCacheMemoryBits }
+        : null;
+
+    private sealed class FoldedComparer : IFasterEqualityComparer<long>
+    {
+        private readonly long _modulo;
+
+        public FoldedComparer(long modulo) => _modulo = modulo;
+
+        public bool Equals(ref long k1, ref long k2) => k1 == k2;
+
+        // FASTER's own hash first, so that the folded codes still spread over buckets and tags.
+        public long GetHashCode64(ref long k) => Utility.GetHashCode(k) % _modulo;
+    }
+}
+
 /// <summary>A FasterKV&lt;long, TValue&gt; over a given device, with the load / read-back / update checks the tests share.</summary>
 public sealed class StoreRig<TValue> : IDisposable where TValue : unmanaged
 {
@@ -26,22 +53,30 @@ public sealed class StoreRig<TValue> : IDisposable where TValue : unmanaged
     private readonly LogShape _shape;
     private ClientSession<long, TValue, TValue, TValue, Empty, SimpleFunctions<long, TValue>>? _session;
 
-    public StoreRig(ValueKind<TValue> kind, LogShape shape, IDevice device, string? checkpointDir = null)
+    public StoreRig(ValueKind<TValue> kind, LogShape shape, IDevice device, string? checkpointDir = null, IndexShape? index = null)
     {
         _kind = kind;
         _shape = shape;
         Device = device;
+        var settings = shape.Settings(device);
+        settings.ReadCacheSettings = index?.ReadCache;
         Kv = new FasterKV<long, TValue>(
-            Math.Max(1L << 10, (long)BitOperations.RoundUpToPowerOf2((ulong)shape.Records)),
-            shape.Settings(device),
-            checkpointDir is null ? null : new CheckpointSettings { CheckpointDir = checkpointDir });
-        _session = Kv.For(new SimpleFunctions<long, TValue>(kind.Add)).NewSession<SimpleFunctions<long, TValue>>();
+            index?.Buckets ?? Math.Max(1L << 10, (long)BitOperations.RoundUpToPowerOf2((ulong)shape.Records)),
+            settings,
+            checkpointDir is null ? null : new CheckpointSettings { CheckpointDir = checkpointDir },
+            comparer: index?.Comparer);
+        _session = NewSession();
     }
 
     public FasterKV<long, TValue> Kv { get; }
+    public long Records => _shape.Records;
     public IDevice Device { get; }
     private ClientSession<long, TValue, TValue, TValue, Empty, SimpleFunctions<long, TValue>> Session =>
         _session ?? throw new ObjectDisposedException(nameof(StoreRig<TValue>));
+
+    /// <summary>Another session (RMW adds the input's stamp), for a thread of its own: sessions are single-threaded.</summary>
+    public ClientSession<long, TValue, TValue, TValue, Empty, SimpleFunctions<long, TValue>> NewSession() =>
+        Kv.For(new SimpleFunctions<long, TValue>(_kind.Add)).NewSession<SimpleFunctions<long, TValue>>();
 
     /// <summary>Log bytes beyond what FASTER keeps in memory: the part only the device holds.</summary>
     public long BytesOnDeviceOnly => Kv.Log.HeadAddress - Kv.Log.BeginAddress;
@@ -73,7 +108,10 @@ public sealed class StoreRig<TValue> : IDisposable where TValue : unmanaged
     /// Reads every key (in an order that scatters them over the log), checks each value and returns how many
     /// reads went to the device. <paramref name="onProgress"/> runs after each batch with the keys done.
     /// </summary>
-    public long ReadBackAll(long version, Action<long>? onProgress = null)
+    public long ReadBackAll(long version, Action<long>? onProgress = null) => ReadBackAll(_ => version, onProgress);
+
+    /// <summary>As <see cref="ReadBackAll(long, Action{long}?)"/>, where key k must hold version <paramref name="versionOf"/>(k).</summary>
+    public long ReadBackAll(Func<long, long> versionOf, Action<long>? onProgress = null)
     {
         var session = Session;
         var errors = new List<string>();
@@ -118,7 +156,7 @@ public sealed class StoreRig<TValue> : IDisposable where TValue : unmanaged
                 return;
             }
             found++;
-            if (_kind.Check(output, key, version) is { } problem)
+            if (_kind.Check(output, key, versionOf(key)) is { } problem)
                 errors.Add(problem);
         }
     }
