@@ -2,6 +2,7 @@ using System;
 using System.Collections.Concurrent;
 using System.Collections.Generic;
 using System.Diagnostics;
+using System.Runtime.CompilerServices;
 using System.Threading;
 using System.Threading.Tasks;
 using FASTER.core;
@@ -71,7 +72,7 @@ public sealed class ConcurrentStoreTests
         _out.WriteLine($"  log {rig.Store.Kv.Log.TailAddress >> 10} KiB ({rig.Store.BytesOnDeviceOnly >> 10} KiB on the device only), " +
                        $"read cache {rig.Store.Kv.ReadCache?.TailAddress >> 10} KiB written; cache start segment {rig.CacheDevice.StartSegment}; " +
                        $"served by cache {rig.Tiered.ReadsServedBy(0)}, by SSD {rig.Tiered.ReadsServedBy(1)}, " +
-                       $"fall-throughs {rig.Tiered.FallThroughs}, tier failures {rig.Tiered.TierFailures}; whole test {total.TotalSeconds:F1} s");
+                       $"fall-throughs {rig.Tiered.FallThroughs}, tier failures {rig.Tiered.TierFailures}; {total.TotalSeconds:F1} s since the test began");
     }
 
     /// <summary>
@@ -85,24 +86,52 @@ public sealed class ConcurrentStoreTests
     [InlineData(8)]  // more threads than this machine's cores: sessions preempted in the middle of a chain
     public Task LongHashChainsWithTheReadCache(int threads) => Hang.Guard($"{nameof(LongHashChainsWithTheReadCache)}({threads})", () =>
     {
-        var clock = Stopwatch.StartNew();
-        var kind = new LongKind();
         // 4 000 keys x 24 B: FASTER keeps 32 KiB of the log (about 1/3 of the first load) and 16 KiB of read
-        // cache (small pages, so that it evicts, unlinking its records from chains, many times over).
-        var shape = new LogShape(PageBits: 12, MemoryBits: 15, SegmentBits: 20, Records: 4_000);
-        var index = new IndexShape(Buckets: 64, HashModulo: 100, ReadCachePageBits: 10, ReadCacheMemoryBits: 14);
+        // cache (small pages, so that it evicts, unlinking its records from chains, many times over). The cache
+        // holds the whole log.
+        RunChains(new LongKind(), new LogShape(PageBits: 12, MemoryBits: 15, SegmentBits: 20, Records: 4_000),
+                  new IndexShape(Buckets: 64, HashModulo: 100, ReadCachePageBits: 10, ReadCacheMemoryBits: 14),
+                  regions: 4, threads, operations: 24_000, sharedKeys: 32,
+                  rig => Assert.Equal(0, rig.CacheDevice.StartSegment));
+    }, GuardSeconds);
+
+    /// <summary>
+    /// Long chains (as above) through a log of 1 KiB records five times the cache (one 1 MiB region, a ring of
+    /// four 256 KiB segments): a walk hops between records the cache still holds and records only the SSD has,
+    /// each hop issued from the completion of the previous one, on whichever tier's thread that was.
+    /// </summary>
+    [Fact]
+    public Task LongHashChainsAcrossBothTiers() => Hang.Guard(nameof(LongHashChainsAcrossBothTiers), () =>
+    {
+        RunChains(new KiloKind(), new LogShape(PageBits: 14, MemoryBits: 17, SegmentBits: 18, Records: 2_000),
+                  new IndexShape(Buckets: 64, HashModulo: 100, ReadCachePageBits: 12, ReadCacheMemoryBits: 15),
+                  regions: 1, threads: 4, operations: 6_000, sharedKeys: 16, rig =>
+                  {
+                      Assert.True(rig.CacheDevice.StartSegment > 4, $"the cache's start segment is {rig.CacheDevice.StartSegment}: the ring should have turned");
+                      Assert.True(rig.Tiered.ReadsServedBy(0) > 0 && rig.Tiered.ReadsServedBy(1) > 0,
+                                  $"hops served by cache {rig.Tiered.ReadsServedBy(0)}, by SSD {rig.Tiered.ReadsServedBy(1)}: both tiers should serve some");
+                  });
+    }, GuardSeconds);
+
+    // Loads, runs the workload with 60 % reads and 15 % upserts, checks it, the chains' length and then the
+    // caller's own assertions.
+    private void RunChains<TValue>(ValueKind<TValue> kind, LogShape shape, IndexShape index, uint regions, int threads,
+                                   int operations, long sharedKeys, Action<Rig<TValue>> check, [CallerMemberName] string test = "")
+        where TValue : unmanaged
+    {
+        var clock = Stopwatch.StartNew();
         using var dir = new ScratchDir("chains");
-        using var rig = Open(dir, kind, shape, index, regions: 4);
+        using var rig = Open(dir, kind, shape, index, regions);
         rig.Store.Load();
-        var workload = new ConcurrentWorkload<long>(kind, rig.Store, threads, sharedKeys: 32)
+        var workload = new ConcurrentWorkload<TValue>(kind, rig.Store, threads, sharedKeys)
         {
-            OpsPerThread = 24_000 / threads,
+            OpsPerThread = operations / threads,
             ReadPercent = 60,
             UpsertPercent = 15,
         };
         workload.Run();
         long hops = rig.Tiered.ReadsServedBy(0) + rig.Tiered.ReadsServedBy(1);
-        Report($"long chains, {threads} threads", rig, workload, clock.Elapsed);
+        Report($"{test}, {threads} threads", rig, workload, clock.Elapsed);
         _out.WriteLine($"  {hops} device reads for {workload.PendingOperations} pending operations");
         workload.AssertClean();
         workload.VerifyAll();
@@ -111,12 +140,13 @@ public sealed class ConcurrentStoreTests
         Assert.True(hops > 10 * workload.PendingOperations, $"{hops} device reads for {workload.PendingOperations} pending operations: the chains are short");
         Assert.True(workload.ReadCacheCopies > 0, "no read was copied to the read cache");
         Assert.Empty(rig.Tiered.FailedTiers);
+        check(rig);
         rig.Server.AssertRunning();
-    }, GuardSeconds);
+    }
 
     /// <summary>
     /// A cache of 4 MiB (4 segments of 1 MiB) under a log that grows past 8 times that while threads read,
-    /// upsert and RMW: the ring switches segments dozens of times with reads of both tiers in flight.
+    /// upsert and RMW: the ring switches segments some 28 times with reads of both tiers in flight.
     /// </summary>
     [Theory]
     [InlineData(4)]
