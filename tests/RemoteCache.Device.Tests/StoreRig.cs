@@ -21,6 +21,36 @@ public sealed record LogShape(int PageBits, int MemoryBits, int SegmentBits, lon
 }
 
 /// <summary>
+/// How a test store indexes its keys: <paramref name="Buckets"/> hash buckets (a power of two); a
+/// <paramref name="HashModulo"/> above 0 folds every key's hash onto that many codes, as FASTER's own read-cache
+/// stress tests do (with 100), so that a few long hash chains run through the whole log; a read cache of
+/// 2^<paramref name="ReadCacheMemoryBits"/> bytes (0: none).
+/// </summary>
+public sealed record IndexShape(long Buckets, int HashModulo = 0, int ReadCachePageBits = 0, int ReadCacheMemoryBits = 0)
+{
+    /// <summary>The comparer folding hashes, for the tests' long keys; null if hashes are not folded.</summary>
+    public IFasterEqualityComparer<TKey>? ComparerFor<TKey>() => HashModulo <= 0 ? null
+        : new FoldedComparer(HashModulo) as IFasterEqualityComparer<TKey>
+          ?? throw new NotSupportedException($"hash folding is for long keys, not {typeof(TKey).Name}");
+
+    public ReadCacheSettings? ReadCache => ReadCacheMemoryBits > 0
+        ? new ReadCacheSettings { PageSizeBits = ReadCachePageBits, MemorySizeBits = ReadCacheMemoryBits }
+        : null;
+
+    private sealed class FoldedComparer : IFasterEqualityComparer<long>
+    {
+        private readonly long _modulo;
+
+        public FoldedComparer(long modulo) => _modulo = modulo;
+
+        public bool Equals(ref long k1, ref long k2) => k1 == k2;
+
+        // FASTER's own hash first, so that the folded codes still spread over buckets and tags.
+        public long GetHashCode64(ref long k) => Utility.GetHashCode(k) % _modulo;
+    }
+}
+
+/// <summary>
 /// A FasterKV&lt;TKey, TValue&gt; over given devices, with the load / read-back / update checks the tests share.
 /// Records are numbered; <c>keyOf</c> makes record n's key. Class keys or values need an object-log device.
 /// </summary>
@@ -30,30 +60,41 @@ public sealed class StoreRig<TKey, TValue> : IDisposable
     private readonly LogShape _shape;
     private readonly Func<long, TKey> _keyOf;
     // The context of an operation is its record number, so that a completed read can be checked against it.
+    private readonly SimpleFunctions<TKey, TValue, long> _functions;
     private ClientSession<TKey, TValue, TValue, TValue, long, SimpleFunctions<TKey, TValue, long>>? _session;
 
     public StoreRig(ValueKind<TValue> kind, LogShape shape, IDevice device, Func<long, TKey> keyOf,
                     CheckpointSettings? checkpoints = null, IDevice? objectLog = null,
-                    SerializerSettings<TKey, TValue>? serializers = null)
+                    SerializerSettings<TKey, TValue>? serializers = null, IndexShape? index = null)
     {
         _kind = kind;
         _shape = shape;
         _keyOf = keyOf;
         Device = device;
         ObjectLog = objectLog;
+        var settings = shape.Settings(device, objectLog);
+        settings.ReadCacheSettings = index?.ReadCache;
         Kv = new FasterKV<TKey, TValue>(
-            Math.Max(1L << 10, (long)BitOperations.RoundUpToPowerOf2((ulong)shape.Records)),
-            shape.Settings(device, objectLog), checkpoints, serializers);
+            index?.Buckets ?? Math.Max(1L << 10, (long)BitOperations.RoundUpToPowerOf2((ulong)shape.Records)),
+            settings, checkpoints, serializers, index?.ComparerFor<TKey>());
         // SimpleFunctions merges (input, old value); an RMW of a class value must not take one for the other.
-        var functions = new SimpleFunctions<TKey, TValue, long>((input, old) => kind.Add(old, input));
-        _session = Kv.For(functions).NewSession<SimpleFunctions<TKey, TValue, long>>();
+        _functions = new SimpleFunctions<TKey, TValue, long>((input, old) => kind.Add(old, input));
+        _session = NewSession();
     }
 
     public FasterKV<TKey, TValue> Kv { get; }
+    public long Records => _shape.Records;
     public IDevice Device { get; }
     public IDevice? ObjectLog { get; }
     private ClientSession<TKey, TValue, TValue, TValue, long, SimpleFunctions<TKey, TValue, long>> Session =>
         _session ?? throw new ObjectDisposedException(nameof(StoreRig<TKey, TValue>));
+
+    /// <summary>
+    /// Another session (RMW adds the input's stamp; an operation's context is its record number), for a thread of
+    /// its own: sessions are single-threaded.
+    /// </summary>
+    public ClientSession<TKey, TValue, TValue, TValue, long, SimpleFunctions<TKey, TValue, long>> NewSession() =>
+        Kv.For(_functions).NewSession<SimpleFunctions<TKey, TValue, long>>();
 
     /// <summary>Log bytes beyond what FASTER keeps in memory: the part only the device holds.</summary>
     public long BytesOnDeviceOnly => Kv.Log.HeadAddress - Kv.Log.BeginAddress;
@@ -85,7 +126,10 @@ public sealed class StoreRig<TKey, TValue> : IDisposable
     /// Reads every key (in an order that scatters them over the log), checks each value and returns how many
     /// reads went to the device. <paramref name="onProgress"/> runs after each batch with the keys done.
     /// </summary>
-    public long ReadBackAll(long version, Action<long>? onProgress = null)
+    public long ReadBackAll(long version, Action<long>? onProgress = null) => ReadBackAll(_ => version, onProgress);
+
+    /// <summary>As <see cref="ReadBackAll(long, Action{long}?)"/>, where key k must hold version <paramref name="versionOf"/>(k).</summary>
+    public long ReadBackAll(Func<long, long> versionOf, Action<long>? onProgress = null)
     {
         var session = Session;
         var errors = new List<string>();
@@ -131,7 +175,7 @@ public sealed class StoreRig<TKey, TValue> : IDisposable
                 return;
             }
             found++;
-            if (_kind.Check(output, n, version) is { } problem)
+            if (_kind.Check(output, n, versionOf(n)) is { } problem)
                 errors.Add(problem);
         }
     }

@@ -13,9 +13,17 @@ public struct KiloValue
     [FieldOffset(1016)] public long Tail;
 }
 
-/// <summary>How a test makes, merges and checks values of one kind. Value of (key, version) = key * 1000 + version.</summary>
+/// <summary>How a test makes, merges and checks values of one kind. Value of (key, version) = key * <see cref="Versions"/> + version.</summary>
 public abstract class ValueKind<TValue>
 {
+    /// <summary>
+    /// Versions a key can reach before its value reads as the next key's: concurrent tests count RMWs of keys
+    /// every thread updates, well past the few versions of the sequential ones.
+    /// </summary>
+    public const long Versions = 1_000_000;
+
+    protected static long Stamp(long key, long version) => key * Versions + version;
+
     public abstract string Name { get; }
 
     /// <summary>FASTER's log bytes per record (header + key + value), for sizing the log memory.</summary>
@@ -28,16 +36,29 @@ public abstract class ValueKind<TValue>
 
     /// <summary>Null if <paramref name="value"/> is (key, version), else what is wrong.</summary>
     public abstract string? Check(TValue value, long key, long version);
+
+    /// <summary>
+    /// The version <paramref name="value"/> holds if it is a whole value of <paramref name="key"/>; null if it is
+    /// another key's, torn or garbage. For checks where the exact version is not known, only bounds.
+    /// </summary>
+    public abstract long? VersionOf(TValue value, long key);
+
+    protected static long? VersionOfStamp(long stamp, long key)
+    {
+        long version = stamp - key * Versions;
+        return version is >= 0 and < Versions ? version : null;
+    }
 }
 
 public sealed class LongKind : ValueKind<long>
 {
     public override string Name => "8 B values";
     public override int RecordBytes => 8 + 8 + 8;
-    public override long Make(long key, long version) => key * 1000 + version;
+    public override long Make(long key, long version) => Stamp(key, version);
     public override long Add(long old, long input) => old + input;
     public override string? Check(long value, long key, long version) =>
         value == Make(key, version) ? null : $"key {key}: value {value}, expected {Make(key, version)}";
+    public override long? VersionOf(long value, long key) => VersionOfStamp(value, key);
 }
 
 public sealed class KiloKind : ValueKind<KiloValue>
@@ -46,7 +67,7 @@ public sealed class KiloKind : ValueKind<KiloValue>
     public override int RecordBytes => 8 + 8 + 1024;
     public override KiloValue Make(long key, long version)
     {
-        long stamp = key * 1000 + version;
+        long stamp = Stamp(key, version);
         return new KiloValue { Head = stamp, Middle = ~stamp, Tail = stamp };
     }
     public override KiloValue Add(KiloValue old, KiloValue input) =>
@@ -58,6 +79,8 @@ public sealed class KiloKind : ValueKind<KiloValue>
             ? null
             : $"key {key}: value ({value.Head}, {value.Middle}, {value.Tail}), expected ({expected.Head}, {expected.Middle}, {expected.Tail})";
     }
+    public override long? VersionOf(KiloValue value, long key) =>
+        value.Middle == ~value.Head && value.Tail == value.Head ? VersionOfStamp(value.Head, key) : null;
 }
 
 /// <summary>A class value, which FASTER keeps in its object log: a stamp, a string and a byte array whose length varies by key.</summary>
@@ -95,14 +118,14 @@ public sealed class PayloadKind : ValueKind<Payload>
 
     public override Payload Make(long key, long version)
     {
-        long stamp = key * 1000 + version;
+        long stamp = Stamp(key, version);
         var blob = new byte[64 + (int)(key % 193)];
         for (int i = 0; i < blob.Length; i++)
             blob[i] = (byte)(stamp * 31 + i);
         return new Payload { Stamp = stamp, Text = $"record {key} version {version}", Blob = blob };
     }
 
-    public override Payload Add(Payload old, Payload input) => Make(old.Stamp / 1000, old.Stamp % 1000 + input.Stamp);
+    public override Payload Add(Payload old, Payload input) => Make(old.Stamp / Versions, old.Stamp % Versions + input.Stamp);
 
     public override string? Check(Payload value, long key, long version)
     {
@@ -110,5 +133,12 @@ public sealed class PayloadKind : ValueKind<Payload>
         return value.Stamp == expected.Stamp && value.Text == expected.Text && value.Blob.AsSpan().SequenceEqual(expected.Blob)
             ? null
             : $"key {key}: value (stamp {value.Stamp}, '{value.Text}', {value.Blob.Length} B), expected (stamp {expected.Stamp}, '{expected.Text}', {expected.Blob.Length} B)";
+    }
+
+    public override long? VersionOf(Payload value, long key)
+    {
+        if (VersionOfStamp(value.Stamp, key) is not { } version)
+            return null;
+        return Check(value, key, version) is null ? version : null;
     }
 }
