@@ -31,15 +31,12 @@ public readonly record struct CacheConfig(uint ClientThreads, uint ServerThreads
     public static CacheConfig HighThroughput => new(0, 1, 64, 4);
 
     /// <summary>
-    /// Lone requests done by the application thread, one-sided where the transport has a one-sided path (shm, RDMA
-    /// verbs: no server CPU at all), with <see cref="OneSidedQueueDepth"/> in flight per connection; over tcp, which
-    /// has none, the server gives the cache one thread. What a FASTER device's reads want: RemoteCacheDevice uses it
-    /// unless the cache was opened with a configuration.
+    /// Requests done by the application thread, each one-sided where the transport has a one-sided path (shm, RDMA
+    /// verbs: no server CPU at all), up to 8 in flight per connection. tcp has none: there requests go in batches of
+    /// up to 16 (whatever has accumulated when the thread polls) to the one thread the server then gives the cache.
+    /// What a FASTER device's reads want: RemoteCacheDevice uses it unless the cache was opened with a configuration.
     /// </summary>
-    public static CacheConfig OneSided => new(0, 0, 1, OneSidedQueueDepth);
-
-    /// <summary>The queue depth of <see cref="OneSided"/>.</summary>
-    public const uint OneSidedQueueDepth = 8;
+    public static CacheConfig OneSided => new(0, 0, 16, 8);
 
     internal RcConfig ToNative() => new()
     {
