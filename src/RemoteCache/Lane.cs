@@ -77,6 +77,9 @@ internal sealed unsafe class Lane : IDisposable
 
     private volatile bool _handoff;
 
+    /// <summary>Whether work was left to the poller (and not taken yet).</summary>
+    public bool HasHandoff => _handoff;
+
     /// <summary>Whether work was left to the poller since the last call (and clears it).</summary>
     public bool TakeHandoff()
     {
@@ -86,12 +89,18 @@ internal sealed unsafe class Lane : IDisposable
         return true;
     }
 
+    private void MarkHandoff()
+    {
+        if (!_handoff && !RemoteCacheClient.IsPollerOf(Owner))  // the poller polls again anyway
+            _handoff = true;
+    }
+
+    // Marks and wakes the poller if it sleeps: for a thread about to leave work behind (it may block right after).
     private void HandOff()
     {
         if (RemoteCacheClient.IsPollerOf(Owner))
-            return;  // the poller submitted it: it polls again anyway
-        if (!_handoff)
-            _handoff = true;
+            return;
+        MarkHandoff();
         Owner.NotifyOutstanding();
     }
 
@@ -172,17 +181,21 @@ internal sealed unsafe class Lane : IDisposable
                     Exit();
                     if (fromCompletion && status == RcStatus.Ok)
                     {
+                        // Whoever runs the completion signals when it leaves (Drive), or finishes the chain itself.
                         t_chained++;
-                        HandOff();
+                        MarkHandoff();
                     }
                     return status;
                 }
                 ReturnLocked(op);
             }
             // Full (session or pool): harvest what has finished (dispatched outside the gate), then retry.
+            int chained = t_chained;
             int n = t_depth < MaxDepth ? PollLocked(0, out var finished) : NoPoll(out finished);
             Exit();
             Dispatch(finished, n);
+            if (t_chained != chained)
+                HandOff();
             if (n == 0)
                 Thread.Yield();
         }
@@ -224,7 +237,7 @@ internal sealed unsafe class Lane : IDisposable
         }
         if (!byPoller)
             Activity++;
-        int total = 0;
+        int total = 0, chainedAtEntry = t_chained;
         for (;;)
         {
             int chained = t_chained;
@@ -233,10 +246,14 @@ internal sealed unsafe class Lane : IDisposable
             Dispatch(finished, n);
             total += n;
             // Completions that submitted again (a chain of dependent reads) are polled for at once: a one-sided
-            // read is done by the next poll, and the thread may not come back (FASTER blocks for its queue).
+            // read is done by the next poll. What is still in flight then goes to the poller, since this thread
+            // may not come back (FASTER blocks for its queue).
             if (n == 0 || t_chained == chained || !TryEnter())
-                return total;
+                break;
         }
+        if (!byPoller && t_chained != chainedAtEntry && Outstanding > 0)
+            HandOff();
+        return total;
     }
 
     /// <summary>The poller's blocking form: waits in rc_wait up to <paramref name="timeoutMs"/>.</summary>

@@ -330,6 +330,10 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
     // within a few microseconds (tcp on loopback: ~10), a stalled server should not cost a core.
     private static readonly long BlockAfterTicks = Stopwatch.Frequency / 10_000;  // 100 µs
 
+    // Callers that drive their lanes without a pause for this long are left alone: the poller sleeps (until a hand-off,
+    // new work or a millisecond) instead of yielding in a loop on cores they and the server need.
+    private static readonly long SleepWhileDeferredTicks = Stopwatch.Frequency / 1_000;  // 1 ms
+
     // Finishes what callers leave behind, at once: a lane with outstanding operations is polled unless a caller
     // spins on it (Lane.Drivers) or drove it within QuietTicks; work submitted by completions is handed over
     // explicitly (Lane.TakeHandoff). Without progress it backs off to yields, then blocks in rc_wait on a lone
@@ -340,6 +344,7 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
         var lastActivity = new int[_lanes.Length];
         var lastChange = new long[_lanes.Length];  // when lastActivity last moved
         long lastProgress = Stopwatch.GetTimestamp();
+        long deferredSince = 0;  // start of the current run of passes that found only lanes their callers drive
         var spin = new SpinWait();
         int next = 0;
         while (!_stopping)
@@ -371,6 +376,21 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
                 waitingLane = lane;
                 done += lane.Drive(byPoller: true);
             }
+            if (waiting == 0 && deferred)
+            {
+                if (deferredSince == 0)
+                    deferredSince = now;
+                if (now - deferredSince < SleepWhileDeferredTicks)
+                {
+                    spin.SpinOnce(sleep1Threshold: -1);
+                    continue;
+                }
+                _work.Reset();
+                if (!AnyHandoff())
+                    _work.Wait(1);
+                continue;
+            }
+            deferredSince = 0;
             if (done > 0)
             {
                 lastProgress = now;
@@ -418,6 +438,14 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
             if (lane.Outstanding != 0)
                 return false;
         return true;
+    }
+
+    private bool AnyHandoff()
+    {
+        foreach (var lane in _lanes)
+            if (lane.HasHandoff)
+                return true;
+        return false;
     }
 
     private bool NeedsPoller()
