@@ -71,10 +71,6 @@ internal sealed unsafe class Lane : IDisposable
     /// </summary>
     public int Activity;
 
-    /// <summary>Callers spinning on this lane right now (<see cref="DriveWhilePending"/>): the poller leaves it to them.</summary>
-    public int Drivers => Volatile.Read(ref _drivers);
-    private int _drivers;
-
     private volatile bool _handoff;
 
     /// <summary>Whether work was left to the poller (and not taken yet).</summary>
@@ -101,7 +97,7 @@ internal sealed unsafe class Lane : IDisposable
         if (RemoteCacheClient.IsPollerOf(Owner))
             return;
         MarkHandoff();
-        Owner.NotifyOutstanding();
+        Owner.NotifyHandoff();
     }
 
     // ---- operation pool ------------------------------------------------------------------------------
@@ -274,27 +270,21 @@ internal sealed unsafe class Lane : IDisposable
     /// </summary>
     public void DriveWhilePending(Operation op, short token)
     {
+        // Each Drive counts as activity, which keeps the poller off the lane meanwhile.
         long start = Stopwatch.GetTimestamp();
         var spin = new SpinWait();
-        Interlocked.Increment(ref _drivers);
-        try
+        while (op.IsPending(token))
         {
-            while (op.IsPending(token))
+            if (Drive() == 0)
             {
-                if (Drive() == 0)
+                if (Stopwatch.GetTimestamp() - start > SpinTicks)
                 {
-                    if (Stopwatch.GetTimestamp() - start > SpinTicks)
-                        break;
-                    spin.SpinOnce(sleep1Threshold: -1);
+                    HandOff();
+                    return;
                 }
+                spin.SpinOnce(sleep1Threshold: -1);
             }
         }
-        finally
-        {
-            Interlocked.Decrement(ref _drivers);
-        }
-        if (op.IsPending(token))
-            HandOff();
     }
 
     private static int NoPoll(out Finished[] finished)

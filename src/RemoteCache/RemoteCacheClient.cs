@@ -25,7 +25,10 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
     private readonly int _endpointCount;
     private readonly Lane[] _lanes;
     private readonly Thread _poller;
-    private readonly ManualResetEventSlim _work = new(false);
+    private readonly ManualResetEventSlim _work = new(false);      // new work on an idle client
+    // Hand-offs wake a poller that stays out of busy callers' way; a separate event, so that their new work (which
+    // sets _work) costs them no futex wake while it sleeps.
+    private readonly ManualResetEventSlim _handoffs = new(false);
     private volatile bool _stopping;
     private int _disposed;
 
@@ -316,6 +319,9 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
 
     internal void NotifyOutstanding() => _work.Set();
 
+    /// <summary>Wakes the poller for work a caller left it (<see cref="Lane.TakeHandoff"/>).</summary>
+    internal void NotifyHandoff() => _handoffs.Set();
+
     [ThreadStatic] private static RemoteCacheClient? t_pollerOf;
 
     /// <summary>Whether the calling thread is <paramref name="client"/>'s poller.</summary>
@@ -331,11 +337,13 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
     private static readonly long BlockAfterTicks = Stopwatch.Frequency / 10_000;  // 100 µs
 
     // Callers that drive their lanes without a pause for this long are left alone: the poller sleeps (until a hand-off,
-    // new work or a millisecond) instead of yielding in a loop on cores they and the server need.
-    private static readonly long SleepWhileDeferredTicks = Stopwatch.Frequency / 1_000;  // 1 ms
+    // new work or a millisecond) instead of yielding in a loop on cores they and the server need. The price: a caller
+    // that drove without a pause this long and then blocks with work in flight, leaving no hand-off, waits up to a
+    // millisecond once (a thread that submits and waits for each read pauses long before this).
+    private static readonly long SleepWhileDeferredTicks = Stopwatch.Frequency / 66_667;  // 15 µs
 
     // Finishes what callers leave behind, at once: a lane with outstanding operations is polled unless a caller
-    // spins on it (Lane.Drivers) or drove it within QuietTicks; work submitted by completions is handed over
+    // submitted on it or drove it within QuietTicks; work submitted by completions is handed over
     // explicitly (Lane.TakeHandoff). Without progress it backs off to yields, then blocks in rc_wait on a lone
     // waiting lane (a submitter or caller wakes it with rc_wake); it never sleeps while work is waiting.
     private void PollerLoop()
@@ -356,7 +364,7 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
             for (int i = 0; i < _lanes.Length; i++)
             {
                 var lane = _lanes[i];
-                if (lane.Outstanding == 0 || lane.Drivers > 0)
+                if (lane.Outstanding == 0)
                     continue;
                 if (!lane.TakeHandoff())
                 {
@@ -385,9 +393,9 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
                     spin.SpinOnce(sleep1Threshold: -1);
                     continue;
                 }
-                _work.Reset();
+                _handoffs.Reset();
                 if (!AnyHandoff())
-                    _work.Wait(1);
+                    _handoffs.Wait(1);
                 continue;
             }
             deferredSince = 0;
@@ -407,11 +415,10 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
                     spin.SpinOnce(sleep1Threshold: -1);
                     continue;
                 }
-                // Nothing outstanding, or all of it in the hands of callers spinning on it: sleep until new work or
-                // a hand-off (a caller that stops spinning signals; the check after Reset catches an earlier signal).
+                // Nothing outstanding: sleep until there is (the check after Reset catches an earlier signal).
                 _work.Reset();
-                if (!NeedsPoller())
-                    _work.Wait(NothingOutstanding() ? 100 : 1);
+                if (NothingOutstanding())
+                    _work.Wait(100);
                 spin.Reset();
                 continue;
             }
@@ -448,13 +455,6 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
         return false;
     }
 
-    private bool NeedsPoller()
-    {
-        foreach (var lane in _lanes)
-            if (lane.Outstanding != 0 && lane.Drivers == 0)
-                return true;
-        return false;
-    }
 
     private void ThrowIfDisposed()
     {
@@ -487,11 +487,13 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
             lane.Drain();
         _stopping = true;
         _work.Set();
+        _handoffs.Set();
         _poller.Join();
         foreach (var lane in _lanes)
             lane.Dispose();
         _cache.Dispose();
         _work.Dispose();
+        _handoffs.Dispose();
     }
 
     private static uint ToMilliseconds(TimeSpan t) =>

@@ -266,7 +266,9 @@ public sealed unsafe class UnsegmentedDeviceTests
         }
         Assert.Equal(Entries, read);
         Report("delta log, scanned", tiered);
-        Assert.True(tiered.CacheTier().Ring!.Head > tiered.CacheTier().Capacity, "the delta log should outgrow its cache");
+        // Whether the ring itself turned depends on how many page writes were in flight at once (a write that would
+        // land on bytes still being written is not kept); that the log outgrew the cache does not.
+        Assert.True(tail > 2 * tiered.CacheTier().Capacity, $"the delta log ({tail} B) should outgrow its cache");
         Assert.True(tiered.ReadsServedBy(0) > 0, "no page was read from the cache");
         Assert.True(tiered.FallThroughs > 0 && tiered.ReadsServedBy(1) > 0, "no evicted page was read from the file");
         Assert.Empty(tiered.FailedTiers);
