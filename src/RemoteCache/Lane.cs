@@ -217,8 +217,9 @@ internal sealed unsafe class Lane : IDisposable
     // ---- progress ---------------------------------------------------------------------------------
 
     /// <summary>
-    /// Polls once if nobody else is in the session; returns the operations it completed. A caller's
-    /// poll counts as activity (the poller leaves the lane to it); the poller's own does not.
+    /// Polls if nobody else is in the session, again as long as the completions it ran submitted more; returns the
+    /// operations it completed. A caller's poll counts as activity (the poller leaves the lane to it); the poller's
+    /// own does not.
     /// </summary>
     public int Drive(bool byPoller = false)
     {
