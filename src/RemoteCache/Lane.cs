@@ -96,7 +96,8 @@ internal sealed unsafe class Lane : IDisposable
     {
         if (RemoteCacheClient.IsPollerOf(Owner))
             return;
-        MarkHandoff();
+        if (!_handoff)
+            _handoff = true;
         Owner.NotifyHandoff();
     }
 
@@ -201,6 +202,13 @@ internal sealed unsafe class Lane : IDisposable
 
     private void Exit() => Volatile.Write(ref _busy, 0);
 
+    // The poller holds the gate while it blocks in rc_wait; rc_wake makes it return (and let go).
+    private void WakeBlockedPoller()
+    {
+        if (_pollerWaiting)
+            NativeMethods.Wake(_session);
+    }
+
     private void Enter()
     {
         if (TryEnter())
@@ -208,8 +216,7 @@ internal sealed unsafe class Lane : IDisposable
         var spin = new SpinWait();
         while (!TryEnter())
         {
-            if (_pollerWaiting)
-                NativeMethods.Wake(_session);
+            WakeBlockedPoller();
             spin.SpinOnce(sleep1Threshold: -1);
         }
     }
@@ -228,8 +235,8 @@ internal sealed unsafe class Lane : IDisposable
         if (!TryEnter())
         {
             // The poller may be blocked in rc_wait with the gate: a caller that wants its lane takes it back.
-            if (!byPoller && _pollerWaiting)
-                NativeMethods.Wake(_session);
+            if (!byPoller)
+                WakeBlockedPoller();
             return 0;
         }
         if (!byPoller)
