@@ -5,7 +5,6 @@ using System.Runtime.InteropServices;
 using System.Threading;
 using System.Threading.Tasks;
 using BenchmarkDotNet.Attributes;
-using RemoteCache.Interop;
 
 namespace RemoteCache.Benchmarks.Micro;
 
@@ -32,7 +31,7 @@ public class DataPath
     public const int Stream = 16 * Window;
 
     /// <summary>c=0 s=1 b=64 q=4: the application thread does the client work; one server thread.</summary>
-    public const uint ClientThreads = 0, ServerThreads = 1, BatchSize = 64, QueueDepth = 4;
+    public const int ClientThreads = 0, ServerThreads = 1, BatchSize = 64, QueueDepth = 4;
 
     /// <summary>The data-path configuration of the cache: (c, s, b, q) = (0, 1, 64, 4).</summary>
     public static readonly CacheConfig Config = new(ClientThreads, ServerThreads, BatchSize, QueueDepth);
@@ -41,7 +40,7 @@ public class DataPath
     public const long RegionSize = 64L << 20;
 
     /// <summary>Regions of the cache: 4 x 64 MiB = 256 MiB (remotecache-bench's default --cache-bytes).</summary>
-    public const uint RegionsPerServer = 4;
+    public const int RegionsPerServer = 4;
 
     /// <summary>The benchmark waits this long for an invocation's completions before it declares a hang.</summary>
     private static readonly long HangTicks = Stopwatch.Frequency * 30;
@@ -69,9 +68,9 @@ public class DataPath
     private static int s_failed;
     private static int s_firstFailure;
 
-    private static void OnDone(RcStatus status, object? context)
+    private static void OnDone(RemoteCacheStatus status, object? context)
     {
-        if (status != RcStatus.Ok && Interlocked.Increment(ref s_failed) == 1)
+        if (status != RemoteCacheStatus.Ok && Interlocked.Increment(ref s_failed) == 1)
             Volatile.Write(ref s_firstFailure, (int)status);
         Interlocked.Increment(ref s_completed);
     }
@@ -94,7 +93,7 @@ public class DataPath
         {
             throw new ArgumentException($"unknown transport '{Transport}'");
         }
-        _server = RemoteCacheServer.Start(new[] { listen }, RegionSize, memoryLimit: 2L << 30, threads: (int)Math.Max(1, ServerThreads));
+        _server = RemoteCacheServer.Start(new RemoteCacheServerOptions { Listen = new[] { listen }, RegionSize = RegionSize, MemoryLimit = 2L << 30, MaxThreads = (int)Math.Max(1, ServerThreads) });
         _client = RemoteCacheClient.Open(_server.Endpoints, new RemoteCacheOptions
         {
             Token = "micro",
@@ -231,9 +230,9 @@ public class DataPath
             {
                 var buffer = _native + (issued % Window) * Size;
                 if (write)
-                    client.Write(NextAddress(), buffer, Size, s_onDone, null);
+                    client.StartWrite(NextAddress(), buffer, Size, s_onDone, null);
                 else
-                    client.Read(NextAddress(), buffer, Size, s_onDone, null);
+                    client.StartRead(NextAddress(), buffer, Size, s_onDone, null);
                 issued++;
             }
             if (client.Poll() != 0)
@@ -255,7 +254,7 @@ public class DataPath
             }
         }
         if (Volatile.Read(ref s_failed) != 0)
-            throw new InvalidOperationException($"{s_failed} operations failed; first status {(RcStatus)s_firstFailure}");
+            throw new InvalidOperationException($"{s_failed} operations failed; first status {(RemoteCacheStatus)s_firstFailure}");
     }
 
     // ---- RemoteCacheSession: one native session on this thread, one blittable call per operation ----------------
@@ -271,7 +270,7 @@ public class DataPath
     private unsafe void RunSession(bool write)
     {
         var session = _session!;
-        Span<RcCompletion> done = stackalloc RcCompletion[64];
+        Span<RemoteCacheCompletion> done = stackalloc RemoteCacheCompletion[64];
         long start = 0;
         int issued = 0;
         for (int finished = 0; finished < Stream;)
@@ -280,17 +279,17 @@ public class DataPath
             {
                 int slot = issued % Window;
                 var buffer = (void*)(_native + slot * Size);
-                var status = write ? session.Write(NextAddress(), buffer, Size, (ulong)slot) : session.Read(NextAddress(), buffer, Size, (ulong)slot);
-                if (status == RcStatus.Busy)
+                var status = write ? session.StartWrite(NextAddress(), buffer, Size, (ulong)slot) : session.StartRead(NextAddress(), buffer, Size, (ulong)slot);
+                if (status == RemoteCacheStatus.Busy)
                     break;
-                if (status != RcStatus.Ok)
+                if (status != RemoteCacheStatus.Ok)
                     throw new InvalidOperationException($"session submission failed: {status}");
                 issued++;
             }
             int n = session.Poll(done);
             for (int k = 0; k < n; k++)
                 if (done[k].Status != 0)
-                    throw new InvalidOperationException($"session operation failed: {(RcStatus)done[k].Status}");
+                    throw new InvalidOperationException($"session operation failed: {(RemoteCacheStatus)done[k].Status}");
             finished += n;
             if (n != 0)
             {

@@ -5,7 +5,6 @@ using System.Runtime.InteropServices;
 using System.Threading;
 using System.Threading.Tasks;
 using BenchmarkDotNet.Attributes;
-using RemoteCache.Interop;
 
 namespace RemoteCache.Benchmarks.Micro;
 
@@ -62,7 +61,7 @@ public class DependentReads
     {
         _socketPath = Path.Combine(Path.GetTempPath(), $"rc-dependent-{Environment.ProcessId}.sock");
         string listen = Transport == "shm" ? "shm:" + _socketPath : "tcp:127.0.0.1:0";
-        _server = RemoteCacheServer.Start(new[] { listen }, regionSize: RegionSize, memoryLimit: 2 * RegionSize, threads: 1);
+        _server = RemoteCacheServer.Start(new RemoteCacheServerOptions { Listen = new[] { listen }, RegionSize = RegionSize, MemoryLimit = 2 * RegionSize, MaxThreads = 1 });
         _client = RemoteCacheClient.Open(_server.Endpoints, new RemoteCacheOptions
         {
             Name = $"dependent reads {Transport} {Config}",
@@ -220,7 +219,7 @@ public class DependentReads
                 throw new InvalidOperationException($"{_failed} reads failed");
         }
 
-        private void Issue() => _client.Read(NextAddress(), _buffer, Size, s_onRead, this);
+        private void Issue() => _client.StartRead(NextAddress(), _buffer, Size, s_onRead, this);
 
         private long NextAddress()
         {
@@ -232,10 +231,10 @@ public class DependentReads
             return (long)((s * 0x2545F4914F6CDD1Dul) % (ulong)_slots) * Size;
         }
 
-        private static void OnRead(RcStatus status, object? context)
+        private static void OnRead(RemoteCacheStatus status, object? context)
         {
             var chain = (Chain)context!;
-            if (status != RcStatus.Ok)
+            if (status != RemoteCacheStatus.Ok)
                 chain._failed++;
             if (--chain._remaining > 0)
             {

@@ -55,10 +55,10 @@ public class DeviceReads
         if (Device.StartsWith("remotecache-", StringComparison.Ordinal))
         {
             string listen = Device == "remotecache-shm" ? "shm:" + Path.Combine(_dir, "server.sock") : "tcp:127.0.0.1:0";
-            _server = RemoteCacheServer.Start(new[] { listen }, regionSize: 1L << SegmentBits, memoryLimit: 2L << 30, threads: 1);
+            _server = RemoteCacheServer.Start(new RemoteCacheServerOptions { Listen = new[] { listen }, RegionSize = 1L << SegmentBits, MemoryLimit = 2L << 30, MaxThreads = 1 });
             var cache = RemoteCacheClient.Open(_server.Endpoints, new RemoteCacheOptions
             {
-                RegionsPerServer = (uint)(LogBytes >> SegmentBits),
+                RegionsPerServer = (int)(LogBytes >> SegmentBits),
                 Name = $"device bench {Device}",
                 Exclusive = true,       // RemoteCacheDevice requires it: the cache is one log's
                 SessionCapacity = 4096, // as measured before the C# default became the header's 1024: up to 4 x Window reads in flight

@@ -58,7 +58,7 @@ public class FasterChains
         _root = Path.Combine(AppContext.BaseDirectory, "chains-bench", $"{Environment.ProcessId}-{Device}-{Threads}");
         Directory.CreateDirectory(_root);
         if (Device == "remotecache-shm")
-            _server = RemoteCacheServer.Start(new[] { "shm:" + Path.Combine(_root, "server.sock") }, regionSize: 1L << 20, memoryLimit: 256L << 20, threads: 1);
+            _server = RemoteCacheServer.Start(new RemoteCacheServerOptions { Listen = new[] { "shm:" + Path.Combine(_root, "server.sock") }, RegionSize = 1L << 20, MemoryLimit = 256L << 20, MaxThreads = 1 });
         else if (Device != "local-storage")
             throw new ArgumentException($"unknown device '{Device}'");
         _go = new Barrier(Threads + 1);

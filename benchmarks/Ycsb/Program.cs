@@ -60,8 +60,7 @@ public static class Program
                 OpenCache = bytes =>
                 {
                     var (regionSize, regions) = CacheRegions(bytes);
-                    cacheServer ??= RemoteCacheServer.Start(new[] { o.Transport == "shm" ? "shm:" + socket : "tcp:127.0.0.1:0" },
-                                                            regionSize: regionSize, memoryLimit: 64L << 30, threads: 1);
+                    cacheServer ??= RemoteCacheServer.Start(new RemoteCacheServerOptions { Listen = new[] { o.Transport == "shm" ? "shm:" + socket : "tcp:127.0.0.1:0" }, RegionSize = regionSize, MemoryLimit = 64L << 30, MaxThreads = 1 });
                     return RemoteCacheClient.Open(cacheServer.Endpoints, new RemoteCacheOptions
                     {
                         RegionsPerServer = regions,
@@ -111,11 +110,11 @@ public static class Program
     /// <see cref="RemoteCacheOptions.MaxRegionsPerServer"/> regions to a cache, so regions grow with the log, in powers of
     /// two (the cache stays a whole number of FASTER segments); aiming at 4/5 of the maximum leaves room for the rounding.
     /// </summary>
-    internal static (long RegionSize, uint Regions) CacheRegions(long bytes)
+    internal static (long RegionSize, int Regions) CacheRegions(long bytes)
     {
         const long target = RemoteCacheOptions.MaxRegionsPerServer * 4 / 5;
         long regionSize = Math.Max(1L << 20, (long)System.Numerics.BitOperations.RoundUpToPowerOf2((ulong)((bytes + target - 1) / target)));
-        return (regionSize, (uint)((bytes + regionSize - 1) / regionSize));
+        return (regionSize, (int)((bytes + regionSize - 1) / regionSize));
     }
 
     /// <summary>

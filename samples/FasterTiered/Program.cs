@@ -28,7 +28,7 @@ static int Run(string[] endpoints, string dir)
     var cache = RemoteCacheClient.Open(endpoints, new RemoteCacheOptions
     {
         RegionsPerServer = 1,  // one region of each server: 1 GiB at remotecache-server's default --region-size
-        Exclusive = true,      // a cache is one store's: a second client opening it fails (RcStatus.InUse)
+        Exclusive = true,      // a cache is one store's: a second client opening it fails (RemoteCacheStatus.InUse)
         // No Config: RemoteCacheDevice switches the cache to CacheConfig.OneSided, what FASTER's reads want.
     });
     // The log's recent segments in remote memory, all of it on SSD (the commit point). The device owns the cache

@@ -4,7 +4,7 @@ using System.Threading.Tasks;
 using RemoteCache;
 
 // A cache server in this process; in production it is `remotecache-server` on another machine.
-using var server = RemoteCacheServer.Start(new[] { "tcp:127.0.0.1:0" }, regionSize: 64 << 20, memoryLimit: 1L << 30);
+using var server = RemoteCacheServer.Start(new RemoteCacheServerOptions { Listen = new[] { "tcp:127.0.0.1:0" }, RegionSize = 64 << 20, MemoryLimit = 1L << 30 });
 
 await using var cache = RemoteCacheClient.Open(server.Endpoints, new RemoteCacheOptions
 {

@@ -1,7 +1,8 @@
 using System;
 using System.Threading;
 using FASTER.core;
-using RemoteCache.Interop;
+using Microsoft.Extensions.Logging;
+using Microsoft.Extensions.Logging.Abstractions;
 
 namespace RemoteCache.Device;
 
@@ -51,6 +52,8 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
 
     private readonly RemoteCacheClient _cache;
     private readonly bool _ownsCache;
+    private readonly ILogger _logger;
+    private int _refusalLogged;
     private readonly Pool<Io> _pool = new(() => new Io());
     private readonly Pool<RingIo> _ringPool = new(() => new RingIo());
     private Slot[] _slots = Array.Empty<Slot>();
@@ -75,12 +78,14 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
     /// <see cref="CacheConfig.OneSided"/>, what FASTER's reads want: each read is issued alone, from FASTER's thread,
     /// and over shm or RDMA reads the server's memory without its CPU.
     /// </remarks>
+    /// <param name="logger">Where the device logs its set-up and refused operations; null: nowhere.</param>
     /// <exception cref="ArgumentException"><paramref name="cache"/> was not opened exclusively.</exception>
     /// <exception cref="RemoteCacheException">The cache could not be switched to <see cref="CacheConfig.OneSided"/>.</exception>
-    public RemoteCacheDevice(RemoteCacheClient cache, int throttleLimit = 256, bool ownsCache = false)
+    public RemoteCacheDevice(RemoteCacheClient cache, int throttleLimit = 256, bool ownsCache = false, ILogger? logger = null)
         : base($"remotecache:{cache?.Name}", 512, cache?.Capacity ?? 0)
     {
         ArgumentNullException.ThrowIfNull(cache);
+        _logger = logger ?? NullLogger.Instance;
         try
         {
             ArgumentOutOfRangeException.ThrowIfLessThan(throttleLimit, 1);
@@ -90,7 +95,10 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
                     "RemoteCacheOptions.Exclusive = true, so that no other client (another store, or this store opened " +
                     "twice) can write into the log's segments", nameof(cache));
             if (!cache.ConfigGiven)
+            {
                 cache.Reconfigure(CacheConfig.OneSided);
+                DeviceLog.Reconfigured(_logger, FileName, cache.Name, CacheConfig.OneSided);
+            }
         }
         catch
         {
@@ -119,11 +127,11 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
     public int InFlight => _cache.Outstanding;
 
     /// <summary>The device error code FASTER receives for a failed native operation.</summary>
-    public static uint ErrorCodeOf(RcStatus status) => ErrorBase | (uint)(-(int)status & 0xff);
+    public static uint ErrorCodeOf(RemoteCacheStatus status) => ErrorBase | (uint)(-(int)status & 0xff);
 
     /// <summary>The native status behind a device error code, or null if the code is not one of ours.</summary>
-    public static RcStatus? StatusOf(uint errorCode) =>
-        errorCode == NotResident || (errorCode & ~0xffu) != ErrorBase ? null : (RcStatus)(-(int)(errorCode & 0xff));
+    public static RemoteCacheStatus? StatusOf(uint errorCode) =>
+        errorCode == NotResident || (errorCode & ~0xffu) != ErrorBase ? null : (RemoteCacheStatus)(-(int)(errorCode & 0xff));
 
     /// <summary>Whether the device holds <paramref name="segment"/> of a segmented log now (it may be evicted right after).</summary>
     public bool Holds(int segment) =>
@@ -140,6 +148,7 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
         {
             base.Initialize(segmentSize, epoch, omitSegmentIdFromFilename);
             _ring = new ExtentRing(Capacity);
+            DeviceLog.InitializedUnsegmented(_logger, FileName, Capacity);
             return;
         }
         if (segmentSize <= 0 || segmentSize > Capacity || Capacity % segmentSize != 0)
@@ -156,6 +165,7 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
         for (int i = 0; i < slots.Length; i++)
             slots[i] = new Slot(i * segmentSize);
         _slots = slots;
+        DeviceLog.InitializedSegmented(_logger, FileName, slots.Length, segmentSize, Capacity);
     }
 
     /// <inheritdoc/>
@@ -198,7 +208,7 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
         }
         if (segmentId < 0 || destinationAddress + numBytesToWrite > (ulong)segmentSize)
         {
-            callback(ErrorCodeOf(RcStatus.OutOfRange), 0, context);
+            callback(ErrorCodeOf(RemoteCacheStatus.OutOfRange), 0, context);
             return;
         }
         var write = new PendingWrite(sourceAddress, destinationAddress, numBytesToWrite, callback, context);
@@ -262,7 +272,7 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
         }
         if (_slots.Length == 0)
         {
-            write.Callback(ErrorCodeOf(RcStatus.InvalidArgument), 0, write.Context);  // not initialized by FASTER
+            write.Callback(ErrorCodeOf(RemoteCacheStatus.InvalidArgument), 0, write.Context);  // not initialized by FASTER
             return;
         }
         slot = _slots[segment % _slots.Length];
@@ -361,23 +371,25 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
         try
         {
             if (write)
-                _cache.Write(address, buffer, (int)length, onDone, io);
+                _cache.StartWrite(address, buffer, (int)length, onDone, io);
             else
-                _cache.Read(address, buffer, (int)length, onDone, io);
+                _cache.StartRead(address, buffer, (int)length, onDone, io);
         }
         catch (Exception e) when (e is RemoteCacheException or ObjectDisposedException or ArgumentOutOfRangeException)
         {
             var status = e switch
             {
                 RemoteCacheException r => r.Status,
-                ObjectDisposedException => RcStatus.Closed,
-                _ => RcStatus.OutOfRange,
+                ObjectDisposedException => RemoteCacheStatus.Closed,
+                _ => RemoteCacheStatus.OutOfRange,
             };
+            if (Interlocked.Exchange(ref _refusalLogged, 1) == 0)
+                DeviceLog.OperationRefused(_logger, FileName, status);
             onDone(status, io);
         }
     }
 
-    private static void OnDone(RcStatus status, object? context)
+    private static void OnDone(RemoteCacheStatus status, object? context)
     {
         var io = (Io)context!;
         var device = io.Device!;
@@ -388,7 +400,7 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
         io.Clear();
         device._pool.Return(io);
         device.Leave(slot);
-        callback(status == RcStatus.Ok ? 0 : ErrorCodeOf(status), status == RcStatus.Ok ? length : 0, userContext!);
+        callback(status == RemoteCacheStatus.Ok ? 0 : ErrorCodeOf(status), status == RemoteCacheStatus.Ok ? length : 0, userContext!);
     }
 
     // ---- unsegmented logs ---------------------------------------------------------------------------
@@ -411,12 +423,12 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
         Issue(write: true, extent.CacheAddress(Capacity), source, length, s_onRingWrite, io);
     }
 
-    private static void OnRingWrite(RcStatus status, object? context)
+    private static void OnRingWrite(RemoteCacheStatus status, object? context)
     {
         var io = (RingIo)context!;
         var device = io.Device!;
-        device._ring!.Written(io.Extent!, status == RcStatus.Ok);
-        io.Finish(status == RcStatus.Ok ? 0 : ErrorCodeOf(status));
+        device._ring!.Written(io.Extent!, status == RemoteCacheStatus.Ok);
+        io.Finish(status == RemoteCacheStatus.Ok ? 0 : ErrorCodeOf(status));
     }
 
     private void ReadUnsegmented(int segment, ulong offset, IntPtr destination, uint length,
@@ -444,16 +456,16 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
 
     private static bool Addressable(ulong offset, uint length) => offset <= (ulong)(long.MaxValue - length);
 
-    private static void OnRingRead(RcStatus status, object? context)
+    private static void OnRingRead(RemoteCacheStatus status, object? context)
     {
         var io = (RingIo)context!;
-        if (status != RcStatus.Ok)
-            Interlocked.CompareExchange(ref io.Status, (int)status, (int)RcStatus.Ok);
+        if (status != RemoteCacheStatus.Ok)
+            Interlocked.CompareExchange(ref io.Status, (int)status, (int)RemoteCacheStatus.Ok);
         if (Interlocked.Decrement(ref io.Remaining) != 0)
             return;
-        var failed = (RcStatus)io.Status;
+        var failed = (RemoteCacheStatus)io.Status;
         // Checked after the data arrived: a write placed over these bytes meanwhile may have changed them.
-        uint error = failed != RcStatus.Ok ? ErrorCodeOf(failed)
+        uint error = failed != RemoteCacheStatus.Ok ? ErrorCodeOf(failed)
                    : io.Device!._ring!.StillHolds(io.Oldest) ? 0 : NotResident;
         io.Finish(error);
     }
@@ -499,7 +511,7 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
         public ExtentRing.Extent? Extent;
         public long Oldest;
         public int Remaining;
-        public int Status;  // RcStatus of the first part that failed
+        public int Status;  // RemoteCacheStatus of the first part that failed
         public uint Length;
         public DeviceIOCompletionCallback? Callback;
         public object? Context;
@@ -514,7 +526,7 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
             Extent = null;
             Callback = null;
             Context = null;
-            Status = (int)RcStatus.Ok;
+            Status = (int)RemoteCacheStatus.Ok;
             device._ringPool.Return(this);
             callback(error, error == 0 ? length : 0, context!);
         }

@@ -4,6 +4,7 @@ using System.Linq;
 using System.Threading;
 using FASTER.core;
 using Microsoft.Extensions.Logging;
+using Microsoft.Extensions.Logging.Abstractions;
 
 namespace RemoteCache.Device;
 
@@ -38,7 +39,7 @@ public sealed class TieredDevice : StorageDeviceBase
 
     private readonly Tier[] _tiers;
     private readonly int _commitPoint;
-    private readonly ILogger? _logger;
+    private readonly ILogger _logger;
     private readonly Pool<ReadOp> _reads = new(() => new ReadOp());
     private readonly Pool<WriteOp> _writes;
     private long _tierFailures;
@@ -56,7 +57,7 @@ public sealed class TieredDevice : StorageDeviceBase
     {
         _tiers = tiers.Select((d, i) => new Tier(d, tracked: i < commitPoint)).ToArray();
         _commitPoint = commitPoint;
-        _logger = logger;
+        _logger = logger ?? NullLogger.Instance;
         int count = _tiers.Length;
         _writes = new Pool<WriteOp>(() => new WriteOp(count));
     }
@@ -243,8 +244,7 @@ public sealed class TieredDevice : StorageDeviceBase
             if (part.Tier < device._commitPoint)
                 device.TakeOut(part.Tier, errorCode, "write");
             else
-                device._logger?.LogWarning("tier {Tier} ({Name}) failed a write of segment {Segment}: error 0x{Code:x}",
-                                           part.Tier, tier.Device.FileName, op.Segment, errorCode);
+                DeviceLog.TierWriteFailed(device._logger, part.Tier, tier.Device.FileName, op.Segment, errorCode);
         }
         op.Release();
     }
@@ -291,8 +291,7 @@ public sealed class TieredDevice : StorageDeviceBase
             return;
         tier.Failed = true;
         var status = RemoteCacheDevice.StatusOf(errorCode);
-        _logger?.LogError("tier {Tier} ({Name}) failed a {What} (error 0x{Code:x}{Status}); its reads go to the next tier from now on",
-                          index, tier.Device.FileName, what, errorCode, status is null ? "" : $", {status}");
+        DeviceLog.TierTakenOut(_logger, index, tier.Device.FileName, what, errorCode, status?.ToString() ?? "not a RemoteCache status");
     }
 
     // Runs before the base constructor uses the tiers: whatever is wrong, the tiers given are disposed.

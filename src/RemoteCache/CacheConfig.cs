@@ -10,19 +10,19 @@ namespace RemoteCache;
 /// <param name="ServerThreads">Server threads polling the cache's connections; 0 = one-sided access only.</param>
 /// <param name="BatchSize">Requests per batch, 1..<see cref="MaxBatchSize"/> (a batch also stops at 4 KiB).</param>
 /// <param name="QueueDepth">Batches in flight per connection, 1..<see cref="MaxQueueDepth"/>.</param>
-public readonly record struct CacheConfig(uint ClientThreads, uint ServerThreads, uint BatchSize, uint QueueDepth)
+public readonly record struct CacheConfig(int ClientThreads, int ServerThreads, int BatchSize, int QueueDepth)
 {
     /// <summary>Client threads at most (RC_MAX_CLIENT_THREADS of remotecache.h).</summary>
-    public const uint MaxClientThreads = NativeLimits.MaxClientThreads;
+    public const int MaxClientThreads = NativeLimits.MaxClientThreads;
 
     /// <summary>Server threads at most (RC_MAX_SERVER_THREADS).</summary>
-    public const uint MaxServerThreads = NativeLimits.MaxServerThreads;
+    public const int MaxServerThreads = NativeLimits.MaxServerThreads;
 
     /// <summary>Requests per batch at most (RC_MAX_BATCH_SIZE).</summary>
-    public const uint MaxBatchSize = NativeLimits.MaxBatchSize;
+    public const int MaxBatchSize = NativeLimits.MaxBatchSize;
 
     /// <summary>Batches in flight per connection at most (RC_MAX_QUEUE_DEPTH).</summary>
-    public const uint MaxQueueDepth = NativeLimits.MaxQueueDepth;
+    public const int MaxQueueDepth = NativeLimits.MaxQueueDepth;
 
     /// <summary>Latency first: no client threads, one server thread, no batching, one message in flight.</summary>
     public static CacheConfig LowLatency => new(0, 1, 1, 1);
@@ -38,15 +38,24 @@ public readonly record struct CacheConfig(uint ClientThreads, uint ServerThreads
     /// </summary>
     public static CacheConfig OneSided => new(0, 0, 16, 8);
 
+    /// <summary>What is out of range, or null when every parameter is within its limits.</summary>
+    internal string? Problem() =>
+        ClientThreads < 0 || ClientThreads > MaxClientThreads ? $"has ClientThreads {ClientThreads}; it must be 0..{MaxClientThreads}"
+        : ServerThreads < 0 || ServerThreads > MaxServerThreads ? $"has ServerThreads {ServerThreads}; it must be 0..{MaxServerThreads}"
+        : BatchSize < 1 || BatchSize > MaxBatchSize ? $"has BatchSize {BatchSize}; it must be 1..{MaxBatchSize}"
+        : QueueDepth < 1 || QueueDepth > MaxQueueDepth ? $"has QueueDepth {QueueDepth}; it must be 1..{MaxQueueDepth}"
+        : null;
+
     internal RcConfig ToNative() => new()
     {
-        ClientThreads = ClientThreads,
-        ServerThreads = ServerThreads,
-        BatchSize = BatchSize,
-        QueueDepth = QueueDepth,
+        ClientThreads = (uint)ClientThreads,
+        ServerThreads = (uint)ServerThreads,
+        BatchSize = (uint)BatchSize,
+        QueueDepth = (uint)QueueDepth,
     };
 
-    internal static CacheConfig FromNative(in RcConfig c) => new(c.ClientThreads, c.ServerThreads, c.BatchSize, c.QueueDepth);
+    internal static CacheConfig FromNative(in RcConfig c) =>
+        new((int)c.ClientThreads, (int)c.ServerThreads, (int)c.BatchSize, (int)c.QueueDepth);
 
     /// <inheritdoc/>
     public override string ToString() => $"c={ClientThreads} s={ServerThreads} b={BatchSize} q={QueueDepth}";

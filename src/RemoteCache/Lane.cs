@@ -141,9 +141,10 @@ internal sealed unsafe class Lane : IDisposable
     /// Rents an operation, fills it in and hands it to the native session; while the session or the pool
     /// is full it harvests completions and retries. On success <paramref name="op"/> is in flight.
     /// </summary>
-    public RcStatus Submit(bool write, long address, long length, void* buffer, IoCallback? callback, object? context,
-                           MemoryHandle pin, out Operation? op)
+    public RemoteCacheStatus Submit(bool write, long address, long length, void* buffer, IoCallback? callback, object? context,
+                                    MemoryHandle pin, bool cancellable, out Operation? op)
     {
+        long started = Owner.Metrics.MeasuresDuration ? Stopwatch.GetTimestamp() : 0;
         for (;;)
         {
             Enter();
@@ -151,7 +152,7 @@ internal sealed unsafe class Lane : IDisposable
             {
                 Exit();
                 op = null;
-                return RcStatus.Closed;
+                return RemoteCacheStatus.Closed;
             }
             op = RentLocked();
             if (op is not null)
@@ -159,14 +160,14 @@ internal sealed unsafe class Lane : IDisposable
                 var status = write
                     ? NativeMethods.Write(_session, (ulong)address, buffer, (ulong)length, (ulong)op.Index)
                     : NativeMethods.Read(_session, (ulong)address, buffer, (ulong)length, (ulong)op.Index);
-                if (status != RcStatus.Busy)
+                if (status != RemoteCacheStatus.Busy)
                 {
                     bool fromCompletion = t_depth > 0;
                     if (!fromCompletion)
                         Activity++;
-                    if (status == RcStatus.Ok)
+                    if (status == RemoteCacheStatus.Ok)
                     {
-                        op.Start(address, length, callback, context, pin);
+                        op.Start(write, address, length, callback, context, pin, started, cancellable);
                         if (_outstanding++ == 0)
                             Owner.NotifyOutstanding();
                     }
@@ -176,7 +177,7 @@ internal sealed unsafe class Lane : IDisposable
                         op = null;
                     }
                     Exit();
-                    if (fromCompletion && status == RcStatus.Ok)
+                    if (fromCompletion && status == RemoteCacheStatus.Ok)
                     {
                         // Whoever runs the completion signals when it leaves (Drive), or finishes the chain itself.
                         t_chained++;
@@ -307,7 +308,7 @@ internal sealed unsafe class Lane : IDisposable
         finished = buffers[t_depth] ??= new Finished[PollBatch];
         if (_closed)
             return 0;
-        RcCompletion* completions = stackalloc RcCompletion[PollBatch];
+        RemoteCacheCompletion* completions = stackalloc RemoteCacheCompletion[PollBatch];
         int n = waitMs > 0
             ? NativeMethods.Wait(_session, completions, PollBatch, waitMs)
             : NativeMethods.Poll(_session, completions, PollBatch);
@@ -317,27 +318,29 @@ internal sealed unsafe class Lane : IDisposable
         for (int i = 0; i < n; i++)
         {
             var op = _ops[(int)completions[i].Tag];
-            var status = (RcStatus)completions[i].Status;
+            var status = (RemoteCacheStatus)completions[i].Status;
             if (op.Callback is { } callback)
             {
                 // Back to the pool now, so the callback can submit again without finding it empty.
-                finished[i] = new Finished(null, status, callback, op.Context);
+                finished[i] = new Finished(null, status, callback, op.Context, op.IsWrite, op.Length, op.Started);
                 op.Callback = null;
                 op.Context = null;
                 ReturnLocked(op);
             }
             else
             {
-                finished[i] = new Finished(op, status, null, null);
+                finished[i] = new Finished(op, status, null, null, op.IsWrite, op.Length, op.Started);
             }
         }
         return n;
     }
 
-    private static void Dispatch(Finished[] finished, int n)
+    private void Dispatch(Finished[] finished, int n)
     {
         if (n == 0)
             return;
+        var metrics = Owner.Metrics;
+        bool measured = metrics.Enabled;
         t_depth++;
         try
         {
@@ -345,6 +348,10 @@ internal sealed unsafe class Lane : IDisposable
             {
                 var f = finished[i];
                 finished[i] = default;
+                if (measured)
+                    metrics.Completed(f.IsWrite, f.Length, f.Started, f.Status);
+                if (f.Status != RemoteCacheStatus.Ok)
+                    Owner.OperationFailed(f.Status);
                 if (f.Callback is not null)
                     f.Callback(f.Status, f.Context);
                 else
@@ -378,6 +385,7 @@ internal sealed unsafe class Lane : IDisposable
         _handle.Dispose();  // rc_session_close: waits for anything still in flight
     }
 
-    /// <summary>A harvested completion: a callback to run, or a ValueTask operation to complete.</summary>
-    private readonly record struct Finished(Operation? Op, RcStatus Status, IoCallback? Callback, object? Context);
+    /// <summary>A harvested completion: a callback to run, or a ValueTask operation to complete, and what metrics record of it.</summary>
+    private readonly record struct Finished(Operation? Op, RemoteCacheStatus Status, IoCallback? Callback, object? Context,
+                                            bool IsWrite, long Length, long Started);
 }

@@ -1,14 +1,17 @@
 using System;
 using System.Buffers;
+using System.Threading;
 using System.Threading.Tasks.Sources;
-using RemoteCache.Interop;
 
 namespace RemoteCache;
 
-/// <summary>Called when a low-level <see cref="RemoteCacheClient.Read"/> or <see cref="RemoteCacheClient.Write"/> finishes.</summary>
-/// <param name="status"><see cref="RcStatus.Ok"/>, or why the operation failed.</param>
+/// <summary>
+/// Called when an operation started with <see cref="RemoteCacheClient.StartRead"/> or
+/// <see cref="RemoteCacheClient.StartWrite"/> finishes.
+/// </summary>
+/// <param name="status"><see cref="RemoteCacheStatus.Ok"/>, or why the operation failed.</param>
 /// <param name="context">The context given with the operation.</param>
-public delegate void IoCallback(RcStatus status, object? context);
+public delegate void IoCallback(RemoteCacheStatus status, object? context);
 
 /// <summary>
 /// One in-flight operation, pooled per lane and reused: it is the <see cref="IValueTaskSource"/>
@@ -17,7 +20,16 @@ public delegate void IoCallback(RcStatus status, object? context);
 /// </summary>
 internal sealed class Operation : IValueTaskSource
 {
+    private const int Pending = 0, Completed = 1, Cancelled = 2;
+
     private ManualResetValueTaskSourceCore<bool> _core;
+    // A cancellable operation has two holders, its awaiter and its native completion: cancelling finishes the awaiter
+    // while the operation may still be in flight (its buffer pinned, its tag in use), so the last of the two to let go
+    // returns it to the pool. Operations without a cancellable token skip all of this.
+    private bool _cancellable;
+    private int _state;
+    private int _holders;
+    private CancellationTokenRegistration _registration;
 
     public Operation(Lane lane, int index)
     {
@@ -36,26 +48,68 @@ internal sealed class Operation : IValueTaskSource
     public object? Context;
     public long Address;
     public long Length;
+    public bool IsWrite;
+    public long Started;  // Stopwatch timestamp, 0 when no one measures durations
 
     /// <summary>Fills in an operation the native session accepted (under the lane's gate).</summary>
-    public void Start(long address, long length, IoCallback? callback, object? context, MemoryHandle pin)
+    public void Start(bool write, long address, long length, IoCallback? callback, object? context, MemoryHandle pin,
+                      long started, bool cancellable)
     {
+        IsWrite = write;
         Address = address;
         Length = length;
         Callback = callback;
         Context = context;
         Pin = pin;
+        Started = started;
+        _cancellable = cancellable;
+        if (cancellable)
+        {
+            _state = Pending;
+            _holders = 2;
+        }
+    }
+
+    /// <summary>Makes <paramref name="token"/> cancel the awaiter (after <see cref="Start"/>, by the submitting thread).</summary>
+    public void CancelOn(CancellationToken token) =>
+        _registration = token.UnsafeRegister(static (state, t) => ((Operation)state!).Cancel(t), this);
+
+    private void Cancel(CancellationToken token)
+    {
+        if (Interlocked.CompareExchange(ref _state, Cancelled, Pending) == Pending)
+            _core.SetException(new OperationCanceledException(
+                $"{Lane.Owner.Name}: [{Address}, +{Length}): the {(IsWrite ? "write" : "read")} was cancelled; it may still " +
+                "complete on the server, and its buffer stays pinned until it does", token));
     }
 
     /// <summary>Completes a ValueTask operation, once, on whichever thread harvested it.</summary>
-    public void Complete(RcStatus status)
+    public void Complete(RemoteCacheStatus status)
     {
         Pin.Dispose();
         Pin = default;
-        if (status == RcStatus.Ok)
+        if (_cancellable && Interlocked.CompareExchange(ref _state, Completed, Pending) != Pending)
+        {
+            Release();  // cancelled: the awaiter has its answer already
+            return;
+        }
+        if (status == RemoteCacheStatus.Ok)
             _core.SetResult(true);
         else
             _core.SetException(Errors.For(status, Lane.Owner.Name, Address, Length, Errors.Describe(status)));
+        if (_cancellable)
+            Release();
+    }
+
+    private void Release()
+    {
+        if (Interlocked.Decrement(ref _holders) == 0)
+            Recycle();
+    }
+
+    private void Recycle()
+    {
+        _core.Reset();
+        Lane.Return(this);
     }
 
     public ValueTaskSourceStatus GetStatus(short token)
@@ -84,8 +138,17 @@ internal sealed class Operation : IValueTaskSource
         }
         finally
         {
-            _core.Reset();
-            Lane.Return(this);
+            if (_cancellable)
+            {
+                // Waits for a cancellation callback running on another thread, so none touches the operation once reused.
+                _registration.Dispose();
+                _registration = default;
+                Release();
+            }
+            else
+            {
+                Recycle();
+            }
         }
     }
 }

@@ -20,7 +20,7 @@ public static unsafe class RemoteCacheCapability
     /// as "server id"), with at most <paramref name="regions"/> regions, until <paramref name="expires"/>, signed
     /// (HMAC-SHA256) with the server's <paramref name="admissionKey"/>. The cache's lease on that server ends at
     /// <paramref name="expires"/> too: the server then drops the cache, and its operations fail with
-    /// <see cref="RcStatus.Expired"/>.
+    /// <see cref="RemoteCacheStatus.Expired"/>.
     /// </summary>
     /// <returns>The capability's text form, for <see cref="RemoteCacheOptions.Capabilities"/>.</returns>
     /// <exception cref="ArgumentException">
@@ -39,19 +39,20 @@ public static unsafe class RemoteCacheCapability
         if (regions < 1 || regions > RemoteCacheOptions.MaxRegionsPerServer)
             throw new ArgumentOutOfRangeException(nameof(regions), regions,
                 $"a capability grants 1 to {RemoteCacheOptions.MaxRegionsPerServer} regions");
+        NativeMethods.EnsureCompatible();
         long expiresMs = expires.ToUnixTimeMilliseconds();
         if (expiresMs <= 0)
             throw new ArgumentOutOfRangeException(nameof(expires), expires, "a capability expires after 1970");
 
         var id = Encoding.UTF8.GetBytes(serverId + "\0");
         Span<byte> text = stackalloc byte[NativeLimits.MaxCapabilityText];
-        RcStatus status;
+        RemoteCacheStatus status;
         fixed (byte* key = admissionKey)
         fixed (byte* server = id)
         fixed (byte* output = text)
             status = NativeMethods.CapabilityMint(key, (nuint)admissionKey.Length, cacheId, server, (uint)regions,
                                                   (ulong)expiresMs, output, (nuint)text.Length);
-        if (status != RcStatus.Ok)
+        if (status != RemoteCacheStatus.Ok)
             throw Errors.For(status, $"capability for cache {cacheId} on server '{serverId}'", -1, 0);
         int length = text.IndexOf((byte)0);
         return Encoding.UTF8.GetString(text[..(length < 0 ? text.Length : length)]);

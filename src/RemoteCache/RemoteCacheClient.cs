@@ -3,9 +3,10 @@ using System.Collections.Generic;
 using System.Diagnostics;
 using System.Linq;
 using System.Runtime.InteropServices;
-using System.Text;
 using System.Threading;
 using System.Threading.Tasks;
+using Microsoft.Extensions.Logging;
+using Microsoft.Extensions.Logging.Abstractions;
 using RemoteCache.Interop;
 
 namespace RemoteCache;
@@ -19,10 +20,13 @@ namespace RemoteCache;
 /// data itself for a few microseconds (which also sends a partly filled batch); a background poller
 /// finishes whatever is left. Completions run on the thread that harvested them.
 /// </remarks>
-public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
+public sealed class RemoteCacheClient : IAsyncDisposable, IDisposable
 {
     private readonly CacheHandle _cache;
     private readonly int _endpointCount;
+    private readonly ILogger _logger;
+    private readonly Instruments _instruments;
+    private int _failuresLogged;  // bit (-status) set once a failing status was logged
     private readonly Lane[] _lanes;
     private readonly Thread _poller;
     private readonly ManualResetEventSlim _work = new(false);      // new work on an idle client
@@ -32,28 +36,23 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
     private volatile bool _stopping;
     private int _disposed;
 
-    private RemoteCacheClient(CacheHandle cache, RemoteCacheOptions options, string name, int endpointCount)
+    private RemoteCacheClient(CacheHandle cache, RemoteCacheOptions options, int endpointCount, ILogger logger)
     {
         _cache = cache;
         _endpointCount = endpointCount;
-        Name = name;
+        _logger = logger;
+        Name = options.EffectiveName;
         CacheId = options.CacheId;
         IsExclusive = options.Exclusive;
         ConfigGiven = options.Config is not null;
         Capacity = (long)NativeMethods.CacheCapacity(cache);
+        var instruments = Instruments.For(options.MeterFactory);
+        Metrics = new ClientMetrics(instruments, Name);
         var lanes = new List<Lane>();
         try
         {
-            for (int i = 0; i < Math.Max(1, options.Lanes); i++)
-            {
-                var status = NativeMethods.SessionOpen(cache, out var session);
-                if (status != RcStatus.Ok)
-                {
-                    session.Dispose();
-                    throw Errors.For(status, name, -1, 0);
-                }
-                lanes.Add(new Lane(this, session, (int)Math.Max(16, options.SessionCapacity)));
-            }
+            for (int i = 0; i < options.Lanes; i++)
+                lanes.Add(new Lane(this, OpenNativeSession(), Math.Max(MinLaneCapacity, options.SessionCapacity)));
         }
         catch
         {
@@ -62,75 +61,139 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
             throw;
         }
         _lanes = lanes.ToArray();
-        _poller = new Thread(PollerLoop) { IsBackground = true, Name = $"RemoteCache poller ({name})" };
+        _instruments = instruments;
+        instruments.Register(this, Metrics.CacheTag);
+        _poller = new Thread(PollerLoop) { IsBackground = true, Name = $"RemoteCache poller ({Name})" };
         _poller.Start();
     }
 
-    /// <summary>Connects to every endpoint ("tcp:HOST:PORT", "shm:SOCKET_PATH") and maps the cache onto their regions in order.</summary>
-    /// <exception cref="ArgumentException">
-    /// An option or endpoint is malformed: no endpoints, a token longer than <see cref="RemoteCacheOptions.MaxTokenBytes"/>,
-    /// regions outside 1..<see cref="RemoteCacheOptions.MaxRegionsPerServer"/>, or not one capability per endpoint.
-    /// </exception>
+    // A lane's operation pool never goes below this, so that a tiny SessionCapacity still lets callbacks chain.
+    private const int MinLaneCapacity = 16;
+
+    /// <summary>
+    /// Connects to every endpoint ("tcp:HOST:PORT", "shm:SOCKET_PATH", "verbs:HOST:PORT") and maps the cache onto
+    /// their regions in order. Blocks for the connects (up to <see cref="RemoteCacheOptions.ConnectTimeout"/> per
+    /// server); <see cref="OpenAsync"/> does not.
+    /// </summary>
+    /// <exception cref="ArgumentException">An option or endpoint is malformed (<see cref="RemoteCacheOptions.Validate"/>).</exception>
     /// <exception cref="RemoteCacheException">
-    /// A server is unreachable (<see cref="RcStatus.Disconnected"/>, <see cref="RcStatus.Timeout"/>), refused admission
-    /// (<see cref="RcStatus.Auth"/>), lacks the memory (<see cref="RcStatus.NoMemory"/>), is at a connection limit
-    /// (<see cref="RcStatus.Limit"/>), or the cache is open exclusively by another client, or open when an exclusive
-    /// open was asked for (<see cref="RcStatus.InUse"/>).
+    /// A server is unreachable (<see cref="RemoteCacheStatus.Disconnected"/>, <see cref="RemoteCacheStatus.Timeout"/>),
+    /// refused admission (<see cref="RemoteCacheStatus.Auth"/>), lacks the memory (<see cref="RemoteCacheStatus.NoMemory"/>),
+    /// is at a connection limit (<see cref="RemoteCacheStatus.Limit"/>), or the cache is open exclusively by another
+    /// client, or open when an exclusive open was asked for (<see cref="RemoteCacheStatus.InUse"/>).
     /// </exception>
+    /// <exception cref="InvalidOperationException">The native library is not the version this assembly needs.</exception>
     public static RemoteCacheClient Open(IEnumerable<string> endpoints, RemoteCacheOptions options)
+    {
+        var list = Checked(endpoints, options);
+        return OpenChecked(list, options, LoggerFor(options));
+    }
+
+    /// <summary>
+    /// Opens a cache as <see cref="Open"/> does, without blocking the caller: the connects run on a thread of their own.
+    /// </summary>
+    /// <remarks>
+    /// Cancelling returns at once with <see cref="OperationCanceledException"/>; connects already under way finish or
+    /// time out in the background (<see cref="RemoteCacheOptions.ConnectTimeout"/>), and a cache they open then is
+    /// closed, so nothing is left allocated on the servers.
+    /// </remarks>
+    /// <exception cref="ArgumentException">An option or endpoint is malformed (thrown before anything starts).</exception>
+    /// <exception cref="RemoteCacheException">As for <see cref="Open"/>, from the task.</exception>
+    /// <exception cref="OperationCanceledException"><paramref name="cancellationToken"/> was cancelled.</exception>
+    public static async Task<RemoteCacheClient> OpenAsync(IEnumerable<string> endpoints, RemoteCacheOptions options,
+                                                          CancellationToken cancellationToken = default)
+    {
+        var list = Checked(endpoints, options);
+        cancellationToken.ThrowIfCancellationRequested();
+        var logger = LoggerFor(options);
+        var opening = Task.Factory.StartNew(() => OpenChecked(list, options, logger), CancellationToken.None,
+                                            TaskCreationOptions.LongRunning | TaskCreationOptions.DenyChildAttach,
+                                            TaskScheduler.Default);
+        try
+        {
+            return await opening.WaitAsync(cancellationToken).ConfigureAwait(false);
+        }
+        catch (OperationCanceledException) when (cancellationToken.IsCancellationRequested && !opening.IsCompleted)
+        {
+            Log.CacheOpenCancelled(logger, options.EffectiveName, string.Join(", ", list));
+            _ = opening.ContinueWith(static t =>
+            {
+                if (t.IsCompletedSuccessfully)
+                    t.Result.Dispose();
+                else
+                    _ = t.Exception;  // observed: the caller has gone
+            }, CancellationToken.None, TaskContinuationOptions.ExecuteSynchronously, TaskScheduler.Default);
+            throw;
+        }
+    }
+
+    private static string[] Checked(IEnumerable<string> endpoints, RemoteCacheOptions options)
     {
         ArgumentNullException.ThrowIfNull(endpoints);
         ArgumentNullException.ThrowIfNull(options);
         var list = endpoints.ToArray();
-        if (list.Length == 0)
-            throw new ArgumentException("a cache needs at least one endpoint", nameof(endpoints));
-        var name = options.Name ?? $"cache {options.CacheId}";
-        if (options.Token is { } token && Encoding.UTF8.GetByteCount(token) > RemoteCacheOptions.MaxTokenBytes)
-            throw new ArgumentException(
-                $"{name}: the token has {Encoding.UTF8.GetByteCount(token)} bytes of UTF-8; at most {RemoteCacheOptions.MaxTokenBytes} are allowed",
-                nameof(options));
-        if (options.RegionsPerServer is 0 or > RemoteCacheOptions.MaxRegionsPerServer)
-            throw new ArgumentException(
-                $"{name}: RegionsPerServer is {options.RegionsPerServer}; a cache asks each server for 1 to {RemoteCacheOptions.MaxRegionsPerServer} regions",
-                nameof(options));
-        var capabilities = options.Capabilities;
-        if (capabilities is not null && capabilities.Count != list.Length)
-            throw new ArgumentException(
-                $"{name}: {capabilities.Count} capabilities for {list.Length} endpoints; give one capability per endpoint, in endpoint order",
-                nameof(options));
-        if (capabilities is not null && capabilities.Any(string.IsNullOrEmpty))
-            throw new ArgumentException($"{name}: a capability is null or empty", nameof(options));
+        options.Validate(list);
+        NativeMethods.EnsureCompatible();
+        return list;
+    }
 
+    private static ILogger LoggerFor(RemoteCacheOptions options) =>
+        (ILogger?)options.LoggerFactory?.CreateLogger<RemoteCacheClient>() ?? NullLogger.Instance;
+
+    private static unsafe RemoteCacheClient OpenChecked(string[] list, RemoteCacheOptions options, ILogger logger)
+    {
+        string name = options.EffectiveName;
+        long started = Stopwatch.GetTimestamp();
+        var capabilities = options.Capabilities is { Count: > 0 } given ? given.ToArray() : null;
         using var strings = new Utf8StringArray(list);
         using var tokenString = new Utf8StringArray(string.IsNullOrEmpty(options.Token) ? Array.Empty<string>() : new[] { options.Token });
         using var capabilityStrings = new Utf8StringArray(capabilities ?? Array.Empty<string>());
+        var config = options.Config ?? CacheConfig.HighThroughput;
         var native = new RcCacheOptions
         {
             CacheId = options.CacheId,
             Token = tokenString.Count > 0 ? tokenString.Pointers[0] : IntPtr.Zero,  // none: the library makes a random one
-            RegionsPerServer = options.RegionsPerServer,
-            Config = (options.Config ?? CacheConfig.HighThroughput).ToNative(),
-            SessionCapacity = options.SessionCapacity,
-            OpTimeoutMs = ToMilliseconds(options.OperationTimeout),
-            ConnectTimeoutMs = ToMilliseconds(options.ConnectTimeout),
+            RegionsPerServer = (uint)options.RegionsPerServer,
+            Config = config.ToNative(),
+            SessionCapacity = (uint)options.SessionCapacity,
+            OpTimeoutMs = RemoteCacheOptions.Milliseconds(options.OperationTimeout),
+            ConnectTimeoutMs = RemoteCacheOptions.Milliseconds(options.ConnectTimeout),
             Flags = options.Exclusive ? NativeLimits.OpenExclusive : 0,
             Capabilities = capabilities is null ? IntPtr.Zero : (IntPtr)capabilityStrings.Pointers,
         };
         var status = NativeMethods.CacheOpen(strings.Pointers, (nuint)list.Length, &native, out var cache);
-        if (status != RcStatus.Ok)
+        if (status != RemoteCacheStatus.Ok)
         {
             cache.Dispose();
-            throw Errors.For(status, name, -1, 0);
+            var error = Errors.For(status, name, -1, 0);
+            Log.CacheOpenFailed(logger, name, string.Join(", ", list), status, error);
+            throw error;
         }
+        RemoteCacheClient client;
         try
         {
-            return new RemoteCacheClient(cache, options, name, list.Length);
+            client = new RemoteCacheClient(cache, options, list.Length, logger);
         }
         catch
         {
             cache.Dispose();
             throw;
         }
+        Log.CacheOpened(logger, name, options.CacheId, string.Join(", ", list), client.Capacity, config, options.Lanes,
+                        (long)Stopwatch.GetElapsedTime(started).TotalMilliseconds);
+        return client;
+    }
+
+    private SessionHandle OpenNativeSession()
+    {
+        var status = NativeMethods.SessionOpen(_cache, out var session);
+        if (status != RemoteCacheStatus.Ok)
+        {
+            session.Dispose();
+            throw Errors.For(status, Name, -1, 0);
+        }
+        session.HoldParent(_cache);
+        return session;
     }
 
     /// <summary>The id the cache was opened with (<see cref="RemoteCacheOptions.CacheId"/>).</summary>
@@ -163,11 +226,16 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
     }
 
     /// <summary>Applies a new (c, s, b, q) while the cache is in use; nothing submitted is lost or reordered.</summary>
+    /// <exception cref="ArgumentException">A parameter is out of range (<see cref="CacheConfig"/> names the limits).</exception>
     public void Reconfigure(CacheConfig config)
     {
         ThrowIfDisposed();
+        if (config.Problem() is { } problem)
+            throw new ArgumentException($"{Name}: the configuration {config} {problem}", nameof(config));
+        var old = Config;
         var native = config.ToNative();
         Errors.ThrowIfFailed(NativeMethods.CacheReconfigure(_cache, in native), Name);
+        Log.CacheReconfigured(_logger, Name, old, config);
     }
 
     /// <summary>
@@ -176,8 +244,8 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
     /// its old lease.
     /// </summary>
     /// <exception cref="ArgumentException">Not one non-empty capability per endpoint.</exception>
-    /// <exception cref="RemoteCacheException">A server refused a capability (<see cref="RcStatus.Auth"/>) or is unreachable.</exception>
-    public void Renew(IReadOnlyList<string> capabilities)
+    /// <exception cref="RemoteCacheException">A server refused a capability (<see cref="RemoteCacheStatus.Auth"/>) or is unreachable.</exception>
+    public unsafe void Renew(IReadOnlyList<string> capabilities)
     {
         ArgumentNullException.ThrowIfNull(capabilities);
         ThrowIfDisposed();
@@ -186,34 +254,55 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
                 $"{Name}: give one non-empty capability per endpoint ({_endpointCount}), in endpoint order", nameof(capabilities));
         using var strings = new Utf8StringArray(capabilities);
         Errors.ThrowIfFailed(NativeMethods.CacheRenew(_cache, strings.Pointers), Name);
+        Log.LeaseRenewed(_logger, Name, _endpointCount);
     }
 
     // ---- ValueTask API ----------------------------------------------------------------------------
 
     /// <summary>Reads [<paramref name="address"/>, + destination.Length) into <paramref name="destination"/>.</summary>
+    /// <remarks>
+    /// <paramref name="cancellationToken"/> stops the wait, not the read: a read already sent may still complete on the
+    /// server, and <paramref name="destination"/> stays pinned, and may still be written, until it does (at the latest
+    /// after <see cref="RemoteCacheOptions.OperationTimeout"/>).
+    /// </remarks>
     /// <exception cref="ArgumentOutOfRangeException">The range leaves the cache (thrown before anything is sent).</exception>
     /// <exception cref="ObjectDisposedException">The client is disposed.</exception>
     /// <exception cref="RemoteCacheException">The operation failed: server gone, timeout (reported by the task).</exception>
-    public ValueTask ReadAsync(long address, Memory<byte> destination) => Submit(address, destination, write: false);
+    /// <exception cref="OperationCanceledException">The token was cancelled before the read finished.</exception>
+    public ValueTask ReadAsync(long address, Memory<byte> destination, CancellationToken cancellationToken = default) =>
+        Submit(address, destination, write: false, cancellationToken);
 
     /// <summary>Writes <paramref name="source"/> at <paramref name="address"/>.</summary>
+    /// <remarks>
+    /// <paramref name="cancellationToken"/> stops the wait, not the write: a write already sent may still be applied on
+    /// the server, and <paramref name="source"/> stays pinned until it completes (at the latest after
+    /// <see cref="RemoteCacheOptions.OperationTimeout"/>); after a cancellation the range holds the old or the new bytes.
+    /// </remarks>
     /// <exception cref="ArgumentOutOfRangeException">The range leaves the cache (thrown before anything is sent).</exception>
     /// <exception cref="ObjectDisposedException">The client is disposed.</exception>
     /// <exception cref="RemoteCacheException">The operation failed: server gone, timeout (reported by the task).</exception>
-    public ValueTask WriteAsync(long address, ReadOnlyMemory<byte> source) =>
-        Submit(address, MemoryMarshal.AsMemory(source), write: true);
+    /// <exception cref="OperationCanceledException">The token was cancelled before the write finished.</exception>
+    public ValueTask WriteAsync(long address, ReadOnlyMemory<byte> source, CancellationToken cancellationToken = default) =>
+        Submit(address, MemoryMarshal.AsMemory(source), write: true, cancellationToken);
 
-    private ValueTask Submit(long address, Memory<byte> buffer, bool write)
+    private unsafe ValueTask Submit(long address, Memory<byte> buffer, bool write, CancellationToken cancellationToken)
     {
         CheckRange(address, buffer.Length);
+        if (cancellationToken.IsCancellationRequested)
+            return ValueTask.FromCanceled(cancellationToken);
         var pin = buffer.Pin();
-        var status = PickLane().Submit(write, address, buffer.Length, pin.Pointer, null, null, pin, out var op);
-        if (status != RcStatus.Ok)
+        bool cancellable = cancellationToken.CanBeCanceled;
+        var status = PickLane().Submit(write, address, buffer.Length, pin.Pointer, null, null, pin, cancellable, out var op);
+        if (status != RemoteCacheStatus.Ok)
         {
             pin.Dispose();
             throw Errors.For(status, Name, address, buffer.Length);
         }
-        return new ValueTask(op!, op!.Version);
+        // Read the version before the operation can be recycled (a cancellation may finish it from another thread).
+        var task = new ValueTask(op!, op!.Version);
+        if (cancellable)
+            op.CancelOn(cancellationToken);
+        return task;
     }
 
     // ---- low-level callback API (FASTER devices) ----------------------------------------------------
@@ -225,21 +314,21 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
     /// </summary>
     /// <exception cref="ArgumentOutOfRangeException">The range leaves the cache.</exception>
     /// <exception cref="ObjectDisposedException">The client is disposed.</exception>
-    public void Read(long address, IntPtr destination, int length, IoCallback callback, object? context) =>
-        SubmitRaw(address, destination, length, callback, context, write: false);
+    public void StartRead(long address, IntPtr destination, int length, IoCallback callback, object? context) =>
+        StartRaw(address, destination, length, callback, context, write: false);
 
-    /// <summary>Starts a write from unmanaged or pinned memory; see <see cref="Read"/>.</summary>
+    /// <summary>Starts a write from unmanaged or pinned memory; see <see cref="StartRead"/>.</summary>
     /// <exception cref="ArgumentOutOfRangeException">The range leaves the cache.</exception>
     /// <exception cref="ObjectDisposedException">The client is disposed.</exception>
-    public void Write(long address, IntPtr source, int length, IoCallback callback, object? context) =>
-        SubmitRaw(address, source, length, callback, context, write: true);
+    public void StartWrite(long address, IntPtr source, int length, IoCallback callback, object? context) =>
+        StartRaw(address, source, length, callback, context, write: true);
 
-    private void SubmitRaw(long address, IntPtr buffer, int length, IoCallback callback, object? context, bool write)
+    private unsafe void StartRaw(long address, IntPtr buffer, int length, IoCallback callback, object? context, bool write)
     {
         ArgumentNullException.ThrowIfNull(callback);
         CheckRange(address, length);
-        var status = PickLane().Submit(write, address, length, (void*)buffer, callback, context, default, out _);
-        if (status != RcStatus.Ok)
+        var status = PickLane().Submit(write, address, length, (void*)buffer, callback, context, default, false, out _);
+        if (status != RemoteCacheStatus.Ok)
             throw Errors.For(status, Name, address, length);
     }
 
@@ -247,16 +336,11 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
     /// Opens a native session of this cache for one thread at a time (<see cref="RemoteCacheSession"/>):
     /// the lowest-overhead path, for a thread that submits and polls by itself.
     /// </summary>
+    /// <remarks>The session keeps the native cache open until it is disposed, before or after the client.</remarks>
     public RemoteCacheSession OpenSession()
     {
         ThrowIfDisposed();
-        var status = NativeMethods.SessionOpen(_cache, out var session);
-        if (status != RcStatus.Ok)
-        {
-            session.Dispose();
-            throw Errors.For(status, Name, -1, 0);
-        }
-        return new RemoteCacheSession(session);
+        return new RemoteCacheSession(OpenNativeSession(), Name);
     }
 
     /// <summary>
@@ -301,7 +385,7 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
     {
         ThrowIfDisposed();
         if (address < 0 || length < 0 || address > Capacity - length)
-            throw Errors.For(RcStatus.OutOfRange, Name, address, length, $"the cache holds {Capacity} bytes");
+            throw Errors.For(RemoteCacheStatus.OutOfRange, Name, address, length, $"the cache holds {Capacity} bytes");
     }
 
     // Threads get consecutive ordinals on first use, so that a few busy threads land on different lanes
@@ -318,6 +402,17 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
     }
 
     internal void NotifyOutstanding() => _work.Set();
+
+    internal ClientMetrics Metrics { get; }
+
+    /// <summary>Logs the first failure of each status (a dead server fails every operation; one line says so).</summary>
+    internal void OperationFailed(RemoteCacheStatus status)
+    {
+        int bit = 1 << (-(int)status & 31);
+        if ((Volatile.Read(ref _failuresLogged) & bit) != 0 || (Interlocked.Or(ref _failuresLogged, bit) & bit) != 0)
+            return;
+        Log.OperationsFailing(_logger, Name, status, Errors.Describe(status));
+    }
 
     /// <summary>Wakes the poller for work a caller left it (<see cref="Lane.TakeHandoff"/>).</summary>
     internal void NotifyHandoff() => _handoffs.Set();
@@ -483,6 +578,7 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
 
     private void Shutdown()
     {
+        _instruments.Unregister(this);
         foreach (var lane in _lanes)
             lane.Drain();
         _stopping = true;
@@ -494,8 +590,6 @@ public sealed unsafe class RemoteCacheClient : IAsyncDisposable, IDisposable
         _cache.Dispose();
         _work.Dispose();
         _handoffs.Dispose();
+        Log.CacheClosed(_logger, Name);
     }
-
-    private static uint ToMilliseconds(TimeSpan t) =>
-        t <= TimeSpan.Zero ? 0 : (uint)Math.Min(uint.MaxValue, Math.Ceiling(t.TotalMilliseconds));
 }

@@ -5,15 +5,15 @@ namespace RemoteCache;
 
 /// <summary>
 /// A cache operation failed for a reason other than bad arguments: the server is gone
-/// (<see cref="RcStatus.Disconnected"/>), did not answer in time (<see cref="RcStatus.Timeout"/>), refused
-/// admission (<see cref="RcStatus.Auth"/>), the memory (<see cref="RcStatus.NoMemory"/>) or a connection
-/// (<see cref="RcStatus.Limit"/>), dropped the cache when its lease ended (<see cref="RcStatus.Expired"/>),
-/// has the cache open exclusively for another client (<see cref="RcStatus.InUse"/>), or broke the protocol.
+/// (<see cref="RemoteCacheStatus.Disconnected"/>), did not answer in time (<see cref="RemoteCacheStatus.Timeout"/>), refused
+/// admission (<see cref="RemoteCacheStatus.Auth"/>), the memory (<see cref="RemoteCacheStatus.NoMemory"/>) or a connection
+/// (<see cref="RemoteCacheStatus.Limit"/>), dropped the cache when its lease ended (<see cref="RemoteCacheStatus.Expired"/>),
+/// has the cache open exclusively for another client (<see cref="RemoteCacheStatus.InUse"/>), or broke the protocol.
 /// </summary>
 public sealed class RemoteCacheException : Exception
 {
     /// <summary>Creates the exception.</summary>
-    public RemoteCacheException(RcStatus status, string cacheName, long address, long length, string message)
+    public RemoteCacheException(RemoteCacheStatus status, string cacheName, long address, long length, string message)
         : base(message)
     {
         Status = status;
@@ -23,7 +23,7 @@ public sealed class RemoteCacheException : Exception
     }
 
     /// <summary>The native status.</summary>
-    public RcStatus Status { get; }
+    public RemoteCacheStatus Status { get; }
 
     /// <summary>The cache the operation was on.</summary>
     public string CacheName { get; }
@@ -38,7 +38,7 @@ public sealed class RemoteCacheException : Exception
 /// <summary>Turns native statuses into the exceptions the API documents.</summary>
 internal static class Errors
 {
-    public static Exception For(RcStatus status, string cache, long address, long length, string? detail = null)
+    public static Exception For(RemoteCacheStatus status, string cache, long address, long length, string? detail = null)
     {
         detail ??= NativeMethods.LastError();
         var what = address < 0
@@ -48,29 +48,29 @@ internal static class Errors
             what += $" ({detail})";
         return status switch
         {
-            RcStatus.OutOfRange => new ArgumentOutOfRangeException(nameof(address), address, what),
-            RcStatus.InvalidArgument => new ArgumentException(what),
-            RcStatus.Closed => new ObjectDisposedException(cache, what),
+            RemoteCacheStatus.OutOfRange => new ArgumentOutOfRangeException(nameof(address), address, what),
+            RemoteCacheStatus.InvalidArgument => new ArgumentException(what),
+            RemoteCacheStatus.Closed => new ObjectDisposedException(cache, what),
             _ => new RemoteCacheException(status, cache, address, length, what),
         };
     }
 
     /// <summary>What a failed completion means, for its exception (the native last-error text belongs to another thread).</summary>
-    public static string Describe(RcStatus status) => status switch
+    public static string Describe(RemoteCacheStatus status) => status switch
     {
-        RcStatus.Disconnected => "the cache server is gone",
-        RcStatus.Timeout => "the server did not answer within the operation timeout",
-        RcStatus.Protocol => "the server sent something that does not parse",
-        RcStatus.OutOfRange => "the server refused a range outside its regions",
-        RcStatus.Closed => "the cache is closing",
-        RcStatus.Expired => "the cache's lease ended: its server dropped it and its data",
-        RcStatus.Limit => "a server connection limit is reached",
+        RemoteCacheStatus.Disconnected => "the cache server is gone",
+        RemoteCacheStatus.Timeout => "the server did not answer within the operation timeout",
+        RemoteCacheStatus.Protocol => "the server sent something that does not parse",
+        RemoteCacheStatus.OutOfRange => "the server refused a range outside its regions",
+        RemoteCacheStatus.Closed => "the cache is closing",
+        RemoteCacheStatus.Expired => "the cache's lease ended: its server dropped it and its data",
+        RemoteCacheStatus.Limit => "a server connection limit is reached",
         _ => status.ToString(),
     };
 
-    public static void ThrowIfFailed(RcStatus status, string cache)
+    public static void ThrowIfFailed(RemoteCacheStatus status, string cache)
     {
-        if (status != RcStatus.Ok)
+        if (status != RemoteCacheStatus.Ok)
             throw For(status, cache, -1, 0);
     }
 }

@@ -1,20 +1,43 @@
 using System;
 using System.Collections.Generic;
+using System.Diagnostics.Metrics;
+using System.Linq;
+using System.Text;
+using Microsoft.Extensions.Logging;
 using RemoteCache.Interop;
 
 namespace RemoteCache;
 
-/// <summary>How to open a cache: its identity, its size on each server and its data-path configuration.</summary>
+/// <summary>How to open a cache: its identity, its size on each server, its data-path configuration and limits.</summary>
+/// <remarks>Every value is checked when the cache is opened (<see cref="Validate"/>), with a message naming the option.</remarks>
 public sealed class RemoteCacheOptions
 {
     /// <summary>Bytes of UTF-8 a <see cref="Token"/> may have (RC_MAX_TOKEN_BYTES of remotecache.h).</summary>
     public const int MaxTokenBytes = NativeLimits.MaxTokenBytes;
 
     /// <summary>Regions a cache may ask of each server (RC_MAX_REGIONS_PER_SERVER).</summary>
-    public const uint MaxRegionsPerServer = NativeLimits.MaxRegionsPerServer;
+    public const int MaxRegionsPerServer = NativeLimits.MaxRegionsPerServer;
+
+    /// <summary>Servers one cache may span (RC_MAX_ENDPOINTS).</summary>
+    public const int MaxEndpoints = NativeLimits.MaxEndpoints;
 
     /// <summary>The default <see cref="SessionCapacity"/> (RC_DEFAULT_SESSION_CAPACITY).</summary>
-    public const uint DefaultSessionCapacity = NativeLimits.DefaultSessionCapacity;
+    public const int DefaultSessionCapacity = NativeLimits.DefaultSessionCapacity;
+
+    /// <summary>The largest <see cref="SessionCapacity"/> (RC_MAX_SESSION_CAPACITY).</summary>
+    public const int MaxSessionCapacity = NativeLimits.MaxSessionCapacity;
+
+    /// <summary>The default <see cref="OperationTimeout"/> (RC_DEFAULT_OP_TIMEOUT_MS).</summary>
+    public static TimeSpan DefaultOperationTimeout { get; } = TimeSpan.FromMilliseconds(NativeLimits.DefaultOpTimeoutMs);
+
+    /// <summary>The default <see cref="ConnectTimeout"/> (RC_DEFAULT_CONNECT_TIMEOUT_MS).</summary>
+    public static TimeSpan DefaultConnectTimeout { get; } = TimeSpan.FromMilliseconds(NativeLimits.DefaultConnectTimeoutMs);
+
+    // Timeouts travel to the native library as 32-bit milliseconds.
+    private static readonly TimeSpan s_maxTimeout = TimeSpan.FromMilliseconds(uint.MaxValue);
+
+    /// <summary>Lanes a client may have at most.</summary>
+    public const int MaxLanes = 64;
 
     /// <summary>
     /// Names the cache on its servers, together with <see cref="Token"/>: clients that give the same id and the
@@ -31,20 +54,20 @@ public sealed class RemoteCacheOptions
 
     /// <summary>
     /// Whether this client must be the cache's only client: no other client may open it while this one has it
-    /// open, and the open fails with <see cref="RemoteCacheException"/> (status <see cref="RcStatus.InUse"/>) if
-    /// another client has it open already. RemoteCacheDevice requires it. Default: false.
+    /// open, and the open fails with <see cref="RemoteCacheException"/> (status <see cref="RemoteCacheStatus.InUse"/>)
+    /// if another client has it open already. RemoteCacheDevice requires it. Default: false.
     /// </summary>
     public bool Exclusive { get; set; }
 
     /// <summary>
     /// One capability per endpoint, in endpoint order (the text that <see cref="RemoteCacheCapability.Mint"/> or
     /// <c>remotecache-capability</c> prints), for servers started with an admission key; servers in open mode
-    /// ignore them. Null (the default): none.
+    /// ignore them. Null or empty (the default): none. Capabilities are secrets: they never appear in logs.
     /// </summary>
-    public IReadOnlyList<string>? Capabilities { get; set; }
+    public IList<string>? Capabilities { get; set; }
 
     /// <summary>Regions requested from each server, 1..<see cref="MaxRegionsPerServer"/> (the region size is the server's).</summary>
-    public uint RegionsPerServer { get; set; } = 1;
+    public int RegionsPerServer { get; set; } = 1;
 
     /// <summary>
     /// The data-path configuration. Null (the default): <see cref="CacheConfig.HighThroughput"/> for the client, and
@@ -53,21 +76,77 @@ public sealed class RemoteCacheOptions
     /// </summary>
     public CacheConfig? Config { get; set; }
 
-    /// <summary>Operations outstanding per lane at most. Default: <see cref="DefaultSessionCapacity"/>, as in the native library.</summary>
-    public uint SessionCapacity { get; set; } = DefaultSessionCapacity;
+    /// <summary>Operations outstanding per lane at most, 1..<see cref="MaxSessionCapacity"/>. Default: <see cref="DefaultSessionCapacity"/>.</summary>
+    public int SessionCapacity { get; set; } = DefaultSessionCapacity;
 
-    /// <summary>An operation older than this fails with <see cref="RemoteCacheException"/> (status Timeout).</summary>
-    public TimeSpan OperationTimeout { get; set; } = TimeSpan.FromMilliseconds(NativeLimits.DefaultOpTimeoutMs);
+    /// <summary>An operation older than this fails with <see cref="RemoteCacheException"/> (status Timeout). Default: <see cref="DefaultOperationTimeout"/>.</summary>
+    public TimeSpan OperationTimeout { get; set; } = DefaultOperationTimeout;
 
-    /// <summary>How long opening may wait for each server.</summary>
-    public TimeSpan ConnectTimeout { get; set; } = TimeSpan.FromMilliseconds(NativeLimits.DefaultConnectTimeoutMs);
+    /// <summary>How long opening may wait for each server. Default: <see cref="DefaultConnectTimeout"/>.</summary>
+    public TimeSpan ConnectTimeout { get; set; } = DefaultConnectTimeout;
 
     /// <summary>
-    /// Native sessions the client spreads its callers over (each is used by one thread at a time).
-    /// Default: the processor count, at most 4.
+    /// Native sessions the client spreads its callers over (each is used by one thread at a time),
+    /// 1..<see cref="MaxLanes"/>. Default: the processor count, at most 4.
     /// </summary>
     public int Lanes { get; set; } = Math.Clamp(Environment.ProcessorCount, 1, 4);
 
-    /// <summary>A name for messages and exceptions. Default: "cache &lt;id&gt;".</summary>
+    /// <summary>A name for messages, logs and metrics. Default: "cache &lt;id&gt;".</summary>
     public string? Name { get; set; }
+
+    /// <summary>Where the client logs (opens, closes, reconfigurations, failing operations). Null: no logging.</summary>
+    public ILoggerFactory? LoggerFactory { get; set; }
+
+    /// <summary>
+    /// Where the client's meter comes from (<see cref="RemoteCacheMetrics"/>); dependency injection sets it. Null: a
+    /// process-wide meter named <see cref="RemoteCacheMetrics.MeterName"/>.
+    /// </summary>
+    public IMeterFactory? MeterFactory { get; set; }
+
+    /// <summary>The name a client opened with these options goes by.</summary>
+    public string EffectiveName => string.IsNullOrEmpty(Name) ? $"cache {CacheId}" : Name;
+
+    /// <summary>
+    /// Checks the options for a cache over <paramref name="endpoints"/>; the one place where they are checked (opening
+    /// and dependency injection's options validation both call it).
+    /// </summary>
+    /// <exception cref="ArgumentException">What is wrong, naming the option.</exception>
+    public void Validate(IReadOnlyList<string> endpoints)
+    {
+        ArgumentNullException.ThrowIfNull(endpoints);
+        string name = EffectiveName;
+        if (endpoints.Count == 0)
+            throw new ArgumentException($"{name}: a cache needs at least one endpoint (\"tcp:HOST:PORT\", \"shm:SOCKET\", \"verbs:HOST:PORT\")", nameof(endpoints));
+        if (endpoints.Count > MaxEndpoints)
+            throw new ArgumentException($"{name}: {endpoints.Count} endpoints; a cache spans at most {MaxEndpoints} servers", nameof(endpoints));
+        for (int i = 0; i < endpoints.Count; i++)
+            if (string.IsNullOrWhiteSpace(endpoints[i]))
+                throw new ArgumentException($"{name}: endpoint {i} is empty", nameof(endpoints));
+        if (Token is { } token && Encoding.UTF8.GetByteCount(token) > MaxTokenBytes)
+            throw Invalid(nameof(Token), $"has {Encoding.UTF8.GetByteCount(token)} bytes of UTF-8; at most {MaxTokenBytes} are allowed");
+        if (RegionsPerServer < 1 || RegionsPerServer > MaxRegionsPerServer)
+            throw Invalid(nameof(RegionsPerServer), $"is {RegionsPerServer}; a cache asks each server for 1 to {MaxRegionsPerServer} regions");
+        if (Capabilities is { Count: > 0 } capabilities)
+        {
+            if (capabilities.Count != endpoints.Count)
+                throw Invalid(nameof(Capabilities), $"has {capabilities.Count} capabilities for {endpoints.Count} endpoints; give one per endpoint, in endpoint order");
+            if (capabilities.Any(string.IsNullOrEmpty))
+                throw Invalid(nameof(Capabilities), "has a null or empty capability");
+        }
+        if (Config is { } config && config.Problem() is { } problem)
+            throw Invalid(nameof(Config), problem);
+        if (SessionCapacity < 1 || SessionCapacity > MaxSessionCapacity)
+            throw Invalid(nameof(SessionCapacity), $"is {SessionCapacity}; it must be 1..{MaxSessionCapacity}");
+        if (OperationTimeout <= TimeSpan.Zero || OperationTimeout > s_maxTimeout)
+            throw Invalid(nameof(OperationTimeout), $"is {OperationTimeout}; it must be positive and at most {s_maxTimeout}");
+        if (ConnectTimeout <= TimeSpan.Zero || ConnectTimeout > s_maxTimeout)
+            throw Invalid(nameof(ConnectTimeout), $"is {ConnectTimeout}; it must be positive and at most {s_maxTimeout}");
+        if (Lanes < 1 || Lanes > MaxLanes)
+            throw Invalid(nameof(Lanes), $"is {Lanes}; it must be 1..{MaxLanes}");
+    }
+
+    private ArgumentException Invalid(string option, string problem) =>
+        new($"{EffectiveName}: {nameof(RemoteCacheOptions)}.{option} {problem}", option);
+
+    internal static uint Milliseconds(TimeSpan t) => (uint)Math.Ceiling(t.TotalMilliseconds);
 }

@@ -40,7 +40,7 @@ public sealed class ConcurrentStoreTests
         }
     }
 
-    private static Rig<TValue> Open<TValue>(ScratchDir dir, ValueKind<TValue> kind, LogShape shape, IndexShape index, uint regions)
+    private static Rig<TValue> Open<TValue>(ScratchDir dir, ValueKind<TValue> kind, LogShape shape, IndexShape index, int regions)
         where TValue : unmanaged
     {
         var server = ServerProcess.Start("shm", memoryLimit: "1G");
@@ -115,7 +115,7 @@ public sealed class ConcurrentStoreTests
 
     // Loads, runs the workload with 60 % reads and 15 % upserts, checks it, the chains' length and then the
     // caller's own assertions.
-    private void RunChains<TValue>(ValueKind<TValue> kind, LogShape shape, IndexShape index, uint regions, int threads,
+    private void RunChains<TValue>(ValueKind<TValue> kind, LogShape shape, IndexShape index, int regions, int threads,
                                    int operations, long sharedKeys, Action<Rig<TValue>> check, [CallerMemberName] string test = "")
         where TValue : unmanaged
     {
@@ -155,7 +155,7 @@ public sealed class ConcurrentStoreTests
     {
         var clock = Stopwatch.StartNew();
         var kind = new KiloKind();
-        const uint Regions = 4;
+        const int Regions = 4;
         const long CacheBytes = Regions << 20;
         // 5 000 keys x 1 040 B: the first load is 5 MiB; FASTER keeps 1 MiB of the log in memory and 256 KiB of read cache.
         var shape = new LogShape(PageBits: 14, MemoryBits: 20, SegmentBits: 20, Records: 5_000);

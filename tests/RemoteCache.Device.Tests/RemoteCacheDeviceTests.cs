@@ -3,7 +3,6 @@ using System.Runtime.InteropServices;
 using System.Threading;
 using System.Threading.Tasks;
 using FASTER.core;
-using RemoteCache.Interop;
 using RemoteCache.Tests;
 using Xunit;
 
@@ -26,7 +25,7 @@ public sealed unsafe class RemoteCacheDeviceTests : IDisposable
         _server.Dispose();
     }
 
-    private RemoteCacheDevice NewDevice(uint regions, int throttleLimit = 256, long segmentSize = Segment)
+    private RemoteCacheDevice NewDevice(int regions, int throttleLimit = 256, long segmentSize = Segment)
     {
         var cache = RemoteCacheClient.Open(new[] { _server.Endpoint }, new RemoteCacheOptions { RegionsPerServer = regions, Name = "device unit", Exclusive = true });
         var device = new RemoteCacheDevice(cache, throttleLimit, ownsCache: true);
@@ -35,7 +34,7 @@ public sealed unsafe class RemoteCacheDeviceTests : IDisposable
     }
 
     // FASTER initializes its object-log and DeltaLog devices with segment size -1.
-    private RemoteCacheDevice NewUnsegmentedDevice(uint regions) => NewDevice(regions, segmentSize: -1);
+    private RemoteCacheDevice NewUnsegmentedDevice(int regions) => NewDevice(regions, segmentSize: -1);
 
     private static (uint Error, uint Bytes) Wait(Action<DeviceIOCompletionCallback> start) => Waits.ForDevice(start);
 
@@ -230,17 +229,17 @@ public sealed unsafe class RemoteCacheDeviceTests : IDisposable
         Assert.Contains("shared cache", e.Message, StringComparison.Ordinal);
         // Not owned: the caller's client is left as it was.
         using var done = new ManualResetEventSlim();
-        var status = RcStatus.Internal;
-        cache.Write(0, (IntPtr)_buffer, Sector, (s, _) => { status = s; done.Set(); }, null);
+        var status = RemoteCacheStatus.Internal;
+        cache.StartWrite(0, (IntPtr)_buffer, Sector, (s, _) => { status = s; done.Set(); }, null);
         Assert.True(done.Wait(TimeSpan.FromSeconds(10)), "write did not complete within 10 s");
-        Assert.Equal(RcStatus.Ok, status);
+        Assert.Equal(RemoteCacheStatus.Ok, status);
     }
 
     [Fact]
     public void RefusedDeviceDisposesTheCacheItWasToOwn()
     {
         // The server's memory lent shows whether the cache was closed: an embedded server reports it.
-        using var server = RemoteCacheServer.Start(new[] { "tcp:127.0.0.1:0" }, regionSize: Segment, memoryLimit: 16 * Segment, threads: 1);
+        using var server = RemoteCacheServer.Start(new RemoteCacheServerOptions { Listen = new[] { "tcp:127.0.0.1:0" }, RegionSize = Segment, MemoryLimit = 16 * Segment, MaxThreads = 1 });
         var cache = RemoteCacheClient.Open(server.Endpoints, new RemoteCacheOptions { RegionsPerServer = 2, Name = "owned, shared" });
         Assert.Equal(2 * Segment, server.MemoryInUse);
         Assert.Throws<ArgumentException>(() => new RemoteCacheDevice(cache, ownsCache: true));
@@ -268,7 +267,7 @@ public sealed unsafe class RemoteCacheDeviceTests : IDisposable
         // A second store given the same cache id and token: its open fails, it never gets to write into the first's log.
         var second = new RemoteCacheOptions { CacheId = options.CacheId, RegionsPerServer = 2, Token = "one-store", Exclusive = true, Name = "second store" };
         var e = Assert.Throws<RemoteCacheException>(() => new RemoteCacheDevice(RemoteCacheClient.Open(new[] { _server.Endpoint }, second), ownsCache: true));
-        Assert.Equal(RcStatus.InUse, e.Status);
+        Assert.Equal(RemoteCacheStatus.InUse, e.Status);
         Assert.Contains($"cache {options.CacheId}", e.Message, StringComparison.Ordinal);
 
         Assert.Equal((0u, (uint)Sector, (byte)5), Read(first, 0, 0));
@@ -314,6 +313,6 @@ public sealed unsafe class RemoteCacheDeviceTests : IDisposable
         }
         Assert.NotEqual(0u, error);
         var status = RemoteCacheDevice.StatusOf(error);
-        Assert.True(status is RcStatus.Disconnected or RcStatus.Timeout, $"status {status} for error 0x{error:x}");
+        Assert.True(status is RemoteCacheStatus.Disconnected or RemoteCacheStatus.Timeout, $"status {status} for error 0x{error:x}");
     }
 }

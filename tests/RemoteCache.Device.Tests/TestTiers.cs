@@ -7,7 +7,7 @@ namespace RemoteCache.Device.Tests;
 public static class TestTiers
 {
     /// <summary>A device over a new exclusive cache of <paramref name="regions"/> regions of the server at <paramref name="endpoint"/>.</summary>
-    public static RemoteCacheDevice CacheDevice(string endpoint, uint regions, string name)
+    public static RemoteCacheDevice CacheDevice(string endpoint, int regions, string name)
     {
         var cache = RemoteCacheClient.Open(new[] { endpoint }, new RemoteCacheOptions
         {
@@ -20,7 +20,7 @@ public static class TestTiers
     }
 
     /// <summary>TieredDevice(a new cache's device, <paramref name="next"/>), which owns both; <paramref name="next"/> is disposed if the cache cannot be opened.</summary>
-    public static TieredDevice OverCache(string endpoint, uint regions, IDevice next, string name)
+    public static TieredDevice OverCache(string endpoint, int regions, IDevice next, string name)
     {
         RemoteCacheDevice cache;
         try

@@ -16,10 +16,10 @@ public sealed class TieredDeltaLogFactory : INamedDeviceFactory
 
     private readonly LocalStorageNamedDeviceFactory _local = new();
     private readonly string _endpoint;
-    private readonly uint _regions;
+    private readonly int _regions;
     private readonly List<TieredDevice> _deltaLogs = new();
 
-    public TieredDeltaLogFactory(string endpoint, uint regions)
+    public TieredDeltaLogFactory(string endpoint, int regions)
     {
         _endpoint = endpoint;
         _regions = regions;

@@ -10,11 +10,11 @@ public sealed class TieredDeviceTests : IDisposable
     private const long Region = 1L << 20;
 
     // The server's memory lent shows whether every cache was closed: an embedded server reports it.
-    private readonly RemoteCacheServer _server = RemoteCacheServer.Start(new[] { "tcp:127.0.0.1:0" }, regionSize: Region, memoryLimit: 16 * Region, threads: 1);
+    private readonly RemoteCacheServer _server = RemoteCacheServer.Start(new RemoteCacheServerOptions { Listen = new[] { "tcp:127.0.0.1:0" }, RegionSize = Region, MemoryLimit = 16 * Region, MaxThreads = 1 });
 
     public void Dispose() => _server.Dispose();
 
-    private RemoteCacheDevice CacheDevice(uint regions) =>
+    private RemoteCacheDevice CacheDevice(int regions) =>
         new(RemoteCacheClient.Open(_server.Endpoints, new RemoteCacheOptions { RegionsPerServer = regions, Exclusive = true }), ownsCache: true);
 
     [Fact]

@@ -31,11 +31,11 @@ public abstract class TieredStoreTests<TValue> where TValue : unmanaged
     private long LogBytes => _shape.Records * _kind.RecordBytes;
 
     /// <summary>A cache large enough for the whole log, rounded up to whole segments (regions are 1 MiB).</summary>
-    private uint CacheRegions(double fraction = 1.5)
+    private int CacheRegions(double fraction = 1.5)
     {
         long segment = 1L << _shape.SegmentBits;
         long bytes = ((long)(LogBytes * fraction) + segment - 1) / segment * segment;
-        return (uint)Math.Max(bytes >> 20, segment >> 20);
+        return (int)Math.Max(bytes >> 20, segment >> 20);
     }
 
     private sealed class Rig : IDisposable
@@ -53,7 +53,7 @@ public abstract class TieredStoreTests<TValue> where TValue : unmanaged
         }
     }
 
-    private Rig Open(ScratchDir dir, uint regions, string? checkpointDir = null, bool recover = false, string transport = "shm")
+    private Rig Open(ScratchDir dir, int regions, string? checkpointDir = null, bool recover = false, string transport = "shm")
     {
         var server = ServerProcess.Start(transport, memoryLimit: "1G");
         try

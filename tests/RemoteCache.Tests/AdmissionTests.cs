@@ -6,7 +6,6 @@ using System.IO;
 using System.Runtime.Versioning;
 using System.Security.Cryptography;
 using System.Threading.Tasks;
-using RemoteCache.Interop;
 using Xunit;
 using Xunit.Sdk;
 using static RemoteCache.Tests.Harness;
@@ -94,7 +93,7 @@ public sealed class AdmissionTests
                     second.Token = "one-store";
                     second.Exclusive = exclusive;
                     var e = Assert.Throws<RemoteCacheException>(() => RemoteCacheClient.Open(new[] { server.Endpoint }, second));
-                    Assert.Equal(RcStatus.InUse, e.Status);
+                    Assert.Equal(RemoteCacheStatus.InUse, e.Status);
                     // The message names the cache by its id (the client's own name for it is "second store").
                     Assert.Contains($"cache {Id(first.CacheId)}", e.Message, StringComparison.Ordinal);
                 }
@@ -139,7 +138,7 @@ public sealed class AdmissionTests
                 second.Token = "shared";
                 second.Exclusive = true;
                 var e = Assert.Throws<RemoteCacheException>(() => RemoteCacheClient.Open(new[] { server.Endpoint }, second));
-                Assert.Equal(RcStatus.InUse, e.Status);
+                Assert.Equal(RemoteCacheStatus.InUse, e.Status);
                 Assert.Contains($"cache {Id(first.CacheId)}", e.Message, StringComparison.Ordinal);
             }
             finally
@@ -207,8 +206,7 @@ public sealed class AdmissionTests
         {
             await WithTimeout(TimeSpan.FromSeconds(60), $"admission over {transport}", async () =>
             {
-                using var server = RemoteCacheServer.Start(listen, regionSize: MiB, memoryLimit: 64 * MiB, threads: 2,
-                                                           admissionKey: key, serverId: serverId);
+                using var server = RemoteCacheServer.Start(new RemoteCacheServerOptions { Listen = listen, RegionSize = MiB, MemoryLimit = 64 * MiB, MaxThreads = 2, AdmissionKey = key, ServerId = serverId });
                 Assert.True(server.AdmitsByCapability);
                 await body(server, server.Endpoints[0]);
             });
@@ -243,30 +241,30 @@ public sealed class AdmissionTests
 
             // No capability.
             var e = Assert.Throws<RemoteCacheException>(() => RemoteCacheClient.Open(new[] { endpoint }, options));
-            Assert.Equal(RcStatus.Auth, e.Status);
+            Assert.Equal(RemoteCacheStatus.Auth, e.Status);
             Assert.Contains("capability", e.Message, StringComparison.Ordinal);
 
             // A capability for another cache: refused, and the message names the cache it is for.
             ulong otherId = options.CacheId ^ 0x5555;
             options.Capabilities = new[] { RemoteCacheCapability.Mint(key, otherId, server.ServerId, 2, expires) };
             e = Assert.Throws<RemoteCacheException>(() => RemoteCacheClient.Open(new[] { endpoint }, options));
-            Assert.Equal(RcStatus.Auth, e.Status);
+            Assert.Equal(RemoteCacheStatus.Auth, e.Status);
             Assert.Contains($"cache {Id(otherId)}", e.Message, StringComparison.Ordinal);
 
             // For another server, signed with another key, for fewer regions, expired: all refused.
             options.Capabilities = new[] { RemoteCacheCapability.Mint(key, options.CacheId, "another-server", 2, expires) };
             e = Assert.Throws<RemoteCacheException>(() => RemoteCacheClient.Open(new[] { endpoint }, options));
-            Assert.Equal(RcStatus.Auth, e.Status);
+            Assert.Equal(RemoteCacheStatus.Auth, e.Status);
             Assert.Contains("another-server", e.Message, StringComparison.Ordinal);
             options.Capabilities = new[] { RemoteCacheCapability.Mint(RandomNumberGenerator.GetBytes(32), options.CacheId, server.ServerId, 2, expires) };
             e = Assert.Throws<RemoteCacheException>(() => RemoteCacheClient.Open(new[] { endpoint }, options));
-            Assert.Equal(RcStatus.Auth, e.Status);
+            Assert.Equal(RemoteCacheStatus.Auth, e.Status);
             options.Capabilities = new[] { RemoteCacheCapability.Mint(key, options.CacheId, server.ServerId, 1, expires) };
             e = Assert.Throws<RemoteCacheException>(() => RemoteCacheClient.Open(new[] { endpoint }, options));
-            Assert.Equal(RcStatus.Auth, e.Status);
+            Assert.Equal(RemoteCacheStatus.Auth, e.Status);
             options.Capabilities = new[] { RemoteCacheCapability.Mint(key, options.CacheId, server.ServerId, 2, DateTimeOffset.UtcNow.AddSeconds(-5)) };
             e = Assert.Throws<RemoteCacheException>(() => RemoteCacheClient.Open(new[] { endpoint }, options));
-            Assert.Equal(RcStatus.Auth, e.Status);
+            Assert.Equal(RemoteCacheStatus.Auth, e.Status);
             Assert.Contains("expired", e.Message, StringComparison.Ordinal);
             Assert.Equal(0L, server.MemoryInUse);  // nothing refused took memory
 
@@ -295,7 +293,7 @@ public sealed class AdmissionTests
             var options = Options(1, name: "named server");
             options.Capabilities = new[] { RemoteCacheCapability.Mint(key, options.CacheId, server.Endpoints[0], 1, DateTimeOffset.UtcNow.AddMinutes(5)) };
             var e = Assert.Throws<RemoteCacheException>(() => RemoteCacheClient.Open(new[] { endpoint }, options));
-            Assert.Equal(RcStatus.Auth, e.Status);
+            Assert.Equal(RemoteCacheStatus.Auth, e.Status);
             options.Capabilities = new[] { RemoteCacheCapability.Mint(key, options.CacheId, "cache-server-7", 1, DateTimeOffset.UtcNow.AddMinutes(5)) };
             var client = RemoteCacheClient.Open(new[] { endpoint }, options);
             try
@@ -317,7 +315,7 @@ public sealed class AdmissionTests
         {
             await WithTimeout(TimeSpan.FromSeconds(30), "capability on an open server", async () =>
             {
-                using var server = RemoteCacheServer.Start(listen, regionSize: MiB, memoryLimit: 64 * MiB, threads: 1);
+                using var server = RemoteCacheServer.Start(new RemoteCacheServerOptions { Listen = listen, RegionSize = MiB, MemoryLimit = 64 * MiB, MaxThreads = 1 });
                 Assert.False(server.AdmitsByCapability);
                 var options = Options(1, name: "open mode");
                 options.Capabilities = new[] { RemoteCacheCapability.Mint(RandomNumberGenerator.GetBytes(32), options.CacheId, "elsewhere", 1, DateTimeOffset.UtcNow.AddMinutes(1)) };
@@ -376,7 +374,7 @@ public sealed class AdmissionTests
                 Assert.True(failure is not null, $"operations still succeed {granted.Elapsed.TotalSeconds:0.0} s after a lease of {lease.TotalSeconds} s");
                 Assert.True(granted.Elapsed >= lease - TimeSpan.FromMilliseconds(100),
                             $"failed after {granted.Elapsed.TotalSeconds:0.00} s, before the lease ended: {failure}");
-                Assert.True(failure.Status == RcStatus.Expired, $"status {failure.Status}, expected Expired: {failure.Message}");
+                Assert.True(failure.Status == RemoteCacheStatus.Expired, $"status {failure.Status}, expected Expired: {failure.Message}");
             }
             finally
             {
@@ -412,7 +410,7 @@ public sealed class AdmissionTests
                 // A capability for another cache is refused, and the old lease stays as it was.
                 var foreign = RemoteCacheCapability.Mint(key, options.CacheId + 1, server.ServerId, 2, DateTimeOffset.UtcNow + TimeSpan.FromMinutes(1));
                 var refused = Assert.Throws<RemoteCacheException>(() => client.Renew(new[] { foreign }));
-                Assert.Equal(RcStatus.Auth, refused.Status);
+                Assert.Equal(RemoteCacheStatus.Auth, refused.Status);
                 Assert.Throws<ArgumentException>(() => client.Renew(Array.Empty<string>()));
 
                 client.Renew(new[] { RemoteCacheCapability.Mint(key, options.CacheId, server.ServerId, 2, DateTimeOffset.UtcNow + TimeSpan.FromMinutes(1)) });
@@ -443,7 +441,7 @@ public sealed class AdmissionTests
 
     private static string RunCapabilityTool(params string[] args)
     {
-        var info = new ProcessStartInfo(Path.Combine(NativeMethods.NativeDirectory, "remotecache-capability"))
+        var info = new ProcessStartInfo(Path.Combine(Path.GetDirectoryName(RemoteCacheServer.ExecutablePath)!, "remotecache-capability"))
         {
             UseShellExecute = false,
             RedirectStandardOutput = true,
@@ -480,7 +478,7 @@ public sealed class AdmissionTests
             {
                 var options = Options(3, name: "process client");
                 var e = Assert.Throws<RemoteCacheException>(() => RemoteCacheClient.Open(new[] { server.Endpoint }, options));
-                Assert.Equal(RcStatus.Auth, e.Status);
+                Assert.Equal(RemoteCacheStatus.Auth, e.Status);
 
                 var minted = new List<string>
                 {
@@ -522,7 +520,7 @@ public sealed class AdmissionTests
             Assert.Equal(UnixFileMode.UserRead | UnixFileMode.UserWrite, File.GetUnixFileMode(path));
             var capability = RunCapabilityTool("--key", path, "--cache-id", "42", "--server", "s", "--regions", "1");
             Assert.False(string.IsNullOrWhiteSpace(capability));
-            Assert.True(capability.Length < NativeHeader.Define("RC_MAX_CAPABILITY_TEXT"));
+            Assert.True(capability.Length < NativeAbi.Define("RC_MAX_CAPABILITY_TEXT"));
         }
         finally
         {

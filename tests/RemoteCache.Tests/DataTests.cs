@@ -25,7 +25,7 @@ public sealed class DataTests
     [InlineData("tcp", 1u, 1u, 32u, 8u)]
     [InlineData("shm", 0u, 0u, 1u, 1u)]
     [InlineData("tcp", 0u, 0u, 1u, 1u)]
-    public async Task RandomReadsAndWritesMatchShadow(string transport, uint c, uint s, uint b, uint q)
+    public async Task RandomReadsAndWritesMatchShadow(string transport, int c, int s, int b, int q)
     {
         var config = new CacheConfig(c, s, b, q);
         await WithClient(transport, Options(4, config, $"shadow-{transport}-{config}"), TimeSpan.FromSeconds(45), $"random I/O over {transport} with {config}", async client =>

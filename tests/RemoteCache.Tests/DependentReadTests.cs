@@ -4,7 +4,6 @@ using System.Linq;
 using System.Runtime.InteropServices;
 using System.Threading;
 using System.Threading.Tasks;
-using RemoteCache.Interop;
 using Xunit;
 using Xunit.Sdk;
 using static RemoteCache.Tests.Harness;
@@ -153,7 +152,7 @@ public sealed class DependentReadTests
             }
         }
 
-        private void Issue() => _client.Read(_at * Stride, _buffer, Stride, s_onRead, this);
+        private void Issue() => _client.StartRead(_at * Stride, _buffer, Stride, s_onRead, this);
 
         private void Check(ReadOnlySpan<byte> cell)
         {
@@ -163,13 +162,13 @@ public sealed class DependentReadTests
             _at = _next[_at];
         }
 
-        private static void OnRead(RcStatus status, object? context)
+        private static void OnRead(RemoteCacheStatus status, object? context)
         {
             var chain = (Chain)context!;
-            if (status != RcStatus.Ok)
+            if (status != RemoteCacheStatus.Ok)
                 chain._failures.Enqueue($"a read of cell {chain._at} completed with {status}");
             chain.Check(Cell(chain._buffer));
-            if (--chain._remaining > 0 && status == RcStatus.Ok)
+            if (--chain._remaining > 0 && status == RemoteCacheStatus.Ok)
                 chain.Issue();  // from inside the completion, as FASTER issues the next read of a chain
             else
                 chain._done.Set();

@@ -4,7 +4,6 @@ using System.Diagnostics;
 using System.IO;
 using System.Linq;
 using System.Threading.Tasks;
-using RemoteCache.Interop;
 using Xunit;
 using Xunit.Abstractions;
 using Xunit.Sdk;
@@ -29,7 +28,7 @@ public sealed class EmbeddedServerTests
         {
             await WithTimeout(TimeSpan.FromSeconds(40), $"embedded server over {transport}", async () =>
             {
-                using var server = RemoteCacheServer.Start(listen, regionSize: MiB, memoryLimit: 256 * MiB, threads: 2);
+                using var server = RemoteCacheServer.Start(new RemoteCacheServerOptions { Listen = listen, RegionSize = MiB, MemoryLimit = 256 * MiB, MaxThreads = 2 });
                 Assert.Equal(2, server.Endpoints.Count);
                 var tcp = server.Endpoints.Single(e => e.StartsWith("tcp:", StringComparison.Ordinal));
                 Assert.StartsWith("tcp:127.0.0.1:", tcp, StringComparison.Ordinal);
@@ -84,7 +83,7 @@ public sealed class EmbeddedServerTests
         {
             await WithTimeout(TimeSpan.FromSeconds(40), $"embedded server stop over {transport}", async () =>
             {
-                var server = RemoteCacheServer.Start(listen, regionSize: MiB, memoryLimit: 256 * MiB, threads: 2);
+                var server = RemoteCacheServer.Start(new RemoteCacheServerOptions { Listen = listen, RegionSize = MiB, MemoryLimit = 256 * MiB, MaxThreads = 2 });
                 var options = Options(2, name: $"embedded-stop-{transport}");
                 options.OperationTimeout = TimeSpan.FromSeconds(3);
                 var client = RemoteCacheClient.Open(new[] { server.Endpoints[0] }, options);
@@ -119,7 +118,7 @@ public sealed class EmbeddedServerTests
                         }
                     }
                     output.WriteLine($"{transport}: {succeeded} operations succeeded in the {watch.Elapsed.TotalMilliseconds:F1} ms after RemoteCacheServer.Dispose() returned before one failed: {first.GetType().Name} {(first as RemoteCacheException)?.Status}");
-                    Assert.True(first is RemoteCacheException { Status: RcStatus.Disconnected or RcStatus.Timeout }, $"first failure after the server stopped: {first}");
+                    Assert.True(first is RemoteCacheException { Status: RemoteCacheStatus.Disconnected or RemoteCacheStatus.Timeout }, $"first failure after the server stopped: {first}");
 
                     // From now on: synchronous RemoteCacheException or a faulted task, never success.
                     var ops = new List<Task>();
@@ -130,13 +129,13 @@ public sealed class EmbeddedServerTests
                             var buffer = new byte[1000];
                             ops.Add((i % 2 == 0 ? client.WriteAsync(i * 1000, buffer) : client.ReadAsync(i * 1000, buffer)).AsTask());
                         }
-                        catch (RemoteCacheException e) when (e.Status is RcStatus.Disconnected or RcStatus.Timeout)
+                        catch (RemoteCacheException e) when (e.Status is RemoteCacheStatus.Disconnected or RemoteCacheStatus.Timeout)
                         {
                         }
                     }
                     if (!await AllSettled(ops, TimeSpan.FromSeconds(10)))
                         throw new XunitException($"{ops.Count(t => !t.IsCompleted)} of {ops.Count} operations still pending 10 s after the server stopped");
-                    var wrong = ops.Where(t => t.Exception?.InnerException is not RemoteCacheException { Status: RcStatus.Disconnected or RcStatus.Timeout }).ToList();
+                    var wrong = ops.Where(t => t.Exception?.InnerException is not RemoteCacheException { Status: RemoteCacheStatus.Disconnected or RemoteCacheStatus.Timeout }).ToList();
                     Assert.True(wrong.Count == 0,
                         $"{wrong.Count} of {ops.Count} operations submitted after a failure had been reported did not fault with RemoteCacheException(Disconnected|Timeout); " +
                         $"first: {(wrong.Count == 0 ? "" : wrong[0].IsCompletedSuccessfully ? "succeeded" : wrong[0].Exception!.ToString())}");

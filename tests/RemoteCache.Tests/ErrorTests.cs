@@ -3,7 +3,6 @@ using System.Globalization;
 using System.Net;
 using System.Net.Sockets;
 using System.Threading.Tasks;
-using RemoteCache.Interop;
 using Xunit;
 using static RemoteCache.Tests.Harness;
 
@@ -12,7 +11,7 @@ namespace RemoteCache.Tests;
 /// <summary>The exceptions the API documents.</summary>
 public sealed class ErrorTests
 {
-    private static void NoOp(RcStatus status, object? context)
+    private static void NoOp(RemoteCacheStatus status, object? context)
     {
     }
 
@@ -43,8 +42,8 @@ public sealed class ErrorTests
             Check(-1, 1, () => client.ReadAsync(-1, new byte[1]));
             Check(-4096, 8192, () => client.WriteAsync(-4096, new byte[8192]));
             Check(long.MaxValue - 2, 16, () => client.ReadAsync(long.MaxValue - 2, new byte[16]));
-            Check(capacity - 10, 20, () => { client.Read(capacity - 10, (IntPtr)1, 20, NoOp, null); return null; });
-            Check(-7, 1, () => { client.Write(-7, (IntPtr)1, 1, NoOp, null); return null; });
+            Check(capacity - 10, 20, () => { client.StartRead(capacity - 10, (IntPtr)1, 20, NoOp, null); return null; });
+            Check(-7, 1, () => { client.StartWrite(-7, (IntPtr)1, 1, NoOp, null); return null; });
             Assert.Equal(0, client.Outstanding);
 
             // The last bytes are in range, and a refused request left the client usable.
@@ -71,8 +70,8 @@ public sealed class ErrorTests
 
             Assert.Throws<ObjectDisposedException>(() => client.WriteAsync(0, new byte[] { 1 }));
             Assert.Throws<ObjectDisposedException>(() => client.ReadAsync(0, new byte[1]));
-            Assert.Throws<ObjectDisposedException>(() => client.Write(0, (IntPtr)1, 1, NoOp, null));
-            Assert.Throws<ObjectDisposedException>(() => client.Read(0, (IntPtr)1, 1, NoOp, null));
+            Assert.Throws<ObjectDisposedException>(() => client.StartWrite(0, (IntPtr)1, 1, NoOp, null));
+            Assert.Throws<ObjectDisposedException>(() => client.StartRead(0, (IntPtr)1, 1, NoOp, null));
             Assert.Throws<ObjectDisposedException>(() => client.Reconfigure(CacheConfig.LowLatency));
             Assert.Throws<ObjectDisposedException>(() => client.Config);
             // Disposing again is harmless.
@@ -187,7 +186,7 @@ public sealed class ErrorTests
         await WithTimeout(TimeSpan.FromSeconds(30), $"memory limit over {transport}", async () =>
         {
             var e = Assert.Throws<RemoteCacheException>(() => RemoteCacheClient.Open(new[] { server.Endpoint }, Options(100, name: "too-big")));
-            Assert.Equal(RcStatus.NoMemory, e.Status);
+            Assert.Equal(RemoteCacheStatus.NoMemory, e.Status);
 
             // The refusal did not take the memory: a cache that fits still opens and works.
             var client = RemoteCacheClient.Open(new[] { server.Endpoint }, Options(64, name: "fits"));
@@ -244,7 +243,7 @@ public sealed class ErrorTests
             var options = Options(1, name: "nowhere");
             options.ConnectTimeout = TimeSpan.FromSeconds(2);
             var e = Assert.Throws<RemoteCacheException>(() => RemoteCacheClient.Open(new[] { endpoint }, options));
-            Assert.True(e.Status is RcStatus.Disconnected or RcStatus.Timeout, $"status {e.Status}: {e.Message}");
+            Assert.True(e.Status is RemoteCacheStatus.Disconnected or RemoteCacheStatus.Timeout, $"status {e.Status}: {e.Message}");
         });
     }
 }

@@ -4,7 +4,6 @@ using System.Collections.Generic;
 using System.Linq;
 using System.Threading;
 using System.Threading.Tasks;
-using RemoteCache.Interop;
 using Xunit;
 using Xunit.Sdk;
 using static RemoteCache.Tests.Harness;
@@ -15,7 +14,7 @@ namespace RemoteCache.Tests;
 public sealed class FailureTests
 {
     private static bool IsServerGone(Exception? e) =>
-        e is RemoteCacheException { Status: RcStatus.Disconnected or RcStatus.Timeout };
+        e is RemoteCacheException { Status: RemoteCacheStatus.Disconnected or RemoteCacheStatus.Timeout };
 
     private static string Describe(Task t) => t.Status switch
     {

@@ -64,7 +64,7 @@ internal static class Harness
         server.AssertRunning();
     }
 
-    public static RemoteCacheOptions Options(uint regions, CacheConfig? config = null, string? name = null) => new()
+    public static RemoteCacheOptions Options(int regions, CacheConfig? config = null, string? name = null) => new()
     {
         RegionsPerServer = regions,
         Config = config ?? CacheConfig.HighThroughput,

@@ -5,7 +5,6 @@ using System.Linq;
 using System.Runtime.InteropServices;
 using System.Threading;
 using System.Threading.Tasks;
-using RemoteCache.Interop;
 using Xunit;
 using Xunit.Sdk;
 using static RemoteCache.Tests.Harness;
@@ -37,7 +36,7 @@ public sealed class LowLevelTests
         public int Fired;
         public readonly ConcurrentQueue<string> Failures = new();
 
-        public void OnComplete(RcStatus status, object? context)
+        public void OnComplete(RemoteCacheStatus status, object? context)
         {
             if (context is not int index || index < 0 || index >= Calls.Length)
             {
@@ -47,7 +46,7 @@ public sealed class LowLevelTests
             }
             if (Interlocked.Increment(ref Calls[index]) != 1)
                 Failures.Enqueue($"callback for operation {index} ran more than once");
-            if (status != RcStatus.Ok)
+            if (status != RemoteCacheStatus.Ok)
                 Failures.Enqueue($"operation {index} completed with {status}, expected Ok");
             Interlocked.Increment(ref Fired);
         }
@@ -95,13 +94,13 @@ public sealed class LowLevelTests
             // Phase 1: writes from unmanaged memory.
             var writes = new Tracker(Slots);
             for (int i = 0; i < Slots; i++)
-                client.Write(address[i], (IntPtr)(src + address[i]), length[i], writes.OnComplete, i);
+                client.StartWrite(address[i], (IntPtr)(src + address[i]), length[i], writes.OnComplete, i);
             writes.PollUntilDone(client, $"{transport} writes");
 
             // Phase 2: reads into unmanaged memory.
             var reads = new Tracker(Slots);
             for (int i = 0; i < Slots; i++)
-                client.Read(address[i], (IntPtr)(dst + address[i]), length[i], reads.OnComplete, i);
+                client.StartRead(address[i], (IntPtr)(dst + address[i]), length[i], reads.OnComplete, i);
             reads.PollUntilDone(client, $"{transport} reads");
             for (int i = 0; i < Slots; i++)
             {
@@ -135,9 +134,9 @@ public sealed class LowLevelTests
                 for (int k = 0; k < Pairs; k++)
                 {
                     long at = (3 << 20) - 2500 + k * 7001L;  // the first ones cross the 3 MiB boundary
-                    client.Write(at, (IntPtr)(a + k * Len), Len, ordered.OnComplete, 3 * k);
-                    client.Write(at, (IntPtr)(b + k * Len), Len, ordered.OnComplete, 3 * k + 1);
-                    client.Read(at, (IntPtr)(r + k * Len), Len, ordered.OnComplete, 3 * k + 2);
+                    client.StartWrite(at, (IntPtr)(a + k * Len), Len, ordered.OnComplete, 3 * k);
+                    client.StartWrite(at, (IntPtr)(b + k * Len), Len, ordered.OnComplete, 3 * k + 1);
+                    client.StartRead(at, (IntPtr)(r + k * Len), Len, ordered.OnComplete, 3 * k + 2);
                 }
                 ordered.PollUntilDone(client, $"{transport} ordered write/write/read");
                 orderedSettled = true;
@@ -215,7 +214,7 @@ public sealed class LowLevelTests
             state.Next = (status, context) =>
             {
                 var s = (ChainState)context!;
-                if (status != RcStatus.Ok)
+                if (status != RemoteCacheStatus.Ok)
                     s.Failures.Enqueue($"step {s.Step} completed with {status}");
                 if (++s.Step == s.Steps)
                 {
@@ -227,9 +226,9 @@ public sealed class LowLevelTests
                 try
                 {
                     if (s.Step % 2 == 0)
-                        s.Client.Write(s.Address, s.Buffer, Len, s.Next!, s);
+                        s.Client.StartWrite(s.Address, s.Buffer, Len, s.Next!, s);
                     else
-                        s.Client.Read(s.Address, s.Buffer, Len, s.Next!, s);
+                        s.Client.StartRead(s.Address, s.Buffer, Len, s.Next!, s);
                 }
                 catch (Exception e)
                 {
@@ -241,7 +240,7 @@ public sealed class LowLevelTests
             new System.Span<byte>(memory + c * Len, Len).Fill((byte)(c + 1));
         }
         for (int c = 0; c < Chains; c++)
-            client.Write(chains[c].Address, chains[c].Buffer, Len, chains[c].Next!, chains[c]);
+            client.StartWrite(chains[c].Address, chains[c].Buffer, Len, chains[c].Next!, chains[c]);
         var watch = Stopwatch.StartNew();
         while (Volatile.Read(ref finished) < Chains)
         {

@@ -7,7 +7,6 @@ using System.Runtime.InteropServices;
 using System.Text;
 using System.Threading;
 using System.Threading.Tasks;
-using RemoteCache.Interop;
 using Xunit.Sdk;
 
 // The cases start server processes and spin client threads; on a small machine they are more
@@ -21,6 +20,8 @@ internal static partial class Posix
 {
     public const int SIGKILL = 9;
     public const int SIGTERM = 15;
+    public const int SIGCONT = 18;  // x86-64 Linux
+    public const int SIGSTOP = 19;
 
     [LibraryImport("libc", EntryPoint = "kill", SetLastError = true)]
     private static partial int KillNative(int pid, int signal);
@@ -83,7 +84,7 @@ public sealed class ServerProcess : IDisposable
     }
 
     /// <summary>The server executable shipped next to the native library.</summary>
-    public static string Executable => Path.Combine(NativeMethods.NativeDirectory, "remotecache-server");
+    public static string Executable => RemoteCacheServer.ExecutablePath;
 
     /// <summary>A fresh endpoint of <paramref name="transport"/> to listen on.</summary>
     public static string NewListenEndpoint(string transport) => transport switch
@@ -213,6 +214,12 @@ public sealed class ServerProcess : IDisposable
         if (_process.HasExited)
             throw new XunitException($"remotecache-server exited unexpectedly with code {_process.ExitCode}. Output:\n{Output}");
     }
+
+    /// <summary>SIGSTOP: the server keeps its connections but answers nothing until <see cref="Resume"/>.</summary>
+    public void Pause() => Posix.Kill(_process.Id, Posix.SIGSTOP);
+
+    /// <summary>SIGCONT after <see cref="Pause"/>.</summary>
+    public void Resume() => Posix.Kill(_process.Id, Posix.SIGCONT);
 
     /// <summary>SIGKILL, then waits until the process is gone (so its connections are dead).</summary>
     public void KillHard()

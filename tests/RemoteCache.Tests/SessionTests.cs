@@ -2,7 +2,6 @@ using System;
 using System.Diagnostics;
 using System.Runtime.InteropServices;
 using System.Threading.Tasks;
-using RemoteCache.Interop;
 using Xunit;
 using static RemoteCache.Tests.Harness;
 
@@ -37,21 +36,21 @@ public sealed class SessionTests
                 for (int j = 0; j < Size; j++)
                     w[j] = (byte)rng.Next(1, 256);
                 long address = region - Size / 2 + (long)i * Size * 3;
-                Submit(session, session.Write(address, w, Size, (ulong)(2 * i)));
+                Submit(session, session.StartWrite(address, w, Size, (ulong)(2 * i)));
                 // Submitted right behind its write without waiting: program order makes it see the write.
-                Submit(session, session.Read(address, buffers + (Ops + i) * Size, Size, (ulong)(2 * i + 1)));
+                Submit(session, session.StartRead(address, buffers + (Ops + i) * Size, Size, (ulong)(2 * i + 1)));
             }
             var seen = new bool[2 * Ops];
-            Span<RcCompletion> done = stackalloc RcCompletion[64];
+            Span<RemoteCacheCompletion> done = stackalloc RemoteCacheCompletion[64];
             var watch = Stopwatch.StartNew();
             int finished = 0;
             while (finished < 2 * Ops)
             {
                 Assert.True(watch.Elapsed < TimeSpan.FromSeconds(20), $"only {finished} of {2 * Ops} completions");
-                int n = session.Wait(done, 100);
+                int n = session.Wait(done, TimeSpan.FromMilliseconds(100));
                 for (int k = 0; k < n; k++)
                 {
-                    Assert.Equal(RcStatus.Ok, (RcStatus)done[k].Status);
+                    Assert.Equal(RemoteCacheStatus.Ok, (RemoteCacheStatus)done[k].Status);
                     Assert.False(seen[done[k].Tag], $"tag {done[k].Tag} completed twice");
                     seen[done[k].Tag] = true;
                 }
@@ -61,7 +60,7 @@ public sealed class SessionTests
                 AssertSameBytes(new ReadOnlySpan<byte>(buffers + i * Size, Size),
                                 new ReadOnlySpan<byte>(buffers + (Ops + i) * Size, Size), $"operation {i}");
             Assert.Equal(0, session.Outstanding);
-            Assert.Equal(RcStatus.OutOfRange, session.Read(client.Capacity - 1, buffers, 2, 0));
+            Assert.Equal(RemoteCacheStatus.OutOfRange, session.StartRead(client.Capacity - 1, buffers, 2, 0));
         }
         finally
         {
@@ -69,6 +68,6 @@ public sealed class SessionTests
         }
     }
 
-    private static void Submit(RemoteCacheSession session, RcStatus status) =>
-        Assert.True(status == RcStatus.Ok, $"submission failed with {status}");
+    private static void Submit(RemoteCacheSession session, RemoteCacheStatus status) =>
+        Assert.True(status == RemoteCacheStatus.Ok, $"submission failed with {status}");
 }

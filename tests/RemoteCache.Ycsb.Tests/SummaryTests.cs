@@ -55,7 +55,7 @@ public sealed class CacheRegionsTests
     public void CacheFitsTheServersRegionLimitAndHoldsWholeSegments(long bytes)
     {
         var (regionSize, regions) = Program.CacheRegions(bytes);
-        Assert.InRange(regions, 1u, RemoteCacheOptions.MaxRegionsPerServer);
+        Assert.InRange(regions, 1, RemoteCacheOptions.MaxRegionsPerServer);
         Assert.True(regionSize * regions >= bytes);
         Assert.Equal(0, regionSize & (regionSize - 1));  // a power of two: divides or is a multiple of any segment
         Assert.True(regionSize >= 1L << 20);

@@ -56,6 +56,7 @@ extern "C" {
 #define RC_DEFAULT_MAX_CONNECTIONS_PER_PEER 256
 #define RC_DEFAULT_SHM_SOCKET_MODE 0600
 #define RC_MIN_ADMISSION_KEY_BYTES 32
+#define RC_MAX_SESSION_CAPACITY 65536    /* rc_cache_options.session_capacity */
 
 /* rc_cache_options.flags */
 #define RC_OPEN_EXCLUSIVE 1u /* the cache's first client becomes its only client */
@@ -96,7 +97,7 @@ typedef struct rc_cache_options {
   const char* token;           /* shared secret, at most RC_MAX_TOKEN_BYTES; NULL or "" = random */
   uint32_t regions_per_server; /* regions requested from each server (region size is the server's) */
   rc_config config;
-  uint32_t session_capacity;   /* max operations outstanding per session; 0 = RC_DEFAULT_SESSION_CAPACITY */
+  uint32_t session_capacity;   /* operations outstanding per session, at most RC_MAX_SESSION_CAPACITY; 0 = default */
   uint32_t op_timeout_ms;      /* an operation older than this fails with RC_E_TIMEOUT; 0 = default */
   uint32_t connect_timeout_ms; /* 0 = RC_DEFAULT_CONNECT_TIMEOUT_MS */
   uint32_t flags;              /* RC_OPEN_EXCLUSIVE: no other client may open this cache (RC_E_IN_USE) */

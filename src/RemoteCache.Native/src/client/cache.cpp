@@ -116,6 +116,11 @@ std::unique_ptr<Cache> Cache::open(const std::vector<std::string>& endpoints, co
     status = fail(RC_E_INVALID_ARGUMENT, "regions_per_server must be 1.." + std::to_string(RC_MAX_REGIONS_PER_SERVER));
     return nullptr;
   }
+  if (options.session_capacity > RC_MAX_SESSION_CAPACITY) {
+    status = fail(RC_E_INVALID_ARGUMENT, "session_capacity must be 0 (the default) or 1.." +
+                                             std::to_string(RC_MAX_SESSION_CAPACITY));
+    return nullptr;
+  }
   if ((options.flags & ~RC_OPEN_EXCLUSIVE) != 0) {
     status = fail(RC_E_INVALID_ARGUMENT, "unknown bits in rc_cache_options.flags");
     return nullptr;

@@ -3,47 +3,9 @@ using System.Runtime.InteropServices;
 
 namespace RemoteCache.Interop;
 
-/// <summary>Status codes of <c>remotecache.h</c> (<c>rc_status</c>); zero is success, errors are negative.</summary>
-public enum RcStatus
-{
-    /// <summary>Success.</summary>
-    Ok = 0,
-    /// <summary>A null handle, a bad option or a malformed endpoint.</summary>
-    InvalidArgument = -1,
-    /// <summary>The range leaves the cache.</summary>
-    OutOfRange = -2,
-    /// <summary>The server holding the range is gone.</summary>
-    Disconnected = -3,
-    /// <summary>
-    /// The server refused admission: it has an admission key and the capability is missing, forged, expired, for
-    /// another cache or server, or grants fewer regions (or the uid is not allowed on an abstract shm socket).
-    /// </summary>
-    Auth = -4,
-    /// <summary>The server cannot lend that much memory.</summary>
-    NoMemory = -5,
-    /// <summary>The session has as many operations outstanding as it can hold: poll, then retry.</summary>
-    Busy = -6,
-    /// <summary>An operation or a connect exceeded its deadline.</summary>
-    Timeout = -7,
-    /// <summary>The peer sent something that does not parse.</summary>
-    Protocol = -8,
-    /// <summary>The handle is being closed.</summary>
-    Closed = -9,
-    /// <summary>The transport or option is not available here.</summary>
-    Unsupported = -10,
-    /// <summary>A bug or a system-call failure.</summary>
-    Internal = -11,
-    /// <summary>The cache's lease ended: its server dropped it and its data.</summary>
-    Expired = -12,
-    /// <summary>The cache is open exclusively by another client (or is open, and an exclusive open was asked for).</summary>
-    InUse = -13,
-    /// <summary>A server limit is reached: connections in all, or connections from this peer.</summary>
-    Limit = -14,
-}
-
 /// <summary>The data-path configuration <c>rc_config</c>: (c, s, b, q) of the Redy paper.</summary>
 [StructLayout(LayoutKind.Sequential)]
-public struct RcConfig
+internal struct RcConfig
 {
     /// <summary>Client threads; 0 = the application thread does the client work.</summary>
     public uint ClientThreads;
@@ -60,7 +22,7 @@ public struct RcConfig
 /// to an array of them; both may be zero.
 /// </summary>
 [StructLayout(LayoutKind.Sequential)]
-public struct RcCacheOptions
+internal struct RcCacheOptions
 {
     /// <summary>Names the cache on its servers, together with the token.</summary>
     public ulong CacheId;
@@ -85,21 +47,9 @@ public struct RcCacheOptions
     public IntPtr Capabilities;
 }
 
-/// <summary>A finished operation, <c>rc_completion</c>.</summary>
-[StructLayout(LayoutKind.Sequential)]
-public struct RcCompletion
-{
-    /// <summary>The tag given when the operation was submitted.</summary>
-    public ulong Tag;
-    /// <summary>An <see cref="RcStatus"/> value.</summary>
-    public int Status;
-    /// <summary>Unused.</summary>
-    public uint Reserved;
-}
-
 /// <summary><c>rc_server_options</c>. <see cref="Listen"/> points to an array of UTF-8 endpoint strings.</summary>
 [StructLayout(LayoutKind.Sequential)]
-public struct RcServerOptions
+internal struct RcServerOptions
 {
     /// <summary>Pointer to <see cref="ListenCount"/> NUL-terminated UTF-8 endpoints.</summary>
     public IntPtr Listen;
@@ -127,4 +77,16 @@ public struct RcServerOptions
     public IntPtr AllowedUids;
     /// <summary>How many uids.</summary>
     public nuint AllowedUidCount;
+}
+
+/// <summary><c>rc_object_counts</c>: native objects alive in this process.</summary>
+[StructLayout(LayoutKind.Sequential)]
+internal struct RcObjectCounts
+{
+    /// <summary>Open caches.</summary>
+    public ulong Caches;
+    /// <summary>Open sessions.</summary>
+    public ulong Sessions;
+    /// <summary>Running servers.</summary>
+    public ulong Servers;
 }

@@ -8,7 +8,7 @@ namespace RemoteCache.Interop;
 /// NUL-terminated UTF-8 copies of strings in unmanaged memory, as <c>const char* const*</c> arguments
 /// (endpoint lists) need them; freed on dispose.
 /// </summary>
-public sealed unsafe class Utf8StringArray : IDisposable
+internal sealed unsafe class Utf8StringArray : IDisposable
 {
     private readonly IntPtr[] _pointers;
     private GCHandle _pin;

@@ -1,0 +1,28 @@
+using Microsoft.Extensions.Logging;
+
+namespace RemoteCache.Device;
+
+/// <summary>The devices' log events (structured: every field is a named property). Event ids are stable.</summary>
+internal static partial class DeviceLog
+{
+    [LoggerMessage(100, LogLevel.Information,
+        "Device {Device}: cache {CacheName} was opened without a configuration; switched it to {Config} for FASTER's reads")]
+    public static partial void Reconfigured(ILogger logger, string device, string cacheName, CacheConfig config);
+
+    [LoggerMessage(101, LogLevel.Information, "Device {Device}: {Slots} segment slots of {SegmentSize} bytes over {Capacity} bytes")]
+    public static partial void InitializedSegmented(ILogger logger, string device, int slots, long segmentSize, long capacity);
+
+    [LoggerMessage(102, LogLevel.Information, "Device {Device}: an unsegmented log in a ring of {Capacity} bytes")]
+    public static partial void InitializedUnsegmented(ILogger logger, string device, long capacity);
+
+    [LoggerMessage(103, LogLevel.Warning,
+        "Device {Device}: the cache refused an operation before sending it ({Status}); FASTER gets an I/O error (logged once per device)")]
+    public static partial void OperationRefused(ILogger logger, string device, RemoteCacheStatus status);
+
+    [LoggerMessage(110, LogLevel.Error,
+        "Tier {Tier} ({Name}) failed a {What} (error 0x{Code:x}, {Status}); its reads go to the next tier from now on")]
+    public static partial void TierTakenOut(ILogger logger, int tier, string name, string what, uint code, string status);
+
+    [LoggerMessage(111, LogLevel.Warning, "Tier {Tier} ({Name}) failed a write of segment {Segment}: error 0x{Code:x}")]
+    public static partial void TierWriteFailed(ILogger logger, int tier, string name, int segment, uint code);
+}

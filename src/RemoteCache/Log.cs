@@ -1,0 +1,45 @@
+using System;
+using Microsoft.Extensions.Logging;
+
+namespace RemoteCache;
+
+/// <summary>The SDK's log events (structured: every field is a named property). Event ids are stable.</summary>
+internal static partial class Log
+{
+    [LoggerMessage(1, LogLevel.Information,
+        "Opened {CacheName} (id {CacheId}) on {Endpoints}: {Capacity} bytes, config {Config}, {Lanes} lanes, in {ElapsedMs} ms")]
+    public static partial void CacheOpened(ILogger logger, string cacheName, ulong cacheId, string endpoints, long capacity,
+                                           CacheConfig config, int lanes, long elapsedMs);
+
+    [LoggerMessage(2, LogLevel.Warning, "Opening {CacheName} on {Endpoints} failed: {Status}")]
+    public static partial void CacheOpenFailed(ILogger logger, string cacheName, string endpoints, RemoteCacheStatus status,
+                                               Exception exception);
+
+    [LoggerMessage(3, LogLevel.Information,
+        "Opening {CacheName} on {Endpoints} was cancelled; a connect under way finishes in the background and is closed")]
+    public static partial void CacheOpenCancelled(ILogger logger, string cacheName, string endpoints);
+
+    [LoggerMessage(4, LogLevel.Information, "Closed {CacheName}")]
+    public static partial void CacheClosed(ILogger logger, string cacheName);
+
+    [LoggerMessage(5, LogLevel.Information, "Reconfigured {CacheName} from {OldConfig} to {NewConfig}")]
+    public static partial void CacheReconfigured(ILogger logger, string cacheName, CacheConfig oldConfig, CacheConfig newConfig);
+
+    [LoggerMessage(6, LogLevel.Information, "Renewed the lease of {CacheName} on its {ServerCount} servers")]
+    public static partial void LeaseRenewed(ILogger logger, string cacheName, int serverCount);
+
+    [LoggerMessage(7, LogLevel.Warning,
+        "Operations on {CacheName} fail with {Status}: {Reason} (logged once per status; the remotecache.client.errors metric counts them)")]
+    public static partial void OperationsFailing(ILogger logger, string cacheName, RemoteCacheStatus status, string reason);
+
+    [LoggerMessage(20, LogLevel.Information,
+        "Embedded server {ServerId} listening on {Endpoints}: regions of {RegionSize} bytes, at most {MemoryLimit} bytes, admission {Admission}")]
+    public static partial void ServerStarted(ILogger logger, string serverId, string endpoints, long regionSize, long memoryLimit,
+                                             string admission);
+
+    [LoggerMessage(21, LogLevel.Warning, "Starting an embedded server on {Endpoints} failed: {Status}")]
+    public static partial void ServerStartFailed(ILogger logger, string endpoints, RemoteCacheStatus status, Exception exception);
+
+    [LoggerMessage(22, LogLevel.Information, "Embedded server {ServerId} stopped")]
+    public static partial void ServerStopped(ILogger logger, string serverId);
+}
