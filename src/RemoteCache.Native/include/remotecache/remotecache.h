@@ -36,7 +36,10 @@ extern "C" {
 #define RC_API
 #endif
 
-#define RC_API_VERSION 2
+/* The version of this header. A binding built against one version must not drive a library built
+ * from another (struct layouts, limits and semantics may differ): it compares rc_api_version() of
+ * the library it loaded with the RC_API_VERSION it was built against and refuses a mismatch. */
+#define RC_API_VERSION 3
 
 /* Limits and defaults of the API, defined here once (bindings take them from this header). */
 #define RC_MAX_TOKEN_BYTES 64            /* rc_cache_options.token, UTF-8 bytes */
@@ -117,6 +120,9 @@ typedef struct rc_cache rc_cache;
 typedef struct rc_session rc_session;
 typedef struct rc_server rc_server;
 
+/* RC_API_VERSION of the header the library was built from (see RC_API_VERSION). */
+RC_API uint32_t rc_api_version(void);
+
 /* Text of the last error on the calling thread; valid until the next call on that thread. */
 RC_API const char* rc_last_error(void);
 /* Stable name of a status code ("RC_E_OUT_OF_RANGE", ...). */
@@ -136,7 +142,8 @@ RC_API rc_status rc_cache_reconfigure(rc_cache* cache, const rc_config* config);
  * extends the cache's lease to the new expiry, and later connections present them. On failure the
  * cache keeps working under its old lease. */
 RC_API rc_status rc_cache_renew(rc_cache* cache, const char* const* capabilities);
-/* Fails with RC_E_INVALID_ARGUMENT while sessions are open. */
+/* Fails with RC_E_INVALID_ARGUMENT while sessions are open, and changes nothing: the cache stays
+ * open and usable, and rc_last_error() names the sessions still open (their handle addresses). */
 RC_API rc_status rc_cache_close(rc_cache* cache);
 
 /* ---- sessions ------------------------------------------------------------------------- */
@@ -204,6 +211,19 @@ RC_API const char* rc_server_endpoint(const rc_server* server, size_t index);
 RC_API uint64_t rc_server_memory_in_use(const rc_server* server);
 /* Closes every connection (clients see RC_E_DISCONNECTED) and frees the server. */
 RC_API rc_status rc_server_stop(rc_server* server);
+
+/* ---- diagnostics ----------------------------------------------------------------------- */
+
+/* Native objects of this library alive in this process: counted when an open / start succeeds,
+ * uncounted when rc_cache_close / rc_session_close / rc_server_stop frees the object. Bindings'
+ * tests use it to check that every handle they created was released. */
+typedef struct rc_object_counts {
+  uint64_t caches;
+  uint64_t sessions;
+  uint64_t servers;
+} rc_object_counts;
+
+RC_API rc_status rc_get_object_counts(rc_object_counts* out);
 
 #ifdef __cplusplus
 }

@@ -2,8 +2,13 @@
 // (std::bad_alloc, std::system_error from a failed syscall) ever crosses into the caller.
 #include <remotecache/remotecache.h>
 
+#include <atomic>
 #include <exception>
+#include <memory>
+#include <mutex>
 #include <new>
+#include <set>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -16,18 +21,54 @@
 #include "common/status.h"
 #include "server/server.h"
 
+namespace rc::api {
+
+enum class ObjectKind { cache, session, server, count };
+
+// Process-wide, so that rc_get_object_counts sees every handle of this library whatever thread made it.
+std::atomic<uint64_t> g_live_objects[static_cast<int>(ObjectKind::count)];
+
+// A member of every handle struct: the count follows the handle's lifetime rather than the API
+// calls, so a failure path that frees a half-made handle (or never frees one) cannot skew it.
+template <ObjectKind Kind>
+class LiveObject {
+ public:
+  LiveObject() { g_live_objects[static_cast<int>(Kind)].fetch_add(1, std::memory_order_relaxed); }
+  ~LiveObject() { g_live_objects[static_cast<int>(Kind)].fetch_sub(1, std::memory_order_relaxed); }
+  LiveObject(const LiveObject&) = delete;
+  LiveObject& operator=(const LiveObject&) = delete;
+};
+
+inline uint64_t live_objects(ObjectKind kind) {
+  return g_live_objects[static_cast<int>(kind)].load(std::memory_order_relaxed);
+}
+
+}  // namespace rc::api
+
+// `live` comes first so that it is destroyed last: a handle stops counting only once its threads
+// and connections are gone, not while its destructor still runs.
 struct rc_cache {
+  rc::api::LiveObject<rc::api::ObjectKind::cache> live;
   std::unique_ptr<rc::client::Cache> impl;
+  std::mutex sessions_mutex;
+  // The open sessions, so that a refused rc_cache_close can say which ones keep the cache open.
+  std::set<const rc_session*> sessions;
 };
 struct rc_session {
-  rc::client::Session* impl;
-  rc_cache* cache;
+  rc::api::LiveObject<rc::api::ObjectKind::session> live;
+  std::unique_ptr<rc::client::Session> impl;
+  rc_cache* cache = nullptr;
 };
 struct rc_server {
+  rc::api::LiveObject<rc::api::ObjectKind::server> live;
   std::unique_ptr<rc::server::Server> impl;
 };
 
 namespace {
+
+// A refused rc_cache_close names at most this many sessions; a binding that leaked thousands
+// needs the count, not thousands of addresses.
+constexpr size_t kSessionsNamedOnRefusedClose = 8;
 
 template <typename Fn>
 rc_status guarded(Fn&& fn) {
@@ -48,9 +89,28 @@ rc_status null_argument(const char* what) {
   return rc::fail(RC_E_INVALID_ARGUMENT, std::string(what) + " is null");
 }
 
+// Called with the cache's sessions_mutex held and at least one session open.
+rc_status refuse_close_with_open_sessions(const rc_cache& cache) {
+  std::ostringstream text;
+  text << "close every session before closing its cache: " << cache.sessions.size() << " session"
+       << (cache.sessions.size() == 1 ? "" : "s") << " still open (";
+  size_t named = 0;
+  for (const rc_session* s : cache.sessions) {
+    if (named == kSessionsNamedOnRefusedClose) {
+      text << ", ...";
+      break;
+    }
+    text << (named++ == 0 ? "" : ", ") << static_cast<const void*>(s);
+  }
+  text << ")";
+  return rc::fail(RC_E_INVALID_ARGUMENT, text.str());
+}
+
 }  // namespace
 
 extern "C" {
+
+uint32_t rc_api_version(void) { return RC_API_VERSION; }
 
 const char* rc_last_error(void) { return rc::last_error(); }
 
@@ -71,7 +131,9 @@ rc_status rc_cache_open(const char* const* endpoints, size_t endpoint_count, con
     rc_status st = RC_OK;
     auto impl = rc::client::Cache::open(list, *options, st);
     if (!impl) return st;
-    *out_cache = new rc_cache{std::move(impl)};
+    auto handle = std::make_unique<rc_cache>();
+    handle->impl = std::move(impl);
+    *out_cache = handle.release();
     return RC_OK;
   });
 }
@@ -99,9 +161,11 @@ rc_status rc_cache_renew(rc_cache* cache, const char* const* capabilities) {
 
 rc_status rc_cache_close(rc_cache* cache) {
   if (cache == nullptr) return null_argument("cache");
-  if (cache->impl->sessions.load() != 0)
-    return rc::fail(RC_E_INVALID_ARGUMENT, "close every session before closing its cache");
   return guarded([&] {
+    {
+      std::lock_guard<std::mutex> lock(cache->sessions_mutex);
+      if (!cache->sessions.empty()) return refuse_close_with_open_sessions(*cache);
+    }
     delete cache;
     return RC_OK;
   });
@@ -112,11 +176,17 @@ rc_status rc_session_open(rc_cache* cache, rc_session** out_session) {
   *out_session = nullptr;
   if (cache == nullptr) return null_argument("cache");
   return guarded([&] {
-    auto session = std::make_unique<rc::client::Session>(*cache->impl, cache->impl->session_capacity());
-    const rc_status st = session->open();
+    auto impl = std::make_unique<rc::client::Session>(*cache->impl, cache->impl->session_capacity());
+    const rc_status st = impl->open();
     if (st != RC_OK) return st;
-    cache->impl->sessions.fetch_add(1);
-    *out_session = new rc_session{session.release(), cache};
+    auto handle = std::make_unique<rc_session>();
+    handle->impl = std::move(impl);
+    handle->cache = cache;
+    {
+      std::lock_guard<std::mutex> lock(cache->sessions_mutex);
+      cache->sessions.insert(handle.get());
+    }
+    *out_session = handle.release();
     return RC_OK;
   });
 }
@@ -172,8 +242,10 @@ rc_status rc_session_close(rc_session* session) {
   if (session == nullptr) return null_argument("session");
   return guarded([&] {
     session->impl->close();
-    session->cache->impl->sessions.fetch_sub(1);
-    delete session->impl;
+    {
+      std::lock_guard<std::mutex> lock(session->cache->sessions_mutex);
+      session->cache->sessions.erase(session);
+    }
     delete session;
     return RC_OK;
   });
@@ -221,7 +293,9 @@ rc_status rc_server_start(const rc_server_options* options, rc_server** out_serv
     rc_status st = RC_OK;
     auto impl = rc::server::Server::start(o, st);
     if (!impl) return st;
-    *out_server = new rc_server{std::move(impl)};
+    auto handle = std::make_unique<rc_server>();
+    handle->impl = std::move(impl);
+    *out_server = handle.release();
     return RC_OK;
   });
 }
@@ -245,6 +319,15 @@ rc_status rc_server_stop(rc_server* server) {
     delete server;
     return RC_OK;
   });
+}
+
+rc_status rc_get_object_counts(rc_object_counts* out) {
+  if (out == nullptr) return null_argument("out");
+  using rc::api::ObjectKind;
+  out->caches = rc::api::live_objects(ObjectKind::cache);
+  out->sessions = rc::api::live_objects(ObjectKind::session);
+  out->servers = rc::api::live_objects(ObjectKind::server);
+  return RC_OK;
 }
 
 }  // extern "C"

@@ -74,8 +74,6 @@ class Cache {
   Status bind(uint64_t& epoch, std::vector<std::unique_ptr<Channel>>& channels,
               std::shared_ptr<WorkerSet>& workers, Worker*& worker);
 
-  std::atomic<uint32_t> sessions{0};
-
  private:
   Cache() = default;
   Status connect_links(uint32_t server_threads, std::vector<std::unique_ptr<transport::ClientConnection>>& out);
