@@ -73,7 +73,9 @@ public sealed class TelemetryTests
             Listen = { "tcp:127.0.0.1:0" }, RegionSize = MiB, MemoryLimit = 16 * MiB, AdmissionKey = key, LoggerFactory = loggers,
         });
         Assert.Equal("by capability", Fields(sink.GetSnapshot().Single(r => r.Id.Id == 20))["Admission"]);
-        var forged = RemoteCacheCapability.Mint(new byte[RemoteCacheCapability.MinAdmissionKeyBytes + 1], 5, server.ServerId, 1,
+        // Signed with another key (HMAC pads keys with zeros, so it must differ in its bytes, not only its length).
+        var otherKey = Enumerable.Repeat((byte)7, RemoteCacheCapability.MinAdmissionKeyBytes).ToArray();
+        var forged = RemoteCacheCapability.Mint(otherKey, 5, server.ServerId, 1,
                                                 DateTimeOffset.UtcNow.AddMinutes(5));
         var options = new RemoteCacheOptions { CacheId = 5, Name = "refused", Capabilities = new[] { forged }, LoggerFactory = loggers };
         var e = await Assert.ThrowsAsync<RemoteCacheException>(() => RemoteCacheClient.OpenAsync(server.Endpoints, options));
