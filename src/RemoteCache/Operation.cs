@@ -35,8 +35,6 @@ internal sealed class Operation : IValueTaskSource
     {
         Lane = lane;
         Index = index;
-        // Continuations run on the completing thread: no extra hop for awaiters on this hot path.
-        _core.RunContinuationsAsynchronously = false;
     }
 
     public Lane Lane { get; }
@@ -92,6 +90,10 @@ internal sealed class Operation : IValueTaskSource
             Release();  // cancelled: the awaiter has its answer already
             return;
         }
+        // An awaiter's continuation runs inline on a caller that harvested its own completion (no hop on the hot path),
+        // but never on the poller: the rest of the caller's method would run there, stalling every lane's completions
+        // while it runs and deadlocking if it blocks on the client (or disposes it).
+        _core.RunContinuationsAsynchronously = RemoteCacheClient.IsPollerOf(Lane.Owner);
         if (status == RemoteCacheStatus.Ok)
             _core.SetResult(true);
         else

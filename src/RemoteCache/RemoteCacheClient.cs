@@ -312,6 +312,10 @@ public sealed class RemoteCacheClient : IAsyncDisposable, IDisposable
     /// pinned memory; <paramref name="callback"/> runs with the status on the thread that harvests the
     /// completion (<see cref="Poll"/>, an awaiting caller, or the client's poller). No allocation.
     /// </summary>
+    /// <remarks>
+    /// Callbacks must be short and must not block: on the poller, one that waits holds up every completion of the
+    /// client (and one that waits for another operation of this client waits forever). They may start new operations.
+    /// </remarks>
     /// <exception cref="ArgumentOutOfRangeException">The range leaves the cache.</exception>
     /// <exception cref="ObjectDisposedException">The client is disposed.</exception>
     public void StartRead(long address, IntPtr destination, int length, IoCallback callback, object? context) =>
@@ -568,12 +572,18 @@ public sealed class RemoteCacheClient : IAsyncDisposable, IDisposable
         return new ValueTask(Task.Run(Shutdown));
     }
 
-    /// <summary>Synchronous form of <see cref="DisposeAsync"/>.</summary>
+    /// <summary>
+    /// Synchronous form of <see cref="DisposeAsync"/>. From inside a completion callback that the client's poller runs,
+    /// the shutdown goes on in the background instead (waiting there would wait for the poller itself).
+    /// </summary>
     public void Dispose()
     {
         if (Interlocked.Exchange(ref _disposed, 1) != 0)
             return;
-        Shutdown();
+        if (IsPollerOf(this))
+            _ = Task.Run(Shutdown);
+        else
+            Shutdown();
     }
 
     private void Shutdown()

@@ -49,6 +49,13 @@ internal sealed class Instruments
     private static readonly Lazy<Instruments> s_shared = new(() => new Instruments(new Meter(RemoteCacheMetrics.MeterName, s_version)));
     private static readonly ConditionalWeakTable<Meter, Instruments> s_byMeter = new();
 
+    // From a microsecond (a one-sided shm read) to ten seconds (the default operation timeout), about three per decade:
+    // the SDKs' default buckets are for milliseconds and would put every operation in the first.
+    private static readonly double[] s_durationBuckets =
+    {
+        1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+    };
+
     private readonly ConcurrentDictionary<RemoteCacheClient, KeyValuePair<string, object?>> _clients = new();
 
     private Instruments(Meter meter)
@@ -56,7 +63,8 @@ internal sealed class Instruments
         Operations = meter.CreateCounter<long>(RemoteCacheMetrics.Operations, "{operation}", "Operations finished, failed ones included");
         Bytes = meter.CreateCounter<long>(RemoteCacheMetrics.Bytes, "By", "Bytes read or written by operations that succeeded");
         Errors = meter.CreateCounter<long>(RemoteCacheMetrics.Errors, "{operation}", "Operations that failed, by status");
-        Duration = meter.CreateHistogram<double>(RemoteCacheMetrics.Duration, "s", "Time from an operation's start to its completion");
+        Duration = meter.CreateHistogram<double>(RemoteCacheMetrics.Duration, "s", "Time from an operation's start to its completion",
+                                                 tags: null, advice: new InstrumentAdvice<double> { HistogramBucketBoundaries = s_durationBuckets });
         meter.CreateObservableUpDownCounter(RemoteCacheMetrics.InFlight, ObserveInFlight, "{operation}",
                                             "Operations started and not finished yet");
     }
