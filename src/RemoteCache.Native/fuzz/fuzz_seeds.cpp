@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "common/capability.h"
+#include "common/status.h"
 #include "common/wire.h"
 #include "fuzz_grammar.h"
 #include "fuzz_util.h"
@@ -153,7 +154,7 @@ void frame_seeds() {
     put(body, connect_request(42, 2, false));
     save("fuzz-frame", "connect-request", frame_of(wire::Kind::Connect, body));
   }
-  {  // Connect replies: granted with two regions, and refused
+  {  // Connect replies: granted with two regions, and refused with every status a server may send
     wire::ConnectReply rep{};
     rep.status = 0;
     rep.region_count = 2;
@@ -165,12 +166,15 @@ void frame_seeds() {
     put(body, wire::RegionDescriptor{0x20000, 1});
     save("fuzz-frame", "connect-reply-ok", frame_of(wire::Kind::ConnectReply, body));
 
-    wire::ConnectReply no{};
-    no.status = RC_E_AUTH;
-    std::snprintf(no.message, sizeof no.message, "%s", "wrong token");
-    std::vector<std::byte> body2;
-    put(body2, no);
-    save("fuzz-frame", "connect-reply-refused", frame_of(wire::Kind::ConnectReply, body2));
+    // One past the last known status, too: the client must turn it into RC_E_PROTOCOL.
+    for (int32_t status = RC_E_INVALID_ARGUMENT; rc::is_known_status(status + 1); --status) {
+      wire::ConnectReply no{};
+      no.status = status;
+      std::snprintf(no.message, sizeof no.message, "%s", "refused");
+      std::vector<std::byte> refused;
+      put(refused, no);
+      save("fuzz-frame", "connect-reply-refused" + std::to_string(status), frame_of(wire::Kind::ConnectReply, refused));
+    }
   }
 }
 
