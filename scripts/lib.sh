@@ -42,15 +42,29 @@ NATIVE_PACKAGES=(cmake ninja-build g++ libgtest-dev libgmock-dev python3 libibve
 # SSD reference. The tests run a small main job too.
 YCSB_PACKAGES=(samba libsmbclient fio)
 
+# Parallel build jobs: at most 2, so that a build leaves room on the small machines this runs on.
+native_build_jobs() {
+  local jobs
+  jobs="$(nproc 2>/dev/null || echo 1)"
+  (( jobs > 2 )) && jobs=2
+  echo "$jobs"
+}
+
 # build_native DIR [cmake args...]: configures and builds src/RemoteCache.Native into DIR, under the
 # command prefix in the BUILD_WRAP array if set (sanitized builds run their test binaries to list tests).
 BUILD_WRAP=()
 build_native() {
   local dir=$1
   shift
-  local jobs
-  jobs="$(nproc 2>/dev/null || echo 1)"
-  (( jobs > 2 )) && jobs=2
   "${BUILD_WRAP[@]}" cmake -S src/RemoteCache.Native -B "$dir" -G Ninja "$@"
-  "${BUILD_WRAP[@]}" cmake --build "$dir" -j "$jobs"
+  "${BUILD_WRAP[@]}" cmake --build "$dir" -j "$(native_build_jobs)"
+}
+
+# build_native_preset PRESET DIR [cmake args...]: like build_native, with the configure preset PRESET
+# of CMakePresets.json (where the native variants are defined). DIR replaces the preset's binaryDir.
+build_native_preset() {
+  local preset=$1 dir=$2
+  shift 2
+  "${BUILD_WRAP[@]}" cmake -S src/RemoteCache.Native --preset "$preset" -B "$dir" "$@"
+  "${BUILD_WRAP[@]}" cmake --build "$dir" -j "$(native_build_jobs)"
 }

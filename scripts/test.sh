@@ -6,6 +6,7 @@
 #   3. native-tsan     build/native-tsan   clang-14, -DRC_SANITIZE=thread, ctest
 #   4. fuzz            build/native-fuzz   clang-14 libFuzzer: 5 targets, an equal share of RC_FUZZ_SECONDS
 #                                          each, from generated seeds (fuzz/CMakeLists.txt lists them)
+#      (the native builds are the configure presets release, asan, tsan and fuzz of CMakePresets.json)
 #   5. dotnet          dotnet test RemoteCache.sln (skipped while there is no solution)
 #   6. rdma-vm         tests/rdma-vm/run.sh: a qemu VM with Soft-RoCE runs the conformance suite over
 #                      verbs, the verbs benchmarks and perftest (the verbs tests must run there, not skip)
@@ -28,21 +29,17 @@ QUICK=0
 for arg in "$@"; do
   case "$arg" in
     --quick) QUICK=1 ;;
-    -h|--help) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "test.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
 
-NATIVE_SRC="src/RemoteCache.Native"
 BUILD_ROOT="${RC_BUILD_ROOT:-build}"
 FUZZ_SECONDS="${RC_FUZZ_SECONDS:-150}"
-JOBS="$(nproc 2>/dev/null || echo 1)"
-if (( JOBS > 2 )); then JOBS=2; fi
-if (( JOBS < 1 )); then JOBS=1; fi
-CTEST_JOBS="${RC_CTEST_JOBS:-$JOBS}"
+CTEST_JOBS="${RC_CTEST_JOBS:-$(native_build_jobs)}"
 CTEST_TIMEOUT=300
+# The C compiler of the clang presets (CMakePresets.json), for the sanitizer probe below.
 CLANG_C=clang-14
-CLANG_CXX=clang++-14
 
 PACKAGES=("${NATIVE_PACKAGES[@]}" "${YCSB_PACKAGES[@]}" clang-14 libclang-rt-14-dev llvm-14 redis-server)
 if (( QUICK )); then
@@ -192,13 +189,12 @@ EOF
 
 # ---- native build + ctest -----------------------------------------------------------------------
 
-# native_suite BUILD_DIR [cmake args...]: configure, build, ctest (all under SAN_WRAP if set).
+# native_suite PRESET BUILD_DIR: configure with the preset, build, ctest (all under SAN_WRAP if set).
 native_suite() {
-  local dir=$1
-  shift
+  local preset=$1 dir=$2
   local t0=$SECONDS
   BUILD_WRAP=("${SAN_WRAP[@]}")
-  build_native "$dir" -DRC_BUILD_TESTS=ON "$@"
+  build_native_preset "$preset" "$dir"
   echo "-- configure + build: $(fmt_duration $((SECONDS - t0)))"
   t0=$SECONDS
   local rc=0
@@ -209,19 +205,17 @@ native_suite() {
 }
 
 step_release() {
-  native_suite "$BUILD_ROOT/native" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  native_suite release "$BUILD_ROOT/native"
 }
 
 step_asan() {
   prepare_sanitizer address
-  native_suite "$BUILD_ROOT/native-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_C_COMPILER="$CLANG_C" -DCMAKE_CXX_COMPILER="$CLANG_CXX" -DRC_SANITIZE=address,undefined
+  native_suite asan "$BUILD_ROOT/native-asan"
 }
 
 step_tsan() {
   prepare_sanitizer thread
-  native_suite "$BUILD_ROOT/native-tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_C_COMPILER="$CLANG_C" -DCMAKE_CXX_COMPILER="$CLANG_CXX" -DRC_SANITIZE=thread
+  native_suite tsan "$BUILD_ROOT/native-tsan"
 }
 
 # ---- fuzzing ------------------------------------------------------------------------------------
@@ -229,11 +223,9 @@ step_tsan() {
 step_fuzz() {
   prepare_sanitizer address
   local dir="$BUILD_ROOT/native-fuzz" t0=$SECONDS
-  "${SAN_WRAP[@]}" cmake -S "$NATIVE_SRC" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_C_COMPILER="$CLANG_C" -DCMAKE_CXX_COMPILER="$CLANG_CXX" \
-    -DRC_BUILD_FUZZ=ON -DRC_BUILD_TESTS=OFF
   # The default target includes fuzz-corpus, which runs fuzz-seeds into $dir/fuzz/seeds/<target>.
-  "${SAN_WRAP[@]}" cmake --build "$dir" -j "$JOBS"
+  BUILD_WRAP=("${SAN_WRAP[@]}")
+  build_native_preset fuzz "$dir"
   echo "-- configure + build: $(fmt_duration $((SECONDS - t0)))"
 
   # Every target (name:max_len) fuzzes for an equal share of FUZZ_SECONDS from its own seeds, into

@@ -240,7 +240,7 @@ class Harness {
   void on_complete(const Op& op, int32_t status) {
     // What reaches the application (rc_completion.status) is an rc_status, whatever the server
     // sent: a status the client does not know must not pass through as it is.
-    FUZZ_CHECK(status <= RC_OK && status >= RC_E_LIMIT);
+    FUZZ_CHECK(rc::is_known_status(status));
     FUZZ_CHECK(op.slot < ops_.size());
     OpRecord& r = ops_[op.slot];
     FUZZ_CHECK(op.buffer == r.op.buffer && op.length == r.op.length && op.offset == r.op.offset &&

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "common/capability.h"
+#include "common/status.h"
 #include "common/wire.h"
 #include "fuzz_grammar.h"
 #include "fuzz_util.h"
@@ -153,7 +154,7 @@ void frame_seeds() {
     put(body, connect_request(42, 2, false));
     save("fuzz-frame", "connect-request", frame_of(wire::Kind::Connect, body));
   }
-  {  // Connect replies: granted with two regions, and refused
+  {  // Connect replies: granted with two regions, and refused with every status a server may send
     wire::ConnectReply rep{};
     rep.status = 0;
     rep.region_count = 2;
@@ -165,12 +166,15 @@ void frame_seeds() {
     put(body, wire::RegionDescriptor{0x20000, 1});
     save("fuzz-frame", "connect-reply-ok", frame_of(wire::Kind::ConnectReply, body));
 
-    wire::ConnectReply no{};
-    no.status = RC_E_AUTH;
-    std::snprintf(no.message, sizeof no.message, "%s", "wrong token");
-    std::vector<std::byte> body2;
-    put(body2, no);
-    save("fuzz-frame", "connect-reply-refused", frame_of(wire::Kind::ConnectReply, body2));
+    // One past the last known status, too: the client must turn it into RC_E_PROTOCOL.
+    for (int32_t status = RC_E_INVALID_ARGUMENT; rc::is_known_status(status + 1); --status) {
+      wire::ConnectReply no{};
+      no.status = status;
+      std::snprintf(no.message, sizeof no.message, "%s", "refused");
+      std::vector<std::byte> refused;
+      put(refused, no);
+      save("fuzz-frame", "connect-reply-refused" + std::to_string(status), frame_of(wire::Kind::ConnectReply, refused));
+    }
   }
 }
 
@@ -334,21 +338,27 @@ void connect_seeds() {
     w.upto(16 - 12, 31).upto(5, 127).bytes(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>("lease"), 5));
     save(t, "encode", w);
   }
-  {  // a capability's text, then mint fields
-    ScriptWriter w;
-    w.u8(kCnCapability);
+  {  // a capability's text, then mint fields; the text also with blanks around it (libcrypto's
+     // decoder skips those: the text form must not)
     const auto text = rc::capability::to_text(rc::capability::mint(admission_key(), 77, "server-a", 4, kYear2100Ms));
-    w.upto(static_cast<uint32_t>(text.size()), 300).bytes(
-        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
-    w.upto(32, 80);
-    for (int i = 0; i < 32; ++i) w.u8(static_cast<uint8_t>(i * 37));
-    w.u64(77);
-    w.upto(8, 70).bytes(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>("server-a"), 8));
-    w.u32(4).u64(kYear2100Ms);
-    w.upto(3, 31).u8(0);                       // the key bit to flip
-    w.upto(8, 8);
-    for (uint32_t bit : {0u, 39u, 100u, 400u, 800u, 895u, 896u, 1151u}) w.upto(bit, 8 * 144 - 1);
-    save(t, "capability", w);
+    auto capability_script = [&](const std::string& shown) {
+      ScriptWriter w;
+      w.u8(kCnCapability);
+      w.upto(static_cast<uint32_t>(shown.size()), 300).bytes(
+          std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(shown.data()), shown.size()));
+      w.upto(32, 80);
+      for (int i = 0; i < 32; ++i) w.u8(static_cast<uint8_t>(i * 37));
+      w.u64(77);
+      w.upto(8, 70).bytes(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>("server-a"), 8));
+      w.u32(4).u64(kYear2100Ms);
+      w.upto(3, 31).u8(0);                       // the key bit to flip
+      w.upto(8, 8);
+      for (uint32_t bit : {0u, 39u, 100u, 400u, 800u, 895u, 896u, 1151u}) w.upto(bit, 8 * 144 - 1);
+      return w;
+    };
+    save(t, "capability", capability_script(text));
+    save(t, "capability-newlines-after", capability_script(text + "\n\n\n\n"));
+    save(t, "capability-spaces-before", capability_script("    " + text));
   }
   // Registry scripts.
   auto attach = [](ScriptWriter& w, uint32_t id, uint32_t token, uint8_t regions, uint8_t flags, uint32_t client,

@@ -10,6 +10,7 @@
 
 #include "attacks.h"
 #include "common/capability.h"  // to tamper with a capability's fields
+#include "common/crypto.h"      // base64url, the capabilities' text form
 
 #ifndef RC_CAPABILITY_PATH
 #error "RC_CAPABILITY_PATH must name the remotecache-capability binary"
@@ -913,6 +914,34 @@ TEST_F(Security, CapabilityMintChecksItsArguments) {
 // A key from --new-key must survive the key file reader, which drops one trailing newline (and then
 // a carriage return) so that text keys work: 32 raw random bytes end in one of those 2 times in 256,
 // and then the key has 31 bytes and the server refuses to start. 400 keys make that near certain.
+// The text form of a capability is base64url and nothing else: whitespace around it (a newline read
+// from a file with the text) is refused whatever its length, as is any character outside the url
+// alphabet. libcrypto's decoder skips whitespace at either end, so it must not see any (fuzz-connect
+// found "<text>\n\n\n\n" accepted and "<text>\n" refused).
+TEST(CapabilityText, OnlyTheUrlAlphabet) {
+  const auto decoded = [](std::string_view text) { return rc::crypto::base64url_decode(text); };
+  ASSERT_TRUE(decoded("QUJD"));
+  EXPECT_EQ(*decoded("QUJD"), (std::vector<uint8_t>{'A', 'B', 'C'}));
+  EXPECT_EQ(*decoded("QUJDRA"), (std::vector<uint8_t>{'A', 'B', 'C', 'D'}));
+  EXPECT_EQ(*decoded("QUJDRA=="), (std::vector<uint8_t>{'A', 'B', 'C', 'D'}));
+  EXPECT_EQ(*decoded("-_-_"), (std::vector<uint8_t>{0xfb, 0xff, 0xbf}));
+  for (const char* bad : {"QUJD\n", "QUJD\n\n\n\n", "QUJD    ", "    QUJD", "\t\t\t\tQUJD", "QU\nJD", "QUJD\r\n\r\n",
+                          "QU+D", "QU/D", "QU=D", "QUJ*"}) {
+    EXPECT_FALSE(decoded(bad)) << "'" << bad << "' is not base64url";
+  }
+  EXPECT_FALSE(decoded(std::string_view("QUJD\0\0\0\0", 8))) << "NULs after the text";
+
+  const std::vector<uint8_t> key(RC_MIN_ADMISSION_KEY_BYTES, 7);
+  char text[RC_MAX_CAPABILITY_TEXT] = {};
+  ASSERT_EQ(rc_capability_mint(key.data(), key.size(), 1, "server", 1, unix_now_ms() + 60'000, text, sizeof text), RC_OK)
+      << last_error();
+  EXPECT_TRUE(rc::capability::from_text(text));
+  for (const char* around : {"\n", "\n\n", "\n\n\n", "\n\n\n\n", " ", "\r\n"}) {
+    EXPECT_FALSE(rc::capability::from_text(std::string(text) + around)) << "text followed by " << std::strlen(around) << " blanks";
+    EXPECT_FALSE(rc::capability::from_text(around + std::string(text))) << "text after " << std::strlen(around) << " blanks";
+  }
+}
+
 TEST_F(Security, KeyFilesAreReadExactly) {
   phase("--new-key");
   const std::string dir = "/tmp/" + fresh_name("keys");

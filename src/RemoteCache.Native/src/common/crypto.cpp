@@ -37,14 +37,23 @@ std::string base64url_encode(std::span<const uint8_t> data) {
   return out;
 }
 
+namespace {
+
+bool base64_letter_or_digit(char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
+
+}  // namespace
+
 std::optional<std::vector<uint8_t>> base64url_decode(std::string_view text) {
   while (!text.empty() && text.back() == '=') text.remove_suffix(1);
   if (text.size() % 4 == 1) return std::nullopt;
   std::string standard(text);
+  // Only the url alphabet (padding only at the end, removed above). Checked here rather than left
+  // to EVP_DecodeBlock, which skips whitespace at either end of its input: it would accept a
+  // capability with spaces or newlines around it, or not, depending on their count.
   for (char& c : standard) {
     if (c == '-') c = '+';
     else if (c == '_') c = '/';
-    else if (c == '+' || c == '/' || c == '=') return std::nullopt;  // the url alphabet only; padding only at the end
+    else if (!base64_letter_or_digit(c)) return std::nullopt;
   }
   const std::size_t pad = (4 - standard.size() % 4) % 4;
   standard.append(pad, '=');
