@@ -7,7 +7,9 @@
 #   4. fuzz            build/native-fuzz   clang-14 libFuzzer: 5 targets, an equal share of RC_FUZZ_SECONDS
 #                                          each, from generated seeds (fuzz/CMakeLists.txt lists them)
 #   5. dotnet          dotnet test RemoteCache.sln (skipped while there is no solution)
-#   6. rdma-vm         tests/rdma-vm/run.sh: a qemu VM with Soft-RoCE runs the conformance suite over
+#   6. packaging       tests/packaging/run.sh: dotnet pack, then a project outside the repository restores the
+#                      packages and runs a quickstart against the packaged remotecache-server
+#   7. rdma-vm         tests/rdma-vm/run.sh: a qemu VM with Soft-RoCE runs the conformance suite over
 #                      verbs, the verbs benchmarks and perftest (the verbs tests must run there, not skip)
 # and prints a summary table. Exit status is non-zero when any suite failed.
 #
@@ -28,7 +30,7 @@ QUICK=0
 for arg in "$@"; do
   case "$arg" in
     --quick) QUICK=1 ;;
-    -h|--help) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "test.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -301,6 +303,12 @@ step_dotnet() {
   dotnet test RemoteCache.sln
 }
 
+# ---- NuGet packages ------------------------------------------------------------------------------
+
+step_packaging() {
+  bash tests/packaging/run.sh
+}
+
 # ---- RDMA: the verbs transport on Soft-RoCE in a VM -----------------------------------------------
 
 step_rdma_vm() {
@@ -326,6 +334,7 @@ if (( ! QUICK )); then
   run_suite native-tsan step_tsan
   run_suite fuzz step_fuzz
   run_suite dotnet step_dotnet
+  run_suite packaging step_packaging
   run_suite rdma-vm step_rdma_vm
 fi
 
