@@ -8,7 +8,9 @@
 #                                          each, from generated seeds (fuzz/CMakeLists.txt lists them)
 #      (the native builds are the configure presets release, asan, tsan and fuzz of CMakePresets.json)
 #   5. dotnet          dotnet test RemoteCache.sln (skipped while there is no solution)
-#   6. rdma-vm         tests/rdma-vm/run.sh: a qemu VM with Soft-RoCE runs the conformance suite over
+#   6. packaging       tests/packaging/run.sh: dotnet pack, then a project outside the repository restores the
+#                      packages and runs a quickstart against the packaged remotecache-server
+#   7. rdma-vm         tests/rdma-vm/run.sh: a qemu VM with Soft-RoCE runs the conformance suite over
 #                      verbs, the verbs benchmarks and perftest (the verbs tests must run there, not skip)
 # and prints a summary table. Exit status is non-zero when any suite failed.
 #
@@ -293,6 +295,12 @@ step_dotnet() {
   dotnet test RemoteCache.sln
 }
 
+# ---- NuGet packages ------------------------------------------------------------------------------
+
+step_packaging() {
+  bash tests/packaging/run.sh
+}
+
 # ---- RDMA: the verbs transport on Soft-RoCE in a VM -----------------------------------------------
 
 step_rdma_vm() {
@@ -318,6 +326,7 @@ if (( ! QUICK )); then
   run_suite native-tsan step_tsan
   run_suite fuzz step_fuzz
   run_suite dotnet step_dotnet
+  run_suite packaging step_packaging
   run_suite rdma-vm step_rdma_vm
 fi
 

@@ -1,0 +1,283 @@
+#!/usr/bin/env bash
+# The NuGet packages as a user gets them (scripts/test.sh runs this as the `packaging` suite):
+#   1. `dotnet pack RemoteCache.sln -c Release` into a temporary folder: exactly RemoteCache and RemoteCache.Device
+#      (.nupkg + .snupkg) come out;
+#   2. the listings: RemoteCache holds lib/net8.0/RemoteCache.dll and runtimes/linux-x64/native/libremotecache.so,
+#      remotecache-server and remotecache-capability (ELF files) and not remotecache-bench or remotecache-abi;
+#      RemoteCache.Device holds its assembly and depends on RemoteCache (same version) and Microsoft.FASTER.Core;
+#      the symbol packages hold the PDBs; with a git remote (origin), the nuspecs must name it and the PDBs carry
+#      SourceLink (without one, neither can, and a note says so);
+#   3. a consumer project (tests/packaging/consumer) copied outside the repository, so that none of its
+#      Directory.*.props apply, restores the two packages from the packed folder (plus the machine's usual NuGet
+#      sources) into a fresh packages folder, so that a stale package in the global cache cannot stand in for the
+#      packed one; the machine's global packages folder serves every other package, as a fallback folder without
+#      the two RemoteCache ids;
+#   4. the consumer is built and published; in both outputs the three native files are present and the two
+#      programs have mode 755 (the package's buildTransitive targets); run from each, it starts remotecache-server
+#      from RemoteCacheServer.ExecutablePath as a separate process, writes and reads a cache on it, and writes and
+#      reads a sector through a RemoteCacheDevice over a second, exclusive cache.
+# A native asset missing from the package, or not executable after restore, fails one of these steps.
+#
+# usage: bash tests/packaging/run.sh
+# environment (optional):
+#   RC_PACKAGING_KEEP=1   keep the temporary directory (its path is printed)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$ROOT"
+
+if ! command -v dotnet >/dev/null 2>&1; then
+  echo "packaging: the dotnet SDK is not installed" >&2
+  exit 1
+fi
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/remotecache-packaging.XXXXXX")"
+case "$WORK/" in
+  "$ROOT"/*) echo "packaging: the temporary directory $WORK is inside the repository; set TMPDIR elsewhere" >&2; exit 1 ;;
+esac
+SERVER_PID=""
+cleanup() {
+  # The consumer stops its server; if the consumer itself was killed (timeout), its server is stopped here.
+  if [[ -n $SERVER_PID ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
+    kill "$SERVER_PID" 2>/dev/null || true
+  fi
+  if [[ "${RC_PACKAGING_KEEP:-0}" == 1 ]]; then
+    echo "packaging: kept $WORK"
+  else
+    rm -rf "$WORK"
+  fi
+}
+trap cleanup EXIT
+
+FEED="$WORK/feed"
+CONSUMER="$WORK/consumer"
+PACKAGES="$WORK/packages"
+FALLBACK="$WORK/global-packages-without-remotecache"
+
+VERSION="$(dotnet msbuild src/RemoteCache/RemoteCache.csproj -getProperty:Version)"
+DEVICE_VERSION="$(dotnet msbuild src/RemoteCache.Device/RemoteCache.Device.csproj -getProperty:Version)"
+if [[ -z $VERSION || $VERSION != "$DEVICE_VERSION" ]]; then
+  echo "packaging: RemoteCache has version '$VERSION', RemoteCache.Device '$DEVICE_VERSION'" >&2
+  exit 1
+fi
+echo "packaging: version $VERSION, work directory $WORK"
+
+# ---- 1. pack -------------------------------------------------------------------------------------
+t0=$SECONDS
+dotnet pack RemoteCache.sln -c Release -o "$FEED" -m:1 -nologo
+echo "-- pack: $((SECONDS - t0))s"
+
+# ---- 2. what the packages hold -------------------------------------------------------------------
+# With a git remote (origin), the nuspecs name the repository and the PDBs carry SourceLink; without one, neither.
+REMOTE="$(git remote get-url origin 2>/dev/null || true)"
+python3 - "$FEED" "$VERSION" "$REMOTE" <<'EOF'
+import os, sys, zipfile, xml.etree.ElementTree as ET
+
+feed, version, remote = sys.argv[1], sys.argv[2], sys.argv[3]
+errors = []
+expected = {f"{i}.{version}.{ext}" for i in ("RemoteCache", "RemoteCache.Device") for ext in ("nupkg", "snupkg")}
+present = set(os.listdir(feed))
+if present != expected:
+    errors.append(f"the pack produced {sorted(present)}; expected exactly {sorted(expected)}")
+
+def nuspec(z, pid):
+    root = ET.fromstring(z.read(f"{pid}.nuspec"))
+    ns = {"n": root.tag[1:].split("}")[0]} if root.tag.startswith("{") else {"n": ""}
+    return root, ns
+
+def check(pid, required, forbidden, deps):
+    path = os.path.join(feed, f"{pid}.{version}.nupkg")
+    if not os.path.exists(path):
+        return
+    with zipfile.ZipFile(path) as z:
+        infos = {i.filename: i for i in z.infolist()}
+        print(f"{pid}.{version}.nupkg:")
+        for name, info in sorted(infos.items()):
+            print(f"  {info.file_size:>9}  {name}")
+        for name in required:
+            if name not in infos:
+                errors.append(f"{pid}: {name} is missing from the package")
+            elif name.startswith("runtimes/"):
+                if z.read(name)[:4] != b"\x7fELF":
+                    errors.append(f"{pid}: {name} is not an ELF file")
+        for name in forbidden:
+            if name in infos:
+                errors.append(f"{pid}: {name} must not be in the package")
+        root, ns = nuspec(z, pid)
+        meta = root.find("n:metadata", ns)
+        def text(tag):
+            e = meta.find(f"n:{tag}", ns)
+            return e.text if e is not None else None
+        for tag in ("id", "version", "authors", "description", "readme", "tags"):
+            if not text(tag):
+                errors.append(f"{pid}: the nuspec has no <{tag}>")
+        if text("id") != pid or text("version") != version:
+            errors.append(f"{pid}: the nuspec says {text('id')} {text('version')}")
+        if text("readme") and text("readme") not in infos:
+            errors.append(f"{pid}: the readme {text('readme')} is not in the package")
+        got = {d.get("id"): d.get("version") for d in meta.iter(f"{{{ns['n']}}}dependency")}
+        for dep, ver in deps.items():
+            if dep not in got:
+                errors.append(f"{pid}: no dependency on {dep} (dependencies: {got})")
+            elif ver is not None and got[dep] != ver:
+                errors.append(f"{pid}: depends on {dep} {got[dep]}, expected {ver}")
+        print(f"  dependencies: {', '.join(f'{k} {v}' for k, v in got.items())}")
+        repo = meta.find("n:repository", ns)
+        url = repo.get("url") if repo is not None else None
+        print(f"  repository: {url or '(no url)'}, commit {repo.get('commit') if repo is not None else '?'}")
+        if remote and not url:
+            errors.append(f"{pid}: the repository has a remote ({remote}) but the nuspec names no repository url")
+    spath = os.path.join(feed, f"{pid}.{version}.snupkg")
+    if os.path.exists(spath):
+        with zipfile.ZipFile(spath) as z:
+            pdb = f"lib/net8.0/{pid}.pdb"
+            if pdb not in z.namelist():
+                errors.append(f"{pid}: the symbol package has no {pdb} ({z.namelist()})")
+            else:
+                # The SourceLink map is stored as plain JSON in the portable PDB's blob heap.
+                has_link = b'{"documents":' in z.read(pdb)
+                print(f"  {pid}.{version}.snupkg: {pdb}, SourceLink {'present' if has_link else 'absent'}")
+                if remote and not has_link:
+                    errors.append(f"{pid}: the repository has a remote ({remote}) but {pdb} has no SourceLink")
+
+native = "runtimes/linux-x64/native/"
+check("RemoteCache",
+      ["lib/net8.0/RemoteCache.dll", native + "libremotecache.so", native + "remotecache-server",
+       native + "remotecache-capability", "buildTransitive/RemoteCache.targets"],
+      [native + "remotecache-bench", native + "remotecache-abi"], {})
+check("RemoteCache.Device", ["lib/net8.0/RemoteCache.Device.dll"], [],
+      {"RemoteCache": version, "Microsoft.FASTER.Core": None})
+if not remote:
+    print("packaging: note: the repository has no git remote, so the packages name no repository url and the PDBs "
+          "carry no SourceLink")
+if errors:
+    print("packaging: the packages are wrong:", *errors, sep="\n  ", file=sys.stderr)
+    sys.exit(1)
+print("packaging: package contents ok")
+EOF
+
+# ---- 3. a consumer outside the repository --------------------------------------------------------
+mkdir -p "$CONSUMER" "$PACKAGES" "$FALLBACK"
+cp tests/packaging/consumer/Consumer.csproj tests/packaging/consumer/Program.cs "$CONSUMER/"
+# MSBuild looks for these upwards from the project; empty ones here stop the search (whatever /tmp holds).
+for f in Directory.Build.props Directory.Build.targets Directory.Packages.props; do
+  echo '<Project />' > "$WORK/$f"
+done
+
+# Every package of the global packages folder except the two under test, as a read-only fallback folder: the
+# other packages need no download, and RemoteCache can only come from the packed folder.
+GLOBAL="$(dotnet nuget locals global-packages --list | sed -n 's/^global-packages: //p')"
+GLOBAL="${GLOBAL%/}"
+if [[ -d $GLOBAL ]]; then
+  for dir in "$GLOBAL"/*/; do
+    [[ -d $dir ]] || continue
+    id="$(basename "$dir")"
+    case "$id" in remotecache | remotecache.device) continue ;; esac
+    ln -s "${dir%/}" "$FALLBACK/$id"
+  done
+fi
+# The packed folder as a source; the usual sources (user and machine NuGet.Config) still apply.
+cat > "$CONSUMER/nuget.config" <<EOF
+<?xml version="1.0" encoding="utf-8"?>
+<configuration>
+  <packageSources>
+    <add key="remotecache-packed" value="$FEED" />
+  </packageSources>
+  <fallbackPackageFolders>
+    <add key="global-packages-without-remotecache" value="$FALLBACK" />
+  </fallbackPackageFolders>
+  <config>
+    <add key="globalPackagesFolder" value="$PACKAGES" />
+  </config>
+</configuration>
+EOF
+echo "packaging: NuGet sources of the consumer:"
+(cd "$CONSUMER" && dotnet nuget list source --format short)
+
+t0=$SECONDS
+dotnet restore "$CONSUMER/Consumer.csproj" -p:RemoteCachePackageVersion="$VERSION" -nologo
+echo "-- restore: $((SECONDS - t0))s"
+
+# The two packages were extracted into the fresh packages folder from the packed folder, byte for byte.
+python3 - "$FEED" "$PACKAGES" "$VERSION" <<'EOF'
+import base64, hashlib, json, os, sys
+
+feed, packages, version = sys.argv[1:]
+errors = []
+for pid in ("RemoteCache", "RemoteCache.Device"):
+    d = os.path.join(packages, pid.lower(), version)
+    meta = os.path.join(d, ".nupkg.metadata")
+    if not os.path.exists(meta):
+        errors.append(f"{pid} {version} was not restored into {packages}")
+        continue
+    with open(meta) as f:
+        m = json.load(f)
+    with open(os.path.join(feed, f"{pid}.{version}.nupkg"), "rb") as f:
+        packed = base64.b64encode(hashlib.sha512(f.read()).digest()).decode()
+    if os.path.normpath(m.get("source", "")) != os.path.normpath(feed):
+        errors.append(f"{pid} came from {m.get('source')}, not from {feed}")
+    if m.get("contentHash") != packed:
+        errors.append(f"{pid}: the restored package is not the packed one")
+    print(f"{pid} {version}: restored from {m.get('source')}")
+if errors:
+    print("packaging:", *errors, sep="\n  ", file=sys.stderr)
+    sys.exit(1)
+EOF
+echo "packaging: the native files as NuGet extracted them:"
+ls -l "$PACKAGES/remotecache/$VERSION/runtimes/linux-x64/native/" || true
+
+# check_native DIR WHAT: the three native files in DIR/runtimes/linux-x64/native, the programs executable by every
+# user (NuGet extracts them with mode 0744; the package's buildTransitive targets set 0755 in build and publish output).
+check_native() {
+  local dir="$1/runtimes/linux-x64/native" what=$2 f mode bad=0
+  echo "packaging: the native files in the $what:"
+  ls -l "$dir/" || true
+  for f in libremotecache.so remotecache-server remotecache-capability; do
+    if [[ ! -f "$dir/$f" ]]; then
+      echo "packaging: $f is not in the $what ($dir)" >&2
+      bad=1
+    fi
+  done
+  for f in remotecache-server remotecache-capability; do
+    [[ -f "$dir/$f" ]] || continue
+    mode="$(stat -c '%a' "$dir/$f")"
+    if [[ $mode != 755 ]]; then
+      echo "packaging: $f has mode $mode in the $what, not 755" >&2
+      bad=1
+    fi
+  done
+  for f in remotecache-bench remotecache-abi; do
+    if [[ -e "$dir/$f" ]]; then
+      echo "packaging: $f must not be in the $what" >&2
+      bad=1
+    fi
+  done
+  return $bad
+}
+
+# run_consumer DLL WHAT: runs the quickstart; its output goes to the console and to $WORK/consumer.log.
+run_consumer() {
+  local dll=$1 what=$2 log="$WORK/consumer.log" rc=0 t0=$SECONDS
+  timeout --kill-after=10 180 dotnet "$dll" 2>&1 | tee "$log" || rc=${PIPESTATUS[0]}
+  SERVER_PID="$(sed -n 's/^remotecache-server (pid \([0-9]*\)) ready.*/\1/p' "$log" | head -n 1)"
+  echo "-- consumer ($what): $((SECONDS - t0))s, exit $rc"
+  if (( rc != 0 )); then
+    echo "packaging: the consumer failed from its $what (exit $rc)" >&2
+    return 1
+  fi
+}
+
+# ---- 4. build, publish and run the quickstart -----------------------------------------------------
+t0=$SECONDS
+dotnet build "$CONSUMER/Consumer.csproj" -c Release --no-restore -p:RemoteCachePackageVersion="$VERSION" -nologo
+echo "-- build: $((SECONDS - t0))s"
+check_native "$CONSUMER/bin/Release/net8.0" "build output"
+run_consumer "$CONSUMER/bin/Release/net8.0/Consumer.dll" "build output"
+
+t0=$SECONDS
+dotnet publish "$CONSUMER/Consumer.csproj" -c Release --no-restore --no-build -o "$WORK/publish" \
+  -p:RemoteCachePackageVersion="$VERSION" -nologo
+echo "-- publish: $((SECONDS - t0))s"
+check_native "$WORK/publish" "publish output"
+run_consumer "$WORK/publish/Consumer.dll" "publish output"
+echo "packaging: passed"
