@@ -1,6 +1,4 @@
 using System;
-using System.Diagnostics;
-using System.IO;
 using RemoteCache.Tests;
 using Xunit;
 using Xunit.Abstractions;
@@ -37,29 +35,5 @@ public sealed class SampleTests
         Assert.Contains($"is remotecache-server running at {endpoint}?", output);
     }
 
-    private static (int Exit, string Output) RunSample(string endpoint)
-    {
-        // tests/RemoteCache.Device.Tests/bin/<Configuration>/<tfm>/ → samples/FasterTiered/bin/<Configuration>/<tfm>/
-        var output = new DirectoryInfo(AppContext.BaseDirectory.TrimEnd(Path.DirectorySeparatorChar));
-        string tfm = output.Name, configuration = output.Parent!.Name;
-        string root = output.Parent!.Parent!.Parent!.Parent!.Parent!.FullName;
-        string dll = Path.Combine(root, "samples", "FasterTiered", "bin", configuration, tfm, "FasterTiered.dll");
-        Assert.True(File.Exists(dll), $"the sample is not built: {dll}");
-        var info = new ProcessStartInfo(Environment.GetEnvironmentVariable("DOTNET_HOST_PATH") ?? "dotnet")
-        {
-            RedirectStandardOutput = true,
-            RedirectStandardError = true,
-        };
-        info.ArgumentList.Add(dll);
-        info.ArgumentList.Add(endpoint);
-        using var process = Process.Start(info)!;
-        var stderr = process.StandardError.ReadToEndAsync();
-        string stdout = process.StandardOutput.ReadToEnd();
-        if (!process.WaitForExit(TimeSpan.FromSeconds(120)))
-        {
-            process.Kill(entireProcessTree: true);
-            throw new TimeoutException($"FasterTiered did not finish within 120 s:\n{stdout}");
-        }
-        return (process.ExitCode, stdout + stderr.Result);
-    }
+    private static (int Exit, string Output) RunSample(string endpoint) => Samples.Run("FasterTiered", endpoint);
 }
