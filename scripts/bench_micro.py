@@ -16,7 +16,8 @@ without continuations (spin on IsCompleted, then GetResult) and are reported nex
 Read/WriteSession drive a RemoteCacheSession (one native session on the benchmark thread, the way
 remotecache-bench uses the C API); Read/WriteCallback are the thread-safe callback path FASTER uses.
 
-usage: bench_micro.py [--quick] [--seconds T] [--wait-quiet S] [--no-build] [--skip-native] [--skip-bdn]
+usage: bench_micro.py [--quick] [--metrics] [--seconds T] [--wait-quiet S] [--no-build] [--skip-native] [--skip-bdn]
+  --metrics  with the RemoteCache meter listened to (rows go to artifacts/bench-micro-metrics.json)
   --quick    only shm, 8 B (for iteration, about 2 minutes); the full run takes about 6 minutes here
 """
 import argparse
@@ -233,7 +234,11 @@ def main():
                     help="before each case wait up to S s for other processes to leave the CPUs idle (default 20)")
     ap.add_argument("--skip-native", action="store_true", help="managed figures only")
     ap.add_argument("--skip-bdn", action="store_true", help="native and allocation probe only")
+    ap.add_argument("--metrics", action="store_true",
+                    help="listen to the RemoteCache meter while measuring (RC_BENCH_METRICS=1, benchmarks/Micro/MetricsListener.cs)")
     args = ap.parse_args()
+    if args.metrics:
+        os.environ["RC_BENCH_METRICS"] = "1"  # inherited by every managed benchmark process
     started = time.time()
     load_before = os.getloadavg()
 
@@ -373,9 +378,9 @@ def main():
             log(f"  {t} {s} {m}: {p}")
 
     os.makedirs(os.path.join(ROOT, "artifacts"), exist_ok=True)
-    out = os.path.join(ROOT, "artifacts", "bench-micro.json")
+    out = os.path.join(ROOT, "artifacts", "bench-micro-metrics.json" if args.metrics else "bench-micro.json")
     with open(out, "w") as f:
-        json.dump({"quick": args.quick, "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
+        json.dump({"quick": args.quick, "metrics": args.metrics, "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
                    "cpus": os.cpu_count(), "native_flags": NATIVE_FLAGS, "native_seconds": args.seconds,
                    "targets": {"low_level": LOW_LEVEL_TARGET, "valuetask": VALUETASK_TARGET},
                    "rows": rows}, f, indent=2)

@@ -17,7 +17,7 @@ namespace RemoteCache.Benchmarks.Micro;
 /// <remarks>
 /// ValueTask path: <see cref="RemoteCacheClient.ReadAsync"/>/<see cref="RemoteCacheClient.WriteAsync"/> into
 /// slices of a pre-pinned array (so <c>Memory.Pin</c> takes no GC handle), all submitted, then awaited in order.
-/// Low-level path: <see cref="RemoteCacheClient.Read"/>/<see cref="RemoteCacheClient.Write"/> into native memory
+/// Low-level path: <see cref="RemoteCacheClient.StartRead"/>/<see cref="RemoteCacheClient.StartWrite"/> into native memory
 /// with one static cached <see cref="IoCallback"/> counting completions, polled with <see cref="RemoteCacheClient.Poll"/>;
 /// it and the session path keep the window full for <see cref="Stream"/> operations per invocation (a continuous
 /// window, as remotecache-bench keeps), where the ValueTask benchmarks submit a window and await it.
