@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Before/after comparison of the README's native data-path figures: the same remotecache-bench
+"""Before/after comparison of the native data-path figures of docs/performance.md: the same remotecache-bench
 configurations run on two builds, interleaved round by round (the order alternates) so that the
 machine's drift hits both alike. Prints each build's median and the ratio after/before.
 
@@ -15,7 +15,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_native import bench  # noqa: E402
 
-# (name, metric, better, remotecache-bench flags): the four rows of the README's native table.
+# (name, metric, better, remotecache-bench flags): the four rows of the native table of docs/performance.md.
 CONFIGS = [
     ("shm 8 B read p50, b=1 q=1 (c0 s0)", "p50_us", "lower",
      dict(transport="shm", op="read", size=8, batch=1, qdepth=1, client_threads=0, server_threads=0)),

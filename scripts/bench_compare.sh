@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Before/after figures for a change to the data path: builds REF (default: origin's main, else HEAD) in
 # a temporary git worktree and the working tree, both Release, then runs scripts/bench_compare.py, which
-# interleaves the README's four native configurations on the two builds and prints the ratios.
+# interleaves the four native configurations of docs/performance.md on the two builds and prints the ratios.
 #
 # usage: bash scripts/bench_compare.sh [REF] [--rounds N] [--seconds T]
 set -euo pipefail

@@ -42,7 +42,10 @@ using (var host = builder.Build())
     }
     Console.WriteLine($"20000 operations on {cache.Name} ({cache.Capacity >> 20} MiB, {cache.Config})");
 
-    // Stopping the host disposes the meter provider, which exports what was recorded.
+    // Exports now (the console exporter otherwise exports once a minute). Observable instruments (operations, bytes,
+    // in flight) are read at each export; when the host is disposed the container's meters go first, so an export
+    // after that no longer sees them.
+    host.Services.GetRequiredService<MeterProvider>().ForceFlush();
     await host.StopAsync();
 }
 embedded?.Dispose();

@@ -144,7 +144,6 @@ internal sealed unsafe class Lane : IDisposable
     public RemoteCacheStatus Submit(bool write, long address, long length, void* buffer, IoCallback? callback, object? context,
                                     MemoryHandle pin, bool cancellable, out Operation? op)
     {
-        long started = Owner.Metrics.MeasuresDuration ? Stopwatch.GetTimestamp() : 0;
         for (;;)
         {
             Enter();
@@ -157,6 +156,8 @@ internal sealed unsafe class Lane : IDisposable
             op = RentLocked();
             if (op is not null)
             {
+                long started = (++_sampleTick & (ClientMetrics.DurationSampling - 1)) == 0 && Owner.Metrics.MeasuresDuration
+                    ? Stopwatch.GetTimestamp() : 0;
                 var status = write
                     ? NativeMethods.Write(_session, (ulong)address, buffer, (ulong)length, (ulong)op.Index)
                     : NativeMethods.Read(_session, (ulong)address, buffer, (ulong)length, (ulong)op.Index);
@@ -318,7 +319,8 @@ internal sealed unsafe class Lane : IDisposable
         for (int i = 0; i < n; i++)
         {
             var op = _ops[(int)completions[i].Tag];
-            var status = (RemoteCacheStatus)completions[i].Status;
+            var status = completions[i].Status;
+            Count(op.IsWrite, op.Length, status);
             if (op.Callback is { } callback)
             {
                 // Back to the pool now, so the callback can submit again without finding it empty.
@@ -340,7 +342,6 @@ internal sealed unsafe class Lane : IDisposable
         if (n == 0)
             return;
         var metrics = Owner.Metrics;
-        bool measured = metrics.Enabled;
         t_depth++;
         try
         {
@@ -348,10 +349,13 @@ internal sealed unsafe class Lane : IDisposable
             {
                 var f = finished[i];
                 finished[i] = default;
-                if (measured)
-                    metrics.Completed(f.IsWrite, f.Length, f.Started, f.Status);
+                if (f.Started != 0)
+                    metrics.Timed(f.IsWrite, f.Started);
                 if (f.Status != RemoteCacheStatus.Ok)
+                {
+                    metrics.Failed(f.IsWrite, f.Status);
                     Owner.OperationFailed(f.Status);
+                }
                 if (f.Callback is not null)
                     f.Callback(f.Status, f.Context);
                 else
@@ -384,6 +388,31 @@ internal sealed unsafe class Lane : IDisposable
         _handle.DangerousRelease();
         _handle.Dispose();  // rc_session_close: waits for anything still in flight
     }
+
+    // ---- totals (the metrics' operation and byte counters) ---------------------------------------------
+    // Written under the gate with plain stores; a metrics reader sums them racily (64-bit reads do not tear here).
+
+    private long _readOps, _writeOps, _readBytes, _writeBytes;
+    private int _sampleTick;  // submissions, for timing one in ClientMetrics.DurationSampling
+
+    private void Count(bool write, long length, RemoteCacheStatus status)
+    {
+        long bytes = status == RemoteCacheStatus.Ok ? length : 0;
+        if (write)
+        {
+            _writeOps++;
+            _writeBytes += bytes;
+        }
+        else
+        {
+            _readOps++;
+            _readBytes += bytes;
+        }
+    }
+
+    /// <summary>This lane's totals so far.</summary>
+    public OperationTotals Totals => new(Volatile.Read(ref _readOps), Volatile.Read(ref _writeOps),
+                                         Volatile.Read(ref _readBytes), Volatile.Read(ref _writeBytes));
 
     /// <summary>A harvested completion: a callback to run, or a ValueTask operation to complete, and what metrics record of it.</summary>
     private readonly record struct Finished(Operation? Op, RemoteCacheStatus Status, IoCallback? Callback, object? Context,

@@ -409,6 +409,15 @@ public sealed class RemoteCacheClient : IAsyncDisposable, IDisposable
 
     internal ClientMetrics Metrics { get; }
 
+    /// <summary>Operations and bytes of every lane so far (what the operation and byte counters report).</summary>
+    internal OperationTotals Totals()
+    {
+        var sum = default(OperationTotals);
+        foreach (var lane in _lanes)
+            sum += lane.Totals;
+        return sum;
+    }
+
     /// <summary>Logs the first failure of each status (a dead server fails every operation; one line says so).</summary>
     internal void OperationFailed(RemoteCacheStatus status)
     {
@@ -588,9 +597,9 @@ public sealed class RemoteCacheClient : IAsyncDisposable, IDisposable
 
     private void Shutdown()
     {
-        _instruments.Unregister(this);
         foreach (var lane in _lanes)
             lane.Drain();
+        _instruments.Unregister(this);
         _stopping = true;
         _work.Set();
         _handoffs.Set();

@@ -17,16 +17,19 @@ public static class RemoteCacheMetrics
     /// <summary>The meter's name: give it to <c>AddMeter</c> (OpenTelemetry) or a <see cref="MeterListener"/>.</summary>
     public const string MeterName = "RemoteCache";
 
-    /// <summary>Counter of finished operations ({operation}), failed ones included.</summary>
+    /// <summary>Counter (observable: the client's totals, read when collected) of finished operations ({operation}), failed ones included.</summary>
     public const string Operations = "remotecache.client.operations";
 
-    /// <summary>Counter of bytes moved by operations that succeeded (By).</summary>
+    /// <summary>Counter (observable, like <see cref="Operations"/>) of bytes moved by operations that succeeded (By).</summary>
     public const string Bytes = "remotecache.client.bytes";
 
     /// <summary>Counter of failed operations ({operation}), also tagged with <see cref="StatusTag"/>.</summary>
     public const string Errors = "remotecache.client.errors";
 
-    /// <summary>Histogram of operation durations from start to completion (s).</summary>
+    /// <summary>
+    /// Histogram of operation durations from start to completion (s), of a sample: one operation in 16 on each lane
+    /// (timing every one would cost more than an 8-byte shared-memory read itself).
+    /// </summary>
     public const string Duration = "remotecache.client.operation.duration";
 
     /// <summary>Up-down counter of operations started and not finished yet ({operation}), per cache.</summary>
@@ -57,20 +60,25 @@ internal sealed class Instruments
     };
 
     private readonly ConcurrentDictionary<RemoteCacheClient, KeyValuePair<string, object?>> _clients = new();
+    private readonly Dictionary<KeyValuePair<string, object?>, OperationTotals> _retired = new();
 
     private Instruments(Meter meter)
     {
-        Operations = meter.CreateCounter<long>(RemoteCacheMetrics.Operations, "{operation}", "Operations finished, failed ones included");
-        Bytes = meter.CreateCounter<long>(RemoteCacheMetrics.Bytes, "By", "Bytes read or written by operations that succeeded");
+        // Operations and bytes are the lanes' own totals, observed when a reader collects: counting costs an
+        // addition per operation, where a synchronous counter would cost a listener call per operation and measurement.
+        meter.CreateObservableCounter(RemoteCacheMetrics.Operations, () => Observe(static t => (t.ReadOps, t.WriteOps)),
+                                      "{operation}", "Operations finished, failed ones included");
+        meter.CreateObservableCounter(RemoteCacheMetrics.Bytes, () => Observe(static t => (t.ReadBytes, t.WriteBytes)),
+                                      "By", "Bytes read or written by operations that succeeded");
         Errors = meter.CreateCounter<long>(RemoteCacheMetrics.Errors, "{operation}", "Operations that failed, by status");
-        Duration = meter.CreateHistogram<double>(RemoteCacheMetrics.Duration, "s", "Time from an operation's start to its completion",
-                                                 tags: null, advice: new InstrumentAdvice<double> { HistogramBucketBoundaries = s_durationBuckets });
+        Duration = meter.CreateHistogram<double>(
+            RemoteCacheMetrics.Duration, "s",
+            $"Time from an operation's start to its completion, of one operation in {ClientMetrics.DurationSampling} per lane",
+            tags: null, advice: new InstrumentAdvice<double> { HistogramBucketBoundaries = s_durationBuckets });
         meter.CreateObservableUpDownCounter(RemoteCacheMetrics.InFlight, ObserveInFlight, "{operation}",
                                             "Operations started and not finished yet");
     }
 
-    public Counter<long> Operations { get; }
-    public Counter<long> Bytes { get; }
     public Counter<long> Errors { get; }
     public Histogram<double> Duration { get; }
 
@@ -86,7 +94,34 @@ internal sealed class Instruments
 
     public void Register(RemoteCacheClient client, KeyValuePair<string, object?> cacheTag) => _clients[client] = cacheTag;
 
-    public void Unregister(RemoteCacheClient client) => _clients.TryRemove(client, out _);
+    /// <summary>
+    /// Takes a closing client out; its totals stay in the counters (a counter does not go back when a client closes,
+    /// and an exporter's last collection after the clients closed still sees them).
+    /// </summary>
+    public void Unregister(RemoteCacheClient client)
+    {
+        if (!_clients.TryRemove(client, out var tag))
+            return;
+        var totals = client.Totals();
+        lock (_retired)
+            _retired[tag] = _retired.TryGetValue(tag, out var earlier) ? earlier + totals : totals;
+    }
+
+    private IEnumerable<Measurement<long>> Observe(Func<OperationTotals, (long Read, long Write)> pick)
+    {
+        // One measurement per cache name and operation: clients of the same name, open or closed, add up.
+        Dictionary<KeyValuePair<string, object?>, OperationTotals> byCache;
+        lock (_retired)
+            byCache = new(_retired);
+        foreach (var (client, tag) in _clients)
+            byCache[tag] = byCache.TryGetValue(tag, out var other) ? other + client.Totals() : client.Totals();
+        foreach (var (tag, totals) in byCache)
+        {
+            var (read, write) = pick(totals);
+            yield return new Measurement<long>(read, tag, ClientMetrics.ReadTag);
+            yield return new Measurement<long>(write, tag, ClientMetrics.WriteTag);
+        }
+    }
 
     private IEnumerable<Measurement<long>> ObserveInFlight()
     {
@@ -95,11 +130,21 @@ internal sealed class Instruments
     }
 }
 
-/// <summary>What one client records: its tags made once, so that recording allocates nothing.</summary>
+/// <summary>Operations finished and bytes moved by a client's lanes since it opened.</summary>
+internal record struct OperationTotals(long ReadOps, long WriteOps, long ReadBytes, long WriteBytes)
+{
+    public static OperationTotals operator +(OperationTotals a, OperationTotals b) =>
+        new(a.ReadOps + b.ReadOps, a.WriteOps + b.WriteOps, a.ReadBytes + b.ReadBytes, a.WriteBytes + b.WriteBytes);
+}
+
+/// <summary>What one client records synchronously: its tags made once, so that recording allocates nothing.</summary>
 internal sealed class ClientMetrics
 {
-    private static readonly KeyValuePair<string, object?> s_read = new(RemoteCacheMetrics.OperationTag, "read");
-    private static readonly KeyValuePair<string, object?> s_write = new(RemoteCacheMetrics.OperationTag, "write");
+    /// <summary>One operation in this many, per lane, is timed for the duration histogram (a power of two).</summary>
+    public const int DurationSampling = 16;
+
+    public static readonly KeyValuePair<string, object?> ReadTag = new(RemoteCacheMetrics.OperationTag, "read");
+    public static readonly KeyValuePair<string, object?> WriteTag = new(RemoteCacheMetrics.OperationTag, "write");
     private static readonly Dictionary<RemoteCacheStatus, KeyValuePair<string, object?>> s_statuses = MakeStatusTags();
 
     private readonly Instruments _instruments;
@@ -113,24 +158,14 @@ internal sealed class ClientMetrics
 
     public KeyValuePair<string, object?> CacheTag => _cache;
 
-    /// <summary>Whether anyone listens to any instrument (checked once per batch of completions).</summary>
-    public bool Enabled =>
-        _instruments.Operations.Enabled || _instruments.Bytes.Enabled || _instruments.Errors.Enabled || MeasuresDuration;
-
-    /// <summary>Whether operations need a start time.</summary>
+    /// <summary>Whether sampled operations need a start time.</summary>
     public bool MeasuresDuration => _instruments.Duration.Enabled;
 
-    public void Completed(bool write, long length, long started, RemoteCacheStatus status)
-    {
-        var operation = write ? s_write : s_read;
-        _instruments.Operations.Add(1, _cache, operation);
-        if (status == RemoteCacheStatus.Ok)
-            _instruments.Bytes.Add(length, _cache, operation);
-        else
-            _instruments.Errors.Add(1, _cache, operation, StatusTag(status));
-        if (started != 0)
-            _instruments.Duration.Record(Stopwatch.GetElapsedTime(started).TotalSeconds, _cache, operation);
-    }
+    public void Timed(bool write, long started) =>
+        _instruments.Duration.Record(Stopwatch.GetElapsedTime(started).TotalSeconds, _cache, write ? WriteTag : ReadTag);
+
+    public void Failed(bool write, RemoteCacheStatus status) =>
+        _instruments.Errors.Add(1, _cache, write ? WriteTag : ReadTag, StatusTag(status));
 
     private static KeyValuePair<string, object?> StatusTag(RemoteCacheStatus status) =>
         s_statuses.TryGetValue(status, out var tag) ? tag : new(RemoteCacheMetrics.StatusTag, status.ToString());

@@ -102,23 +102,29 @@ public sealed class TelemetryTests
 
         var options = Options(1, CacheConfig.LowLatency, "measured");
         options.MeterFactory = meters;
+        options.Lanes = 1;  // one lane: one operation in 16 of its submissions is timed
         options.OperationTimeout = TimeSpan.FromSeconds(2);
         var client = await RemoteCacheClient.OpenAsync(new[] { server.Endpoint }, options);
-        for (int i = 0; i < 10; i++)
+        for (int i = 0; i < 40; i++)
             await client.WriteAsync(i * 100, new byte[100]);
-        for (int i = 0; i < 7; i++)
+        for (int i = 0; i < 24; i++)
             await client.ReadAsync(i * 10, new byte[10]);
 
-        static long Sum(MetricCollector<long> c, string operation) =>
-            c.GetMeasurementSnapshot().Where(m => Equals(m.Tags[RemoteCacheMetrics.OperationTag], operation)
-                                                 && Equals(m.Tags[RemoteCacheMetrics.CacheTag], "measured")).Sum(m => m.Value);
-        Assert.Equal(10, Sum(operations, "write"));
-        Assert.Equal(7, Sum(operations, "read"));
-        Assert.Equal(1000, Sum(bytes, "write"));
-        Assert.Equal(70, Sum(bytes, "read"));
+        // Operations and bytes are observed: each collection reports the totals so far.
+        static long Last(MetricCollector<long> c, string operation)
+        {
+            c.RecordObservableInstruments();
+            return c.GetMeasurementSnapshot().Last(m => Equals(m.Tags[RemoteCacheMetrics.OperationTag], operation)
+                                                        && Equals(m.Tags[RemoteCacheMetrics.CacheTag], "measured")).Value;
+        }
+        Assert.Equal(40, Last(operations, "write"));
+        Assert.Equal(24, Last(operations, "read"));
+        Assert.Equal(4000, Last(bytes, "write"));
+        Assert.Equal(240, Last(bytes, "read"));
         var timed = durations.GetMeasurementSnapshot();
-        Assert.Equal(17, timed.Count);
-        Assert.All(timed, m => Assert.InRange(m.Value, 0, 10));
+        Assert.Equal(64 / 16, timed.Count);
+        Assert.Equal(40 / 16, timed.Count(m => Equals(m.Tags[RemoteCacheMetrics.OperationTag], "write")));
+        Assert.All(timed, m => Assert.InRange(m.Value, 1e-7, 10));
 
         inFlight.RecordObservableInstruments();
         var observed = inFlight.GetMeasurementSnapshot().Where(m => Equals(m.Tags[RemoteCacheMetrics.CacheTag], "measured")).ToList();
@@ -129,13 +135,16 @@ public sealed class TelemetryTests
         var failure = Assert.Single(errors.GetMeasurementSnapshot());
         Assert.Equal(nameof(RemoteCacheStatus.Disconnected), failure.Tags[RemoteCacheMetrics.StatusTag]);
         Assert.Equal("read", failure.Tags[RemoteCacheMetrics.OperationTag]);
-        Assert.Equal(8, Sum(operations, "read"));
-        Assert.Equal(70, Sum(bytes, "read"));
+        Assert.Equal(25, Last(operations, "read"));
+        Assert.Equal(240, Last(bytes, "read"));
 
         await DisposeWithTimeout(client);
         inFlight.Clear();
         inFlight.RecordObservableInstruments();
         Assert.DoesNotContain(inFlight.GetMeasurementSnapshot(), m => Equals(m.Tags[RemoteCacheMetrics.CacheTag], "measured"));
+        // A closed client's totals stay: counters do not go back.
+        Assert.Equal(40, Last(operations, "write"));
+        Assert.Equal(25, Last(operations, "read"));
     }
 
     [Fact]
@@ -145,6 +154,7 @@ public sealed class TelemetryTests
         using var server = StartServer();
         await using var client = await RemoteCacheClient.OpenAsync(server.Endpoints, new RemoteCacheOptions { Name = "process-wide" });
         await client.WriteAsync(0, new byte[3]);
-        Assert.Contains(operations.GetMeasurementSnapshot(), m => Equals(m.Tags[RemoteCacheMetrics.CacheTag], "process-wide"));
+        operations.RecordObservableInstruments();
+        Assert.Contains(operations.GetMeasurementSnapshot(), m => Equals(m.Tags[RemoteCacheMetrics.CacheTag], "process-wide") && m.Value == 1);
     }
 }
