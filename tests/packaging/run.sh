@@ -68,8 +68,15 @@ dotnet pack RemoteCache.sln -c Release -o "$FEED" -m:1 -nologo
 echo "-- pack: $((SECONDS - t0))s"
 
 # ---- 2. what the packages hold -------------------------------------------------------------------
-# With a git remote (origin), the nuspecs name the repository and the PDBs carry SourceLink; without one, neither.
+# With a git remote (origin) on a host the SDK's SourceLink knows (GitHub, GitLab, Azure DevOps, Bitbucket), the
+# nuspecs name the repository and the PDBs carry SourceLink; with none, or a local path (a clone of a clone, as CI
+# makes), neither is possible and only a note is printed.
 REMOTE="$(git remote get-url origin 2>/dev/null || true)"
+case "$REMOTE" in
+  *github.com*|*gitlab.com*|*dev.azure.com*|*visualstudio.com*|*bitbucket.org*) ;;
+  *) [[ -n $REMOTE ]] && echo "packaging: origin ($REMOTE) is not a host SourceLink maps; not requiring repository urls"
+     REMOTE="" ;;
+esac
 python3 - "$FEED" "$VERSION" "$REMOTE" <<'EOF'
 import os, sys, zipfile, xml.etree.ElementTree as ET
 

@@ -66,4 +66,6 @@ std::optional<std::vector<uint8_t>> base64url_decode(std::string_view text) {
   return out;
 }
 
+void release_thread_state() { OPENSSL_thread_stop(); }
+
 }  // namespace rc::crypto

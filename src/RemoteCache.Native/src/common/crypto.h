@@ -26,4 +26,8 @@ std::string base64url_encode(std::span<const uint8_t> data);
 // Nothing when `text` is not base64url (padding optional).
 std::optional<std::vector<uint8_t>> base64url_decode(std::string_view text);
 
+// Frees libcrypto's state of the calling thread now (libcrypto would at the thread's exit): for a detached
+// thread whose end the process does not wait for, so that nothing of it outlives the work it signalled done.
+void release_thread_state();
+
 }  // namespace rc::crypto

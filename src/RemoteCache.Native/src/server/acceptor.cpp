@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "common/crypto.h"
 #include "common/log.h"
 #include "common/notifier.h"
 
@@ -150,6 +151,9 @@ void Acceptor::run(std::shared_ptr<Handshake> slot, std::unique_ptr<transport::P
   }
   if (cache) registry_.detach(cache);  // admitted, but the reply failed or the server is stopping
   ticket.reset();
+  // This thread is detached: stop() waits for release_slot, not for the thread's exit, so its libcrypto state
+  // (from checking a capability) is freed first; a process exiting right after stop() left it behind (LeakSanitizer).
+  crypto::release_thread_state();
   release_slot(slot);
 }
 
