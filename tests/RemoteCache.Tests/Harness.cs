@@ -4,6 +4,7 @@ using System.Collections.Generic;
 using System.Linq;
 using System.Threading;
 using System.Threading.Tasks;
+using Microsoft.Extensions.Logging;
 using Xunit.Sdk;
 
 namespace RemoteCache.Tests;
@@ -63,6 +64,14 @@ internal static class Harness
         });
         server.AssertRunning();
     }
+
+    /// <summary>An embedded server on a free loopback tcp port: 1 MiB regions, 16 MiB in all, one thread.</summary>
+    public static RemoteCacheServer StartTcpServer(ILoggerFactory? loggers = null, byte[]? admissionKey = null) =>
+        RemoteCacheServer.Start(new RemoteCacheServerOptions
+        {
+            Listen = { "tcp:127.0.0.1:0" }, RegionSize = MiB, MemoryLimit = 16 * MiB, MaxThreads = 1,
+            AdmissionKey = admissionKey, LoggerFactory = loggers,
+        });
 
     public static RemoteCacheOptions Options(int regions, CacheConfig? config = null, string? name = null) => new()
     {

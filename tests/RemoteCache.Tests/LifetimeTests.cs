@@ -32,7 +32,7 @@ public sealed class LifetimeTests
         {
             var before = Settled();
             const int lanes = 2;
-            var server = RemoteCacheServer.Start(new RemoteCacheServerOptions { Listen = { "tcp:127.0.0.1:0" }, RegionSize = MiB, MemoryLimit = 16 * MiB, MaxThreads = 1 });
+            var server = StartTcpServer();
             var options = Options(1, CacheConfig.LowLatency, $"lifetime {order}");
             options.Lanes = lanes;
             options.OperationTimeout = TimeSpan.FromSeconds(2);
@@ -82,7 +82,7 @@ public sealed class LifetimeTests
         await WithTimeout(TimeSpan.FromSeconds(60), "finalized session", async () =>
         {
             var before = Settled();
-            using (var server = RemoteCacheServer.Start(new RemoteCacheServerOptions { Listen = { "tcp:127.0.0.1:0" }, RegionSize = MiB, MemoryLimit = 16 * MiB, MaxThreads = 1 }))
+            using (var server = StartTcpServer())
             {
                 var client = RemoteCacheClient.Open(server.Endpoints, Options(1, name: "abandoned session"));
                 AbandonASession(client);

@@ -98,7 +98,7 @@ public sealed class OptionsTests
     [Fact]
     public async Task AddRemoteCacheBindsEveryOptionFromConfiguration()
     {
-        using var server = RemoteCacheServer.Start(new RemoteCacheServerOptions { Listen = { "tcp:127.0.0.1:0" }, RegionSize = MiB, MemoryLimit = 16 * MiB, MaxThreads = 1 });
+        using var server = StartTcpServer();
         var configuration = new ConfigurationBuilder().AddInMemoryCollection(new Dictionary<string, string?>
         {
             ["RemoteCache:Endpoints:0"] = server.Endpoints[0],
@@ -148,7 +148,7 @@ public sealed class OptionsTests
     [Fact]
     public async Task NamedCachesAreKeyedServices()
     {
-        using var server = RemoteCacheServer.Start(new RemoteCacheServerOptions { Listen = { "tcp:127.0.0.1:0" }, RegionSize = MiB, MemoryLimit = 16 * MiB, MaxThreads = 1 });
+        using var server = StartTcpServer();
         var configuration = new ConfigurationBuilder().AddInMemoryCollection(new Dictionary<string, string?>
         {
             ["Caches:hot:Endpoints:0"] = server.Endpoints[0],
@@ -172,7 +172,7 @@ public sealed class OptionsTests
     [Fact]
     public async Task TheContainerDisposesTheClient()
     {
-        using var server = RemoteCacheServer.Start(new RemoteCacheServerOptions { Listen = { "tcp:127.0.0.1:0" }, RegionSize = MiB, MemoryLimit = 16 * MiB, MaxThreads = 1 });
+        using var server = StartTcpServer();
         var services = new ServiceCollection();
         services.AddRemoteCache(o => o.Endpoints.Add(server.Endpoints[0]));
         RemoteCacheClient client;
@@ -187,7 +187,7 @@ public sealed class OptionsTests
     [Fact]
     public void ReconfigureRefusesAnOutOfRangeConfiguration()
     {
-        using var server = RemoteCacheServer.Start(new RemoteCacheServerOptions { Listen = { "tcp:127.0.0.1:0" }, RegionSize = MiB, MemoryLimit = 16 * MiB, MaxThreads = 1 });
+        using var server = StartTcpServer();
         using var client = RemoteCacheClient.Open(server.Endpoints, new RemoteCacheOptions());
         var e = Assert.Throws<ArgumentException>(() => client.Reconfigure(new CacheConfig(0, 1, CacheConfig.MaxBatchSize + 1, 1)));
         Assert.Contains("BatchSize", e.Message, StringComparison.Ordinal);

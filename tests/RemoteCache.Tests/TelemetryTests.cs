@@ -16,12 +16,6 @@ namespace RemoteCache.Tests;
 /// <summary>Logs (structured, through ILogger) and metrics (System.Diagnostics.Metrics) of the client and the embedded server.</summary>
 public sealed class TelemetryTests
 {
-    private static RemoteCacheServer StartServer(ILoggerFactory? loggers = null) =>
-        RemoteCacheServer.Start(new RemoteCacheServerOptions
-        {
-            Listen = { "tcp:127.0.0.1:0" }, RegionSize = MiB, MemoryLimit = 16 * MiB, MaxThreads = 1, LoggerFactory = loggers,
-        });
-
     private static IReadOnlyDictionary<string, object?> Fields(FakeLogRecord record) =>
         record.StructuredState!.ToDictionary(p => p.Key, p => (object?)p.Value);
 
@@ -68,10 +62,7 @@ public sealed class TelemetryTests
         var sink = new FakeLogCollector();
         using var loggers = LoggerFactory.Create(b => b.AddProvider(new FakeLoggerProvider(sink)));
         var key = new byte[RemoteCacheCapability.MinAdmissionKeyBytes];
-        using var server = RemoteCacheServer.Start(new RemoteCacheServerOptions
-        {
-            Listen = { "tcp:127.0.0.1:0" }, RegionSize = MiB, MemoryLimit = 16 * MiB, AdmissionKey = key, LoggerFactory = loggers,
-        });
+        using var server = StartTcpServer(loggers, key);
         Assert.Equal("by capability", Fields(sink.GetSnapshot().Single(r => r.Id.Id == 20))["Admission"]);
         // Signed with another key (HMAC pads keys with zeros, so it must differ in its bytes, not only its length).
         var otherKey = Enumerable.Repeat((byte)7, RemoteCacheCapability.MinAdmissionKeyBytes).ToArray();
@@ -151,7 +142,7 @@ public sealed class TelemetryTests
     public async Task WithoutAMeterFactoryTheProcessWideMeterIsUsed()
     {
         using var operations = new MetricCollector<long>(null, RemoteCacheMetrics.MeterName, RemoteCacheMetrics.Operations);
-        using var server = StartServer();
+        using var server = StartTcpServer();
         await using var client = await RemoteCacheClient.OpenAsync(server.Endpoints, new RemoteCacheOptions { Name = "process-wide" });
         await client.WriteAsync(0, new byte[3]);
         operations.RecordObservableInstruments();
