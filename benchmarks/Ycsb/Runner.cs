@@ -21,6 +21,10 @@ public sealed record RunResult(string Device, string Workload, string Distributi
 
     /// <summary>Managed bytes the process allocated per operation during the phase (FASTER's pending reads allocate).</summary>
     public double AllocatedPerOp { get; init; }
+
+    /// <summary>The phase's operation latencies (for the latency CDFs); not serialized with the row.</summary>
+    [System.Text.Json.Serialization.JsonIgnore]
+    public Histogram? Latency { get; init; }
 }
 
 /// <summary>What the runner reports while it works (the live display).</summary>
@@ -219,7 +223,7 @@ public sealed class Runner<TValue, TValues> where TValue : unmanaged where TValu
         }
         return new RunResult(device, _o.Workload.Name, distribution.ToString().ToLowerInvariant(), threads, TValues.Bytes, _o.Records,
                              ops, seconds, latency.MeanNs / 1000, latency.Quantile(0.5) / 1000.0, latency.Quantile(0.99) / 1000.0,
-                             errors, note) { Round = round, AllocatedPerOp = allocatedPerOp };
+                             errors, note) { Round = round, AllocatedPerOp = allocatedPerOp, Latency = latency };
     }
 
     private void Tick(Stopwatch clock, double until)
