@@ -1,14 +1,19 @@
 using System;
+using System.Threading;
 
 namespace RemoteCache.Benchmarks.Ycsb;
 
-/// <summary>A source of item numbers in [0, count) (YCSB's NumberGenerator); one instance per thread.</summary>
+// YCSB's key generators as site.ycsb core 0.17.0 defines them (site.ycsb.generator: ZipfianGenerator,
+// ScrambledZipfianGenerator, SkewedLatestGenerator, AcknowledgedCounterGenerator, UniformLongGenerator; the key
+// choice of CoreWorkload.nextKeynum). Each chooser is used by one thread.
+
+/// <summary>A source of key numbers (YCSB's NumberGenerator).</summary>
 public interface IKeyChooser
 {
     long Next(Random rng);
 }
 
-/// <summary>Every item equally likely.</summary>
+/// <summary>Every key of [0, count) equally likely (YCSB's UniformLongGenerator over the loaded records).</summary>
 public sealed class UniformChooser : IKeyChooser
 {
     private readonly long _count;
@@ -18,78 +23,150 @@ public sealed class UniformChooser : IKeyChooser
 
 /// <summary>
 /// YCSB's ZipfianGenerator (Gray et al., "Quickly generating billion-record synthetic databases", SIGMOD 1994):
-/// item 0 is the most popular, P(i) ∝ 1 / (i + 1)^θ.
+/// item 0 is the most popular, P(i) ∝ 1 / (i + 1)^θ over [0, items). <see cref="Next(Random, long)"/> draws over a
+/// larger item count, updating ζ incrementally as YCSB does when inserts grow the key space.
 /// </summary>
 public sealed class ZipfianChooser : IKeyChooser
 {
     public const double DefaultTheta = 0.99;
 
-    private readonly long _count;
-    private readonly double _theta, _alpha, _zetan, _eta, _half;
+    // Above this many items ζ's sum is finished in closed form (Euler–Maclaurin) instead of term by term.
+    private const long ExactTerms = 1L << 22;
 
-    public ZipfianChooser(long count, double theta = DefaultTheta)
+    private readonly long _items;
+    private readonly double _theta, _alpha, _zeta2, _half;
+    private double _zetan, _eta;
+    private long _countForZeta;
+
+    /// <param name="items">Items 0 .. items − 1.</param>
+    /// <param name="theta">The Zipf constant, in (0, 1).</param>
+    /// <param name="zetan">ζ(items, θ) when known (YCSB's precomputed constant); computed otherwise.</param>
+    public ZipfianChooser(long items, double theta = DefaultTheta, double? zetan = null)
     {
-        if (count < 2)
-            throw new ArgumentOutOfRangeException(nameof(count), count, "a Zipfian chooser needs at least 2 items");
+        if (items < 2)
+            throw new ArgumentOutOfRangeException(nameof(items), items, "a Zipfian chooser needs at least 2 items");
         if (theta <= 0 || theta >= 1)
             throw new ArgumentOutOfRangeException(nameof(theta), theta, "θ must be in (0, 1)");
-        _count = count;
+        _items = items;
         _theta = theta;
-        _zetan = Zeta(count, theta);
+        _zeta2 = Zeta(2, theta);
         _alpha = 1.0 / (1.0 - theta);
-        double zeta2 = Zeta(2, theta);
-        _eta = (1 - Math.Pow(2.0 / count, 1 - theta)) / (1 - zeta2 / _zetan);
+        _zetan = zetan ?? Zeta(items, theta);
+        _countForZeta = items;
+        _eta = Eta();
         _half = 1 + Math.Pow(0.5, theta);
     }
 
-    public long Count => _count;
+    public long Count => _items;
     public double Theta => _theta;
 
-    /// <summary>ζ(n, θ) = Σ_{i=1..n} 1 / i^θ.</summary>
+    /// <summary>ζ now (it grows with the item count <see cref="Next(Random, long)"/> was last given).</summary>
+    public double ZetaN => _zetan;
+
+    /// <summary>
+    /// ζ(n, θ) = Σ_{i=1..n} 1 / i^θ: term by term up to 2^22 terms, then the Euler–Maclaurin formula for the rest
+    /// (YCSB sums all terms; over 10^10 items that takes minutes, and the two agree to about 1e-12).
+    /// </summary>
     public static double Zeta(long n, double theta)
     {
+        long exact = Math.Min(n, ExactTerms);
         double sum = 0;
-        for (long i = 1; i <= n; i++)
+        for (long i = 1; i <= exact; i++)
+            sum += 1.0 / Math.Pow(i, theta);
+        if (n > exact)
+            sum += TailSum(exact + 1, n, theta);
+        return sum;
+    }
+
+    /// <summary>ζ(n) from ζ(from): YCSB's incremental update when the item count grows.</summary>
+    public static double Zeta(long from, long n, double theta, double zetaFrom) =>
+        n - from <= ExactTerms ? zetaFrom + ExactSum(from + 1, n, theta) : zetaFrom + TailSum(from + 1, n, theta);
+
+    private static double ExactSum(long a, long b, double theta)
+    {
+        double sum = 0;
+        for (long i = a; i <= b; i++)
             sum += 1.0 / Math.Pow(i, theta);
         return sum;
     }
 
-    /// <summary>The probability of item <paramref name="rank"/> (0 = most popular): what the chooser should produce.</summary>
+    // Σ_{i=a..b} i^-θ ≈ ∫_a^b x^-θ dx + (f(a) + f(b)) / 2 + (f'(b) − f'(a)) / 12 − (f'''(b) − f'''(a)) / 720; with
+    // a ≥ 2^22 the next term is below 1e-30.
+    private static double TailSum(long a, long b, double theta)
+    {
+        double f(double x) => Math.Pow(x, -theta);
+        double f1(double x) => -theta * Math.Pow(x, -theta - 1);
+        double f3(double x) => -theta * (theta + 1) * (theta + 2) * Math.Pow(x, -theta - 3);
+        double integral = (Math.Pow(b, 1 - theta) - Math.Pow(a, 1 - theta)) / (1 - theta);
+        return integral + (f(a) + f(b)) / 2 + (f1(b) - f1(a)) / 12 - (f3(b) - f3(a)) / 720;
+    }
+
+    /// <summary>The probability of item <paramref name="rank"/> (0 = most popular) over this chooser's items.</summary>
     public double Probability(long rank) => 1.0 / Math.Pow(rank + 1, _theta) / _zetan;
 
-    public long Next(Random rng)
+    public long Next(Random rng) => Next(rng, _items);
+
+    /// <summary>A draw over <paramref name="itemCount"/> items (YCSB's nextLong(itemcount)).</summary>
+    public long Next(Random rng, long itemCount)
     {
+        if (itemCount > _countForZeta)
+        {
+            _zetan = Zeta(_countForZeta, itemCount, _theta, _zetan);
+            _countForZeta = itemCount;
+            // As YCSB: η keeps the item count the chooser was made with (only ζ follows the new count).
+            _eta = Eta();
+        }
         double u = rng.NextDouble();
         double uz = u * _zetan;
         if (uz < 1.0)
             return 0;
         if (uz < _half)
             return 1;
-        long item = (long)(_count * Math.Pow(_eta * u - _eta + 1, _alpha));
-        return Math.Min(item, _count - 1);
+        return (long)(itemCount * Math.Pow(_eta * u - _eta + 1, _alpha));
     }
+
+    private double Eta() => (1 - Math.Pow(2.0 / _items, 1 - _theta)) / (1 - _zeta2 / _zetan);
 }
 
 /// <summary>
-/// YCSB's ScrambledZipfianGenerator: Zipfian popularity, with the popular items spread over the key space by an
-/// FNV-1a hash (so they are not all neighbours in the log). YCSB draws from 10^10 items before hashing; this draws
-/// from the record count itself, so each rank maps to one item and the distribution keeps θ exactly (hash
-/// collisions merge a few ranks, as in YCSB).
+/// YCSB's ScrambledZipfianGenerator: a Zipf rank drawn over a fixed space of <see cref="ItemCount"/> + 1 items, then
+/// <c>fnvhash64(rank) % count</c>. The popular keys are scattered over the key space, and since 10^10 ranks fold onto
+/// the keys, each key collects many ranks: the hottest key is markedly less hot than the unscrambled distribution's
+/// item 0, and every key can be drawn.
 /// </summary>
 public sealed class ScrambledZipfianChooser : IKeyChooser
 {
-    private readonly ZipfianChooser _zipf;
+    /// <summary>YCSB's rank space (ITEM_COUNT in core 0.17.0; later master raised it to 10^16 without a new ζ).</summary>
+    public const long ItemCount = 10_000_000_000L;
+
+    /// <summary>YCSB's precomputed ζ for <see cref="ItemCount"/> items and θ = 0.99 (ZETAN).</summary>
+    public const double ZetaForDefaultTheta = 26.46902820178302;
+
+    private readonly ZipfianChooser _ranks;
     private readonly long _count;
 
+    /// <param name="count">Keys 0 .. count − 1.</param>
     public ScrambledZipfianChooser(long count, double theta = ZipfianChooser.DefaultTheta)
     {
-        _zipf = new ZipfianChooser(count, theta);
+        if (count < 1)
+            throw new ArgumentOutOfRangeException(nameof(count), count, "the key space is empty");
         _count = count;
+        // new ZipfianGenerator(0, ITEM_COUNT, θ[, ZETAN]): ITEM_COUNT + 1 items.
+        _ranks = new ZipfianChooser(ItemCount + 1, theta, theta == ZipfianChooser.DefaultTheta ? ZetaForDefaultTheta : null);
     }
 
-    public long Next(Random rng) => Scramble(_zipf.Next(rng), _count);
+    public long Count => _count;
 
-    /// <summary>Where rank <paramref name="rank"/> lands among <paramref name="count"/> items.</summary>
+    /// <summary>The rank distribution before the hash folds it onto the keys.</summary>
+    public ZipfianChooser Ranks => _ranks;
+
+    public long Next(Random rng) => Scramble(_ranks.Next(rng), _count);
+
+    /// <summary>Where rank <paramref name="rank"/> lands among <paramref name="count"/> keys.</summary>
+    /// <remarks>
+    /// Java's <c>%</c> of the one negative hash (long.MinValue, which Math.abs leaves negative) would give a negative
+    /// key; this takes the unsigned remainder instead, the only place where the two can differ.
+    /// </remarks>
     public static long Scramble(long rank, long count) => (long)((ulong)Fnv64(rank) % (ulong)count);
 
     /// <summary>
@@ -112,8 +189,9 @@ public sealed class ScrambledZipfianChooser : IKeyChooser
 }
 
 /// <summary>
-/// YCSB's SkewedLatestGenerator: the most recently inserted items are the most popular (Zipfian over the distance
-/// from the newest). <see cref="Inserted"/> is shared by the threads of a run.
+/// YCSB's SkewedLatestGenerator: the most recently inserted keys are the most popular. It draws
+/// <c>last − zipf(last)</c>, where <c>last</c> is the newest acknowledged insert, over a Zipfian whose ζ grows with
+/// the key space.
 /// </summary>
 public sealed class LatestChooser : IKeyChooser
 {
@@ -123,24 +201,79 @@ public sealed class LatestChooser : IKeyChooser
     public LatestChooser(InsertCounter inserted, double theta = ZipfianChooser.DefaultTheta)
     {
         _inserted = inserted;
-        _zipf = new ZipfianChooser(Math.Max(2, inserted.Count), theta);
+        _zipf = new ZipfianChooser(Math.Max(2, inserted.Last), theta);
     }
-
-    public InsertCounter Inserted => _inserted;
 
     public long Next(Random rng)
     {
-        long newest = _inserted.Count - 1;
-        long back = _zipf.Next(rng);
-        return Math.Max(0, newest - back);
+        long last = _inserted.Last;
+        return last - _zipf.Next(rng, Math.Max(2, last));
     }
 }
 
-/// <summary>The number of records inserted so far (keys 0 .. Count-1), advanced by inserts during a run.</summary>
+/// <summary>
+/// YCSB's AcknowledgedCounterGenerator: hands out insert keys (<see cref="Take"/>) and reports as
+/// <see cref="Last"/> the highest key below which every insert has been acknowledged, so readers never pick a key
+/// whose insert has not happened yet. Shared by the threads of a store.
+/// </summary>
 public sealed class InsertCounter
 {
-    private long _count;
-    public InsertCounter(long initial) => _count = initial;
-    public long Count => System.Threading.Interlocked.Read(ref _count);
-    public long Take() => System.Threading.Interlocked.Increment(ref _count) - 1;
+    private const int Window = 1 << 20;  // YCSB's WINDOW_SIZE: inserts that may be outstanding at once
+
+    private readonly bool[] _acknowledged = new bool[Window];
+    private readonly object _gate = new();
+    private long _next;
+    private long _last;
+
+    /// <param name="loaded">Keys 0 .. loaded − 1 exist; the first insert is key <paramref name="loaded"/>.</param>
+    public InsertCounter(long loaded)
+    {
+        _next = loaded;
+        _last = loaded - 1;
+    }
+
+    /// <summary>The newest key such that it and every key before it exist.</summary>
+    public long Last => Volatile.Read(ref _last);
+
+    /// <summary>Keys handed out to inserts so far, acknowledged or not, plus the loaded ones.</summary>
+    public long Issued => Interlocked.Read(ref _next);
+
+    /// <summary>The key of the next insert.</summary>
+    public long Take() => Interlocked.Increment(ref _next) - 1;
+
+    /// <summary>Marks <paramref name="key"/>'s insert as done; <see cref="Last"/> moves over every contiguous done key.</summary>
+    public void Acknowledge(long key)
+    {
+        int slot = (int)(key & (Window - 1));
+        if (Volatile.Read(ref _acknowledged[slot]))
+            throw new InvalidOperationException($"more than {Window} inserts outstanding (key {key})");
+        Volatile.Write(ref _acknowledged[slot], true);
+        // As YCSB: whoever gets the gate advances Last over the contiguous acknowledged keys. One that finds the gate
+        // taken leaves its key to the holder; the holder looks again after letting go, since it may have passed the
+        // key's slot just before it was set (YCSB's would leave Last behind until the next insert).
+        for (;;)
+        {
+            if (!Monitor.TryEnter(_gate))
+                return;
+            try
+            {
+                long index = _last + 1;
+                for (; index <= _last + Window; index++)
+                {
+                    int s = (int)(index & (Window - 1));
+                    if (!Volatile.Read(ref _acknowledged[s]))
+                        break;
+                    Volatile.Write(ref _acknowledged[s], false);
+                }
+                Volatile.Write(ref _last, index - 1);
+            }
+            finally
+            {
+                Monitor.Exit(_gate);
+            }
+            Interlocked.MemoryBarrier();  // the release above before the look below (against a setter's store, then TryEnter)
+            if (!Volatile.Read(ref _acknowledged[(int)((Last + 1) & (Window - 1))]))
+                return;
+        }
+    }
 }

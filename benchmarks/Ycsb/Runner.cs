@@ -83,8 +83,9 @@ public sealed class Runner<TValue, TValues> where TValue : unmanaged where TValu
     /// <summary>A device's loaded store: phases run on it round after round, until it is disposed.</summary>
     public sealed class Store : IDisposable
     {
-        internal Store(string device, FasterKV<long, TValue> kv, IDevice log, TieredDevice? tiered, string dir, string note)
+        internal Store(string device, FasterKV<long, TValue> kv, IDevice log, TieredDevice? tiered, string dir, string note, long records)
         {
+            Inserted = new InsertCounter(records);
             Device = device;
             Kv = kv;
             Log = log;
@@ -100,6 +101,9 @@ public sealed class Runner<TValue, TValues> where TValue : unmanaged where TValu
         internal string Dir { get; }
         internal string Note { get; set; }
         internal int FailedTiersReported { get; set; }
+
+        /// <summary>Keys inserted into this store: they stay from one phase and round to the next, as in one YCSB run.</summary>
+        internal InsertCounter Inserted { get; }
 
         public void Dispose()
         {
@@ -122,7 +126,7 @@ public sealed class Runner<TValue, TValues> where TValue : unmanaged where TValu
         TieredDevice? tiered = null;
         IDevice log = device switch
         {
-            "memory" => new NullDevice(),
+            "memory" => new RamDevice(device),
             "remotecache" => tiered = new TieredDevice(new RemoteCacheDevice(_env.OpenCache(CacheBytes(shape)), ownsCache: true),
                                                         new DirectFileDevice(Path.Combine(dir, "hlog"))),
             "ssd" => new DirectFileDevice(Path.Combine(dir, "hlog")),
@@ -139,7 +143,7 @@ public sealed class Runner<TValue, TValues> where TValue : unmanaged where TValu
                 MemorySizeBits = shape.MemoryBits,
                 SegmentSizeBits = shape.SegmentBits,
             });
-        var store = new Store(device, kv, log, tiered, dir, "");
+        var store = new Store(device, kv, log, tiered, dir, "", _o.Records);
         try
         {
             Load(kv, device);
@@ -149,14 +153,14 @@ public sealed class Runner<TValue, TValues> where TValue : unmanaged where TValu
             store.Dispose();
             throw;
         }
-        store.Note = inMemory ? "log in memory" : $"{(double)(kv.Log.TailAddress - kv.Log.BeginAddress) / (1L << shape.MemoryBits):0.#}x memory";
+        store.Note = inMemory ? (_o.Workload.Insert > 0 ? "loaded log in memory, inserts spill to RAM" : "log in memory") : $"{(double)(kv.Log.TailAddress - kv.Log.BeginAddress) / (1L << shape.MemoryBits):0.#}x memory";
         return store;
     }
 
     /// <summary>Runs one measured phase (after its warm-up) on a loaded store.</summary>
     public RunResult RunPhase(Store store, Distribution distribution, int threads, int round)
     {
-        var result = RunPhase(store.Kv, store.Device, distribution, threads, store.Note, round);
+        var result = RunPhase(store.Kv, store.Device, store.Inserted, distribution, threads, store.Note, round);
         if (store.Tiered is { } tiered && tiered.FailedTiers.Count > store.FailedTiersReported)
         {
             store.FailedTiersReported = tiered.FailedTiers.Count;
@@ -179,9 +183,9 @@ public sealed class Runner<TValue, TValues> where TValue : unmanaged where TValu
         _progress.Advance(_o.Records);
     }
 
-    private RunResult RunPhase(FasterKV<long, TValue> kv, string device, Distribution distribution, int threads, string note, int round)
+    private RunResult RunPhase(FasterKV<long, TValue> kv, string device, InsertCounter inserted, Distribution distribution, int threads,
+                               string note, int round)
     {
-        var inserted = new InsertCounter(_o.Records);
         var workers = new Worker[threads];
         var stop = 0;
         var measuring = 0;
@@ -243,10 +247,12 @@ public sealed class Runner<TValue, TValues> where TValue : unmanaged where TValu
         return n;
     }
 
+    // As CoreWorkload: uniform over the loaded records; the scrambled Zipfian over them plus the expected inserts
+    // (new ScrambledZipfianGenerator(0, recordcount + expectednewkeys): one key more than that, as its max is inclusive).
     private IKeyChooser Chooser(Distribution d, InsertCounter inserted) => d switch
     {
         Distribution.Uniform => new UniformChooser(_o.Records),
-        Distribution.Zipfian => new ScrambledZipfianChooser(_o.Records, _o.Theta),
+        Distribution.Zipfian => new ScrambledZipfianChooser(_o.Records + _o.ExpectedNewKeys + 1, _o.Theta),
         Distribution.ZipfianRaw => new ZipfianChooser(_o.Records, _o.Theta),
         Distribution.Latest => new LatestChooser(inserted, _o.Theta),
         _ => throw new ArgumentOutOfRangeException(nameof(d)),
@@ -291,7 +297,7 @@ public sealed class Runner<TValue, TValues> where TValue : unmanaged where TValu
                     {
                         case Workload.Op.Read:
                         {
-                            long key = _chooser.Next(_rng);
+                            long key = NextKey();
                             TValue input = default, output = default;
                             var status = session.Read(ref key, ref input, ref output, start);
                             if (status.IsPending)
@@ -302,7 +308,7 @@ public sealed class Runner<TValue, TValues> where TValue : unmanaged where TValu
                         }
                         case Workload.Op.Update:
                         {
-                            long key = _chooser.Next(_rng);
+                            long key = NextKey();
                             session.Upsert(key, TValues.Make(key, 1));
                             Done(true, start);
                             break;
@@ -310,13 +316,14 @@ public sealed class Runner<TValue, TValues> where TValue : unmanaged where TValu
                         case Workload.Op.Insert:
                         {
                             long key = _inserted.Take();
-                            session.Upsert(key, TValues.Make(key, 0));
+                            session.Upsert(key, TValues.Make(key, 0));  // in FASTER's mutable memory: done when it returns
+                            _inserted.Acknowledge(key);
                             Done(true, start);
                             break;
                         }
                         case Workload.Op.ReadModifyWrite:
                         {
-                            long key = _chooser.Next(_rng);
+                            long key = NextKey();
                             TValue input = delta, output = default;
                             var status = session.RMW(ref key, ref input, ref output, start);
                             if (status.IsPending)
@@ -328,11 +335,11 @@ public sealed class Runner<TValue, TValues> where TValue : unmanaged where TValu
                         case Workload.Op.Scan:
                         {
                             // A hash index has no key order: a scan reads consecutive keys one by one, as a whole.
-                            long first = _chooser.Next(_rng);
+                            long first = NextKey();
                             int length = 1 + _rng.Next(Workload.MaxScanLength);
                             bool recording = f.Recording;
                             f.Recording = false;
-                            for (long key = first; key < first + length && key < _inserted.Count; key++)
+                            for (long key = first; key < first + length && key <= _inserted.Last; key++)
                             {
                                 TValue input = default, output = default;
                                 long k = key;
@@ -352,6 +359,16 @@ public sealed class Runner<TValue, TValues> where TValue : unmanaged where TValu
                 session.CompletePending(wait: false);
             }
             session.CompletePending(wait: true);
+
+            // CoreWorkload.nextKeynum: a key whose insert has not been acknowledged is drawn again.
+            long NextKey()
+            {
+                long key;
+                do
+                    key = _chooser.Next(_rng);
+                while (key > _inserted.Last);
+                return key;
+            }
 
             void Done(bool right, long start)
             {

@@ -15,7 +15,8 @@ public sealed class YcsbOptions
     public int[] Threads = { 1, 2 };
     public string[] Devices = { "memory", "remotecache", "ssd", "smb" };
     public Workload Workload = Workload.Parse("readonly");
-    public Distribution[] Distributions = { Distribution.Uniform, Distribution.Zipfian };
+    public Distribution[]? ExplicitDistributions;  // --distributions; otherwise the workload's own
+    public long? OperationCount;                  // YCSB's operationcount; the record count when not given
     public TimeSpan Duration = TimeSpan.FromSeconds(3);
     public TimeSpan Warmup = TimeSpan.FromSeconds(0.5);
     public int Rounds = 5;                        // every device runs every phase once per round; medians reported
@@ -26,6 +27,15 @@ public sealed class YcsbOptions
     public string? DataDir;
     public bool Fio = true;
 
+    /// <summary>The request distributions the run phases use: the workload's own unless --distributions says otherwise.</summary>
+    public Distribution[] Distributions => ExplicitDistributions ?? Workload.Distributions;
+
+    /// <summary>
+    /// YCSB's expected new keys, 2 × insert proportion × operationcount: the scrambled Zipfian's key space reaches
+    /// that far past the loaded records, and keys not inserted yet are drawn again.
+    /// </summary>
+    public long ExpectedNewKeys => (long)((OperationCount ?? Records) * Workload.Insert * 2.0);
+
     public const string Usage = """
         usage: RemoteCache.Benchmarks.Ycsb [flags]
           --records N          records loaded (default 2800000; with 8 B values a 67 MB log)
@@ -33,9 +43,14 @@ public sealed class YcsbOptions
           --memory-fraction F  FASTER log memory = log size / F (default 8)
           --threads 1,2        thread counts to sweep
           --devices LIST       memory,remotecache,ssd,smb (also: faster-local, FASTER's own Linux device)
-          --workload W         A-F or readonly (default readonly: 100 % reads, Redy §8.3)
-          --distributions L    uniform,zipfian (also: zipfian-raw unscrambled, latest)
-          --theta T            Zipf constant (default 0.99)
+          --workload W         A-F (YCSB's core workloads: their mixes and request distributions, zipfian
+                               for A-C, E, F and latest for D) or readonly (default: 100 % reads, Redy §8.3,
+                               run under uniform and zipfian keys)
+          --distributions L    override the workload's: uniform, zipfian (YCSB's scrambled Zipfian), latest,
+                               zipfian-raw (unscrambled: item 0 hottest; not a YCSB request distribution)
+          --theta T            Zipf constant (default 0.99, YCSB's; other values compute ζ over 10^10 ranks)
+          --operation-count N  YCSB's operationcount, used as YCSB uses it to size the Zipfian key space for
+                               inserts (2 x insert proportion x N new keys); phases are timed (default: records)
           --duration S         measured seconds per phase (default 3)
           --warmup S           unmeasured seconds before each phase (default 0.5)
           --rounds N           rounds; in each, every phase runs on every device back to back, so that a
@@ -61,7 +76,8 @@ public sealed class YcsbOptions
                 case "--threads": o.Threads = List(Value()).Select(t => int.Parse(t, CultureInfo.InvariantCulture)).ToArray(); break;
                 case "--devices": o.Devices = List(Value()); break;
                 case "--workload": o.Workload = Workload.Parse(Value()); break;
-                case "--distributions": o.Distributions = List(Value()).Select(ParseDistribution).ToArray(); break;
+                case "--distributions": o.ExplicitDistributions = List(Value()).Select(ParseDistribution).ToArray(); break;
+                case "--operation-count": o.OperationCount = long.Parse(Value(), CultureInfo.InvariantCulture); break;
                 case "--theta": o.Theta = double.Parse(Value(), CultureInfo.InvariantCulture); break;
                 case "--duration": o.Duration = TimeSpan.FromSeconds(double.Parse(Value(), CultureInfo.InvariantCulture)); break;
                 case "--warmup": o.Warmup = TimeSpan.FromSeconds(double.Parse(Value(), CultureInfo.InvariantCulture)); break;
@@ -77,6 +93,12 @@ public sealed class YcsbOptions
         }
         if (o.ValueBytes is not (8 or 1024))
             throw new ArgumentException("--value-size must be 8 or 1024");
+        if (o.OperationCount < 0)
+            throw new ArgumentException("--operation-count must be >= 0");
+        if (o.Theta <= 0 || o.Theta >= 1)
+            throw new ArgumentException("--theta must be in (0, 1)");
+        if (o.Distributions.Length == 0)
+            throw new ArgumentException("--distributions names none");
         if (o.Records < 1000 || o.MemoryFraction < 1 || o.Depth < 1 || o.Rounds < 1 || o.Threads.Any(t => t < 1) || o.Transport is not ("shm" or "tcp"))
             throw new ArgumentException("--records >= 1000, --memory-fraction >= 1, --depth >= 1, --rounds >= 1, --threads >= 1, --transport shm|tcp");
         return o;
