@@ -1,0 +1,16 @@
+using System.CommandLine;
+
+namespace RemoteCache.Cli;
+
+/// <summary>The <c>remotecache</c> command line.</summary>
+public static class Program
+{
+    public static int Main(string[] args) => BuildRoot().Parse(args).Invoke();
+
+    /// <summary>Every command, for Main and for tests that run the CLI in process.</summary>
+    public static RootCommand BuildRoot()
+    {
+        var slo = new Command("slo", "SLO performance models: measure one, search one for the cheapest configuration that meets an SLO, time the search");
+        return new RootCommand("RemoteCache: remote-memory caches for .NET") { slo };
+    }
+}
