@@ -156,4 +156,26 @@ public sealed class GeneratorTests
         Assert.Equal("IHDR", System.Text.Encoding.ASCII.GetString(bytes, 12, 4));
         Assert.True(bytes.Length > 1000);
     }
+
+    [Fact]
+    public void HistogramCdfRisesToOneOverTheNonEmptyBuckets()
+    {
+        var h = new Histogram();
+        Assert.Empty(h.Cdf());
+        for (int i = 1; i <= 10_000; i++)
+            h.Record(i * 100L);
+        var cdf = h.Cdf().ToList();
+        Assert.True(cdf.Count > 50);
+        Assert.All(cdf.Zip(cdf.Skip(1)), p =>
+        {
+            Assert.True(p.Second.UpperNs > p.First.UpperNs);
+            Assert.True(p.Second.Fraction > p.First.Fraction);
+        });
+        Assert.Equal(1.0, cdf[^1].Fraction);
+        Assert.Equal(h.MaxNs, cdf[^1].UpperNs);
+        // The point at the median agrees with Quantile.
+        var median = cdf.First(p => p.Fraction >= 0.5);
+        Assert.Equal(h.Quantile(0.5), median.UpperNs);
+        Assert.InRange(median.Fraction, 0.5, 0.53);
+    }
 }
