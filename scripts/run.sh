@@ -3,7 +3,7 @@
 # in memory (upper bound), TieredDevice(RemoteCache over SSD) with a local cache server (embedded,
 # shared memory), SSD only (O_DIRECT) and an SMB file server (Samba's smbd on loopback). Read-only,
 # uniform and Zipf, 1 and 2 threads; about 5 minutes here. Prints the table and the target ratios and
-# writes artifacts/ycsb/results.csv, results.json and chart.png.
+# writes artifacts/ycsb/results.csv, results.json and the charts chart.png, rounds.png and latency-cdf.png.
 #
 # usage: bash scripts/run.sh [ycsb flags]   (bash scripts/run.sh --help lists them: records, value size,
 #        memory fraction, threads, devices, workload, distributions, duration, ...)

@@ -1,214 +1,415 @@
 using System;
 using System.Collections.Generic;
+using System.Globalization;
 using System.IO;
-using System.IO.Compression;
 using System.Linq;
+using ScottPlot;
+using ScottPlot.TickGenerators;
 
 namespace RemoteCache.Benchmarks.Ycsb;
 
 /// <summary>
-/// The PNG chart of a run, after Redy's Fig. 18: throughput per device (bars, log scale), grouped by key
-/// distribution, at the largest thread count. Drawn here with a built-in pixel font and written with the BCL's
-/// zlib: no charting package restores from this machine's NuGet mirror (ScottPlot is missing).
+/// The PNG charts of a run, drawn with ScottPlot: <c>chart.png</c> (after Redy's Fig. 18: throughput per device,
+/// grouped by key distribution, median rounds), <c>rounds.png</c> (every round's throughput, so that a noisy round
+/// shows) and <c>latency-cdf.png</c> (the latency distribution of each device's median round). Each figure is a
+/// header (title, subtitle, one legend of the devices) above one or more panels; a device has the same colour in
+/// all. ScottPlot 5 has no logarithmic axis: the log-scaled axes plot log10 of the values, with ticks labelled with
+/// the values (<see cref="LogTicks"/>). Phases without a throughput (a failed device's) are left out.
 /// </summary>
 public static class Chart
 {
-    private static readonly (byte R, byte G, byte B)[] Palette =
+    /// <summary>The files <see cref="WriteAll"/> writes, in that order.</summary>
+    public static readonly IReadOnlyList<string> Files = new[] { "chart.png", "rounds.png", "latency-cdf.png" };
+
+    private const int Width = 900;
+    private const int Height = 520;
+    private const int HeaderHeight = 100;
+    private const float PanelTitleSize = 15;
+    private const float AxisLabelSize = 14;
+
+    /// <summary>The same colour for a device in every chart (the devices that scripts/run.sh runs first).</summary>
+    private static readonly Dictionary<string, Color> KnownColors = new()
     {
-        (90, 90, 90), (214, 39, 40), (31, 119, 180), (255, 127, 14), (44, 160, 44), (148, 103, 189),
+        ["memory"] = new Color(148, 103, 189, 255),
+        ["remotecache"] = new Color(214, 39, 40, 255),
+        ["ssd"] = new Color(31, 119, 180, 255),
+        ["smb"] = new Color(255, 127, 14, 255),
+        ["faster-local"] = new Color(44, 160, 44, 255),
     };
 
-    public static void Write(string path, IReadOnlyList<RunResult> results, string title)
+    private static readonly Color[] OtherColors =
     {
-        int threads = results.Max(r => r.Threads);
-        var rows = results.Where(r => r.Threads == threads).ToList();
-        var groups = rows.Select(r => r.Distribution).Distinct().ToList();
-        var devices = rows.Select(r => r.Device).Distinct().ToList();
-        const int W = 900, H = 520, Left = 90, Right = 20, Top = 60, Bottom = 90;
-        var img = new Image(W, H);
-        img.Fill(255, 255, 255);
-        double max = rows.Max(r => r.OpsPerSecond), min = Math.Max(1, rows.Min(r => r.OpsPerSecond));
-        double lo = Math.Pow(10, Math.Floor(Math.Log10(min))), hi = Math.Pow(10, Math.Ceiling(Math.Log10(max * 1.01)));
-        int plotH = H - Top - Bottom, plotW = W - Left - Right;
-        int Y(double v) => Top + plotH - (int)Math.Round((Math.Log10(Math.Max(v, lo)) - Math.Log10(lo)) / (Math.Log10(hi) - Math.Log10(lo)) * plotH);
+        new(140, 86, 75, 255), new(227, 119, 194, 255), new(23, 190, 207, 255), new(188, 189, 34, 255), new(127, 127, 127, 255),
+    };
 
-        for (double v = lo; v <= hi * 1.001; v *= 10)
+    private static readonly MarkerShape[] Shapes =
+    {
+        MarkerShape.FilledCircle, MarkerShape.FilledSquare, MarkerShape.FilledDiamond, MarkerShape.FilledTriangleUp,
+        MarkerShape.FilledTriangleDown, MarkerShape.OpenCircle,
+    };
+
+    static Chart() => UseSansSerif();
+
+    /// <summary>
+    /// Writes the three charts of a run (<see cref="Files"/>) into <paramref name="directory"/> from every round's
+    /// results; returns their paths.
+    /// </summary>
+    public static IReadOnlyList<string> WriteAll(string directory, IReadOnlyList<RunResult> results, string title)
+    {
+        var paths = Files.Select(f => Path.Combine(directory, f)).ToArray();
+        Write(paths[0], Summary.Medians(results), title);
+        WriteRounds(paths[1], results, title);
+        WriteLatencyCdf(paths[2], results, title);
+        return paths;
+    }
+
+    /// <summary>
+    /// Redy's Fig. 18: throughput (ops/s, log scale) per device, grouped by key distribution, at the largest thread
+    /// count, one bar per row of <paramref name="medians"/> (each device's median round).
+    /// </summary>
+    public static void Write(string path, IReadOnlyList<RunResult> medians, string title)
+    {
+        const string Subtitle = "Throughput at {0}, each device's median round (higher is better)";
+        var rows = Measured(medians);
+        if (rows.Count == 0)
         {
-            int y = Y(v);
-            img.Line(Left, y, W - Right, y, 220, 220, 220);
-            img.Text(Format(v), 8, y - 5, 2, 60, 60, 60);
+            SaveNothing(path, title, string.Format(CultureInfo.InvariantCulture, Subtitle, "the largest thread count"));
+            return;
         }
-        img.Line(Left, Top, Left, Top + plotH, 0, 0, 0);
-        img.Line(Left, Top + plotH, W - Right, Top + plotH, 0, 0, 0);
-        img.Text(title.ToUpperInvariant(), Left, 15, 2, 0, 0, 0);
-        img.Text($"OPS/S (LOG SCALE), {threads} THREAD{(threads > 1 ? "S" : "")}", Left, 35, 2, 90, 90, 90);
+        int threads = rows.Max(r => r.Threads);
+        rows = rows.Where(r => r.Threads == threads).ToList();
+        var devices = Devices(rows);
+        var groups = rows.Select(r => r.Distribution).Distinct().ToList();
 
-        int groupW = plotW / Math.Max(1, groups.Count);
-        int barW = Math.Max(8, (groupW - 40) / Math.Max(1, devices.Count));
+        var plot = Panel(null, "key distribution", "throughput (ops/s, log scale)");
+        // Bars start at a power of ten at least 0.3 decades below the lowest (so that every bar shows); room above
+        // the tallest for its label.
+        var logs = rows.Select(r => Math.Log10(r.OpsPerSecond)).ToList();
+        double lo = Math.Floor(logs.Min() - 0.3), top = logs.Max() + 0.3;
+        var ticks = new NumericManual();
         for (int g = 0; g < groups.Count; g++)
         {
-            int x0 = Left + g * groupW + 20;
+            double x0 = g * (devices.Count + 1);  // one empty slot between groups
+            ticks.AddMajor(x0 + (devices.Count - 1) / 2.0, groups[g]);
             for (int d = 0; d < devices.Count; d++)
             {
                 var r = rows.FirstOrDefault(x => x.Distribution == groups[g] && x.Device == devices[d]);
                 if (r is null)
                     continue;
-                var (cr, cg, cb) = Palette[d % Palette.Length];
-                int x = x0 + d * barW, y = Y(r.OpsPerSecond);
-                img.Rect(x + 2, y, barW - 4, Top + plotH - y, cr, cg, cb);
-                img.Text(Format(r.OpsPerSecond), x + 2, y - 14, 1, 0, 0, 0);
-            }
-            img.Text(groups[g].ToUpperInvariant(), x0 + (devices.Count * barW) / 2 - groups[g].Length * 4, Top + plotH + 10, 2, 0, 0, 0);
-        }
-        for (int d = 0; d < devices.Count; d++)
-        {
-            var (cr, cg, cb) = Palette[d % Palette.Length];
-            int x = Left + d * 160, y = H - 40;
-            img.Rect(x, y, 14, 14, cr, cg, cb);
-            img.Text(devices[d].ToUpperInvariant(), x + 20, y + 2, 2, 0, 0, 0);
-        }
-        Directory.CreateDirectory(Path.GetDirectoryName(Path.GetFullPath(path))!);
-        File.WriteAllBytes(path, img.ToPng());
-    }
-
-    private static string Format(double v) =>
-        v >= 1e6 ? $"{v / 1e6:0.##}M" : v >= 1e3 ? $"{v / 1e3:0.#}K" : $"{v:0}";
-
-    private sealed class Image
-    {
-        private readonly byte[] _rgb;
-        public Image(int width, int height)
-        {
-            Width = width;
-            Height = height;
-            _rgb = new byte[width * height * 3];
-        }
-
-        public int Width { get; }
-        public int Height { get; }
-
-        public void Fill(byte r, byte g, byte b) => Rect(0, 0, Width, Height, r, g, b);
-
-        public void Set(int x, int y, byte r, byte g, byte b)
-        {
-            if (x < 0 || y < 0 || x >= Width || y >= Height)
-                return;
-            int i = (y * Width + x) * 3;
-            _rgb[i] = r;
-            _rgb[i + 1] = g;
-            _rgb[i + 2] = b;
-        }
-
-        public void Rect(int x, int y, int w, int h, byte r, byte g, byte b)
-        {
-            for (int yy = y; yy < y + h; yy++)
-                for (int xx = x; xx < x + w; xx++)
-                    Set(xx, yy, r, g, b);
-        }
-
-        public void Line(int x0, int y0, int x1, int y1, byte r, byte g, byte b)
-        {
-            int n = Math.Max(Math.Abs(x1 - x0), Math.Abs(y1 - y0));
-            for (int i = 0; i <= n; i++)
-                Set(x0 + (n == 0 ? 0 : (x1 - x0) * i / n), y0 + (n == 0 ? 0 : (y1 - y0) * i / n), r, g, b);
-        }
-
-        public void Text(string text, int x, int y, int scale, byte r, byte g, byte b)
-        {
-            foreach (char c in text)
-            {
-                var rows = Font.Glyph(c);
-                for (int row = 0; row < 5; row++)
-                    for (int col = 0; col < 3; col++)
-                        if ((rows[row] >> (2 - col) & 1) != 0)
-                            Rect(x + col * scale, y + row * scale, scale, scale, r, g, b);
-                x += 4 * scale;
-            }
-        }
-
-        public byte[] ToPng()
-        {
-            using var png = new MemoryStream();
-            png.Write(new byte[] { 0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A });
-            var header = new byte[13];
-            WriteBE(header, 0, (uint)Width);
-            WriteBE(header, 4, (uint)Height);
-            header[8] = 8;  // bit depth
-            header[9] = 2;  // colour type: RGB
-            Chunk(png, "IHDR", header);
-            using var raw = new MemoryStream();
-            using (var z = new ZLibStream(raw, CompressionLevel.Optimal, leaveOpen: true))
-            {
-                for (int y = 0; y < Height; y++)
+                var bar = new Bar
                 {
-                    z.WriteByte(0);  // filter: none
-                    z.Write(_rgb, y * Width * 3, Width * 3);
-                }
+                    Position = x0 + d,
+                    Value = Math.Log10(r.OpsPerSecond),
+                    ValueBase = lo,
+                    Size = 0.85,
+                    FillColor = ColorOf(devices[d]),
+                    LineWidth = 0,
+                    Label = Si(r.OpsPerSecond),
+                };
+                var bars = plot.Add.Bar(bar);
+                bars.ValueLabelStyle.FontSize = 12;
             }
-            Chunk(png, "IDAT", raw.ToArray());
-            Chunk(png, "IEND", Array.Empty<byte>());
-            return png.ToArray();
         }
+        plot.Axes.Bottom.TickGenerator = ticks;
+        plot.Axes.Bottom.TickLabelStyle.FontSize = 14;
+        plot.Axes.Left.TickGenerator = LogTicks(lo, top, Si);
+        plot.Grid.XAxisStyle.IsVisible = false;
+        plot.Axes.SetLimits(-0.7, groups.Count * (devices.Count + 1) - 1.3, lo, top);
 
-        private static void Chunk(Stream s, string type, byte[] data)
+        Save(path, Width, Height, title, string.Format(CultureInfo.InvariantCulture, Subtitle, Threads(threads)),
+             LegendItems(devices, lines: false), new[] { plot }, columns: 1);
+    }
+
+    /// <summary>
+    /// Every round's throughput: a panel per (distribution, threads), rows by thread count and columns by
+    /// distribution; in each, a line per device over rounds 1..N (log scale, the same in every panel).
+    /// </summary>
+    public static void WriteRounds(string path, IReadOnlyList<RunResult> results, string title)
+    {
+        var rows = Measured(results);
+        if (rows.Count == 0)
         {
-            var len = new byte[4];
-            WriteBE(len, 0, (uint)data.Length);
-            s.Write(len);
-            var typed = new byte[4 + data.Length];
-            for (int i = 0; i < 4; i++)
-                typed[i] = (byte)type[i];
-            data.CopyTo(typed, 4);
-            s.Write(typed);
-            var crc = new byte[4];
-            WriteBE(crc, 0, Crc32(typed));
-            s.Write(crc);
+            SaveNothing(path, title, "Throughput in each round");
+            return;
         }
+        var devices = Devices(rows);
+        var distributions = rows.Select(r => r.Distribution).Distinct().ToList();
+        var threadCounts = rows.Select(r => r.Threads).Distinct().OrderBy(t => t).ToList();
+        int rounds = rows.Max(r => r.Round);
+        var (lo, hi) = LogRange(rows.Select(r => r.OpsPerSecond));
 
-        private static void WriteBE(byte[] b, int at, uint v)
+        var panels = new List<Plot>();
+        foreach (int threads in threadCounts)
         {
-            b[at] = (byte)(v >> 24);
-            b[at + 1] = (byte)(v >> 16);
-            b[at + 2] = (byte)(v >> 8);
-            b[at + 3] = (byte)v;
-        }
-
-        private static uint Crc32(byte[] data)
-        {
-            uint c = 0xFFFFFFFF;
-            foreach (byte d in data)
+            foreach (var distribution in distributions)
             {
-                c ^= d;
-                for (int k = 0; k < 8; k++)
-                    c = (c & 1) != 0 ? 0xEDB88320 ^ (c >> 1) : c >> 1;
+                var plot = Panel($"{distribution}, {Threads(threads)}", "round", "ops/s (log scale)");
+                for (int d = 0; d < devices.Count; d++)
+                {
+                    var points = rows.Where(r => r.Device == devices[d] && r.Distribution == distribution && r.Threads == threads)
+                                     .OrderBy(r => r.Round).ToList();
+                    if (points.Count == 0)
+                        continue;
+                    var line = plot.Add.ScatterLine(points.Select(r => (double)r.Round).ToArray(),
+                                                    points.Select(r => Math.Log10(r.OpsPerSecond)).ToArray(), ColorOf(devices[d]));
+                    line.LineWidth = 2;
+                    line.MarkerShape = Shapes[d % Shapes.Length];
+                    line.MarkerSize = 8;
+                }
+                var ticks = new NumericManual();
+                for (int round = 1; round <= rounds; round++)
+                    ticks.AddMajor(round, round.ToString(CultureInfo.InvariantCulture));
+                plot.Axes.Bottom.TickGenerator = ticks;
+                plot.Axes.Left.TickGenerator = LogTicks(lo, hi, Si);
+                plot.Axes.SetLimits(0.7, rounds + 0.3, lo, hi);
+                panels.Add(plot);
             }
-            return ~c;
+        }
+        int height = Math.Max(Height, HeaderHeight + 250 * threadCounts.Count);
+        Save(path, Width, height, title, $"Throughput in each round, {rounds} round{(rounds == 1 ? "" : "s")} (higher is better)",
+             LegendItems(devices, lines: true), panels, columns: distributions.Count);
+    }
+
+    /// <summary>
+    /// Latency CDFs at the largest thread count, a panel per distribution: for each device, the fraction of
+    /// operations completed within a latency (log scale), from the histogram of its median round by throughput.
+    /// </summary>
+    public static void WriteLatencyCdf(string path, IReadOnlyList<RunResult> results, string title)
+    {
+        const string Subtitle = "Latency CDF at {0}, each device's median round by throughput (further left is better)";
+        var rows = Measured(results);
+        if (rows.Count == 0)
+        {
+            SaveNothing(path, title, string.Format(CultureInfo.InvariantCulture, Subtitle, "the largest thread count"));
+            return;
+        }
+        int threads = rows.Max(r => r.Threads);
+        var devices = Devices(rows);
+        var medians = Summary.Medians(rows.Where(r => r.Threads == threads));
+        var distributions = medians.Select(r => r.Distribution).Distinct().ToList();
+
+        // One latency range for every panel.
+        var latencies = medians.Where(r => r.Latency is { Count: > 0 })
+                               .SelectMany(r => r.Latency!.Cdf().Select(p => Us(p.UpperNs))).ToList();
+        var (lo, hi) = latencies.Count > 0 ? LogRange(latencies) : (0.0, 3.0);
+
+        var panels = new List<Plot>();
+        foreach (var distribution in distributions)
+        {
+            var plot = Panel(distribution, "latency (log scale)", "fraction of operations ≤ latency");
+            bool any = false;
+            for (int d = 0; d < devices.Count; d++)
+            {
+                var h = medians.FirstOrDefault(r => r.Device == devices[d] && r.Distribution == distribution)?.Latency;
+                if (h is null || h.Count == 0)
+                    continue;
+                var cdf = h.Cdf().ToList();
+                var xs = new List<double> { Math.Log10(Us(cdf[0].UpperNs)) };
+                var ys = new List<double> { 0 };
+                foreach (var (upperNs, fraction) in cdf)
+                {
+                    xs.Add(Math.Log10(Us(upperNs)));
+                    ys.Add(fraction);
+                }
+                var line = plot.Add.ScatterLine(xs.ToArray(), ys.ToArray(), ColorOf(devices[d]));
+                line.LineWidth = 2.5f;
+                line.MarkerSize = 0;
+                any = true;
+            }
+            foreach (var (q, label) in new[] { (0.5, "p50"), (0.99, "p99") })
+            {
+                plot.Add.HorizontalLine(q, 1, Colors.Black.WithOpacity(0.4), LinePattern.Dashed);
+                var text = plot.Add.Text(label, lo, q);
+                text.LabelFontSize = 11;
+                text.LabelFontColor = Colors.Black.WithOpacity(0.6);
+                text.LabelAlignment = Alignment.LowerLeft;
+                text.LabelOffsetX = 3;
+            }
+            if (!any)
+            {
+                var text = plot.Add.Text("no latency histogram", (lo + hi) / 2, 0.5);
+                text.LabelFontSize = 14;
+                text.LabelAlignment = Alignment.MiddleCenter;
+            }
+            plot.Axes.Bottom.TickGenerator = LogTicks(lo, hi, Duration);
+            plot.Axes.SetLimits(lo, hi, 0, 1.03);
+            panels.Add(plot);
+        }
+        Save(path, Width, Height, title, string.Format(CultureInfo.InvariantCulture, Subtitle, Threads(threads)),
+             LegendItems(devices, lines: true), panels, columns: distributions.Count);
+    }
+
+    /// <summary>Rows with a positive, finite throughput (a failed phase has none to draw on a log scale).</summary>
+    private static List<RunResult> Measured(IEnumerable<RunResult> results) =>
+        results.Where(r => r.OpsPerSecond > 0 && double.IsFinite(r.OpsPerSecond)).ToList();
+
+    /// <summary>The figure of a run in which no phase measured a throughput: it says so.</summary>
+    private static void SaveNothing(string path, string title, string subtitle)
+    {
+        var plot = new Plot();
+        plot.HideAxesAndGrid();
+        plot.Add.Annotation("no phase measured a throughput", Alignment.MiddleCenter).LabelFontSize = 16;
+        Save(path, Width, Height, title, subtitle, new List<LegendItem>(), new[] { plot }, columns: 1);
+    }
+
+    private static List<string> Devices(IEnumerable<RunResult> rows) => rows.Select(r => r.Device).Distinct().ToList();
+
+    private static Color ColorOf(string device) =>
+        KnownColors.TryGetValue(device, out var c) ? c : OtherColors[(uint)StableHash(device) % OtherColors.Length];
+
+    private static int StableHash(string s)
+    {
+        int h = 17;
+        foreach (char c in s)
+            h = h * 31 + c;
+        return h;
+    }
+
+    /// <summary>
+    /// A log10 range that holds every value with a margin, at least one decade wide (so that the axis has labelled
+    /// ticks: see <see cref="LogTicks"/>).
+    /// </summary>
+    private static (double Lo, double Hi) LogRange(IEnumerable<double> values)
+    {
+        var logs = values.Where(v => v > 0).Select(Math.Log10).ToList();
+        double min = logs.Min(), max = logs.Max(), margin = Math.Max(0.1, (max - min) * 0.05);
+        double lo = min - margin, hi = max + margin, mid = (lo + hi) / 2;
+        return hi - lo >= 1 ? (lo, hi) : (mid - 0.5, mid + 0.5);
+    }
+
+    private static double Us(long ns) => Math.Max(ns, 1) / 1000.0;
+
+    private static string Threads(int threads) => $"{threads} thread{(threads == 1 ? "" : "s")}";
+
+    /// <summary>A panel: white, a light grid, axis labels; the header carries the title and legend.</summary>
+    private static Plot Panel(string? title, string xLabel, string yLabel)
+    {
+        var plot = new Plot();
+        if (title is not null)
+            plot.Title(title, PanelTitleSize);
+        plot.XLabel(xLabel, AxisLabelSize);
+        plot.YLabel(yLabel, AxisLabelSize);
+        plot.Axes.Bottom.TickLabelStyle.FontSize = 12;
+        plot.Axes.Left.TickLabelStyle.FontSize = 12;
+        plot.Grid.MajorLineColor = Colors.Black.WithOpacity(0.15);
+        plot.Grid.MinorLineColor = Colors.Black.WithOpacity(0.05);
+        plot.Grid.MinorLineWidth = 1;
+        return plot;
+    }
+
+    /// <summary>
+    /// Ticks of a log axis from <paramref name="lo"/> to <paramref name="hi"/> (log10 of the values: ScottPlot 5 has no
+    /// log axis, so the charts plot log10 and label the ticks with the values): labelled ticks at the powers of ten,
+    /// also at 2 and 5 times them when the axis spans at most 1.5 decades, minor ticks (and grid lines) at the
+    /// other whole multiples. Manual rather than ScottPlot's NumericAutomatic with IntegerTicksOnly and a
+    /// LogMinorTickGenerator, which leaves an axis of less than a decade with one labelled tick or none.
+    /// </summary>
+    private static NumericManual LogTicks(double lo, double hi, Func<double, string> format)
+    {
+        var ticks = new NumericManual();
+        bool fine = hi - lo <= 1.5;
+        for (int decade = (int)Math.Floor(lo); decade <= (int)Math.Ceiling(hi); decade++)
+        {
+            for (int m = 1; m <= 9; m++)
+            {
+                double value = m * Math.Pow(10, decade), position = Math.Log10(value);
+                if (position < lo - 1e-9 || position > hi + 1e-9)
+                    continue;
+                if (m == 1 || (fine && m is 2 or 5))
+                    ticks.AddMajor(position, format(value));
+                else
+                    ticks.AddMinor(position);
+            }
+        }
+        return ticks;
+    }
+
+    /// <summary>1.2K, 340K, 4.1M: a throughput in a few characters.</summary>
+    internal static string Si(double v) =>
+        v >= 1e9 ? Fixed(v / 1e9, "G") : v >= 1e6 ? Fixed(v / 1e6, "M") : v >= 1e3 ? Fixed(v / 1e3, "K") : Fixed(v, "");
+
+    private static string Fixed(double v, string unit) =>
+        (v >= 100 ? v.ToString("0", CultureInfo.InvariantCulture) : v >= 10 ? v.ToString("0.#", CultureInfo.InvariantCulture)
+                                                                            : v.ToString("0.##", CultureInfo.InvariantCulture)) + unit;
+
+    /// <summary>A latency given in microseconds: 100 ns, 10 µs, 1 ms, 1 s.</summary>
+    internal static string Duration(double us) =>
+        us >= 1e6 ? Fixed(us / 1e6, " s") : us >= 1e3 ? Fixed(us / 1e3, " ms") : us >= 1 ? Fixed(us, " µs") : Fixed(us * 1e3, " ns");
+
+    private static List<LegendItem> LegendItems(List<string> devices, bool lines) =>
+        devices.Select((device, d) => lines
+            ? new LegendItem
+            {
+                LabelText = device,
+                LineColor = ColorOf(device),
+                LineWidth = 2,
+                MarkerShape = Shapes[d % Shapes.Length],
+                MarkerSize = 8,
+                MarkerFillColor = ColorOf(device),
+                MarkerLineColor = ColorOf(device),
+            }
+            : new LegendItem { LabelText = device, FillColor = ColorOf(device) })
+        .ToList();
+
+    private static void UseSansSerif()
+    {
+        // SkiaSharp's default typeface (without fontconfig) can be a serif one; the first sans-serif family present wins.
+        foreach (var family in new[] { "DejaVu Sans", "Liberation Sans", "Noto Sans", "Open Sans", "Arial", "Helvetica" })
+        {
+            if (Fonts.GetTypeface(family, false, false)?.FamilyName == family)
+            {
+                Fonts.Default = family;
+                return;
+            }
         }
     }
 
-    /// <summary>A 3x5 pixel font: digits, capitals and a little punctuation (each row is 3 bits, MSB left).</summary>
-    private static class Font
+    /// <summary>
+    /// Writes a figure: a header (title, subtitle, legend) across the top, the panels below in a grid of
+    /// <paramref name="columns"/> columns.
+    /// </summary>
+    private static void Save(string path, int width, int height, string title, string subtitle, List<LegendItem> legend,
+                             IReadOnlyList<Plot> panels, int columns)
     {
-        private static readonly Dictionary<char, byte[]> Glyphs = new()
-        {
-            ['0'] = new byte[] { 7, 5, 5, 5, 7 }, ['1'] = new byte[] { 2, 6, 2, 2, 7 }, ['2'] = new byte[] { 7, 1, 7, 4, 7 },
-            ['3'] = new byte[] { 7, 1, 7, 1, 7 }, ['4'] = new byte[] { 5, 5, 7, 1, 1 }, ['5'] = new byte[] { 7, 4, 7, 1, 7 },
-            ['6'] = new byte[] { 7, 4, 7, 5, 7 }, ['7'] = new byte[] { 7, 1, 1, 1, 1 }, ['8'] = new byte[] { 7, 5, 7, 5, 7 },
-            ['9'] = new byte[] { 7, 5, 7, 1, 7 }, ['A'] = new byte[] { 2, 5, 7, 5, 5 }, ['B'] = new byte[] { 6, 5, 6, 5, 6 },
-            ['C'] = new byte[] { 7, 4, 4, 4, 7 }, ['D'] = new byte[] { 6, 5, 5, 5, 6 }, ['E'] = new byte[] { 7, 4, 6, 4, 7 },
-            ['F'] = new byte[] { 7, 4, 6, 4, 4 }, ['G'] = new byte[] { 7, 4, 5, 5, 7 }, ['H'] = new byte[] { 5, 5, 7, 5, 5 },
-            ['I'] = new byte[] { 7, 2, 2, 2, 7 }, ['J'] = new byte[] { 1, 1, 1, 5, 7 }, ['K'] = new byte[] { 5, 5, 6, 5, 5 },
-            ['L'] = new byte[] { 4, 4, 4, 4, 7 }, ['M'] = new byte[] { 5, 7, 7, 5, 5 }, ['N'] = new byte[] { 6, 5, 5, 5, 5 },
-            ['O'] = new byte[] { 7, 5, 5, 5, 7 }, ['P'] = new byte[] { 7, 5, 7, 4, 4 }, ['Q'] = new byte[] { 7, 5, 5, 7, 1 },
-            ['R'] = new byte[] { 7, 5, 6, 5, 5 }, ['S'] = new byte[] { 7, 4, 7, 1, 7 }, ['T'] = new byte[] { 7, 2, 2, 2, 2 },
-            ['U'] = new byte[] { 5, 5, 5, 5, 7 }, ['V'] = new byte[] { 5, 5, 5, 5, 2 }, ['W'] = new byte[] { 5, 5, 7, 7, 5 },
-            ['X'] = new byte[] { 5, 5, 2, 5, 5 }, ['Y'] = new byte[] { 5, 5, 2, 2, 2 }, ['Z'] = new byte[] { 7, 1, 2, 4, 7 },
-            ['.'] = new byte[] { 0, 0, 0, 0, 2 }, [','] = new byte[] { 0, 0, 0, 2, 4 }, ['-'] = new byte[] { 0, 0, 7, 0, 0 },
-            ['/'] = new byte[] { 1, 1, 2, 4, 4 }, ['('] = new byte[] { 1, 2, 2, 2, 1 }, [')'] = new byte[] { 4, 2, 2, 2, 4 },
-            [':'] = new byte[] { 0, 2, 0, 2, 0 }, ['%'] = new byte[] { 5, 1, 2, 4, 5 }, ['='] = new byte[] { 0, 7, 0, 7, 0 },
-            [' '] = new byte[] { 0, 0, 0, 0, 0 }, ['_'] = new byte[] { 0, 0, 0, 0, 7 },
-        };
+        var header = new Plot();
+        header.HideAxesAndGrid();
+        header.Title($"{title}\n{subtitle}", 16);
+        header.Axes.Title.Label.Bold = true;
+        header.Axes.SetLimits(0, 1, 0, 1);
+        header.ShowLegend(legend, Alignment.LowerCenter);
+        header.Legend.Orientation = Orientation.Horizontal;
+        header.Legend.TightHorizontalWrapping = true;
+        header.Legend.FontSize = 14;
+        header.Legend.OutlineWidth = 0;
+        header.Legend.BackgroundColor = Colors.Transparent;
+        header.Legend.ShadowColor = Colors.Transparent;
 
-        public static byte[] Glyph(char c) => Glyphs.TryGetValue(char.ToUpperInvariant(c), out var g) ? g : Glyphs['-'];
+        var figure = new Multiplot(header);
+        foreach (var panel in panels)
+            figure.AddPlot(panel);
+        figure.Layout = new HeaderAndGrid(HeaderHeight, columns);
+        Directory.CreateDirectory(Path.GetDirectoryName(Path.GetFullPath(path))!);
+        figure.SavePng(path, width, height);
+    }
+
+    /// <summary>The first subplot across the top (<c>headerHeight</c> pixels), the others in a grid below.</summary>
+    private sealed class HeaderAndGrid(int headerHeight, int columns) : IMultiplotLayout
+    {
+        public PixelRect[] GetSubplotRectangles(SubplotCollection subplots, PixelRect figureRect)
+        {
+            int n = subplots.Count - 1;
+            int cols = Math.Max(1, Math.Min(columns, n));
+            int rows = Math.Max(1, (n + cols - 1) / cols);
+            float top = figureRect.Top + headerHeight;
+            float w = figureRect.Width / cols, h = (figureRect.Bottom - top) / rows;
+            var rects = new PixelRect[subplots.Count];
+            rects[0] = new PixelRect(figureRect.Left, figureRect.Right, top, figureRect.Top);
+            for (int i = 0; i < n; i++)
+            {
+                float left = figureRect.Left + i % cols * w, y = top + i / cols * h;
+                rects[i + 1] = new PixelRect(left, left + w, y + h, y);
+            }
+            return rects;
+        }
     }
 }

@@ -1,4 +1,5 @@
 using System;
+using System.Collections.Generic;
 using System.Numerics;
 
 namespace RemoteCache.Benchmarks.Ycsb;
@@ -54,6 +55,24 @@ public sealed class Histogram
                 return Math.Min(UpperEdge(i), _max);
         }
         return _max;
+    }
+
+    /// <summary>
+    /// The cumulative distribution: for each non-empty bucket in ascending order, its upper edge (at most the
+    /// maximum) and the fraction of values at or below it; the last point's fraction is 1. Empty if nothing was recorded.
+    /// </summary>
+    public IEnumerable<(long UpperNs, double Fraction)> Cdf()
+    {
+        if (_total == 0)
+            yield break;
+        long seen = 0;
+        for (int i = 0; i < _counts.Length && seen < _total; i++)
+        {
+            if (_counts[i] == 0)
+                continue;
+            seen += _counts[i];
+            yield return (Math.Min(UpperEdge(i), _max), seen == _total ? 1.0 : (double)seen / _total);
+        }
     }
 
     private static int Index(long v)

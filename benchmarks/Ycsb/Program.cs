@@ -97,7 +97,7 @@ public static class Program
         PrintTable(results);
         bool targetsMet = PrintRatios(results);
         WriteFiles(output, o, results, ssd);
-        AnsiConsole.MarkupLine($"results: {Markup.Escape(Path.Combine(output, "results.csv"))}, results.json, chart.png");
+        AnsiConsole.MarkupLine($"results: {Markup.Escape(Path.Combine(output, "results.csv"))}, results.json, {string.Join(", ", Chart.Files)}");
         if (failedDevices.Count > 0)
             AnsiConsole.MarkupLine($"[red]devices that failed or hung: {string.Join(", ", failedDevices)}[/]");
         // Missed performance targets are reported above, not failures; wrong reads and broken devices are.
@@ -288,7 +288,7 @@ public static class Program
         };
         File.WriteAllText(Path.Combine(output, "results.json"), JsonSerializer.Serialize(json, new JsonSerializerOptions { WriteIndented = true }));
         if (medians.Count > 0)
-            Chart.Write(Path.Combine(output, "chart.png"), medians, $"YCSB {o.Workload.Name}, FASTER, {o.ValueBytes} B values, memory = log/{o.MemoryFraction:0}");
+            Chart.WriteAll(output, results, $"YCSB {o.Workload.Name}, FASTER, {o.ValueBytes} B values, memory = log/{o.MemoryFraction:0}");
     }
 
     private static object Row(RunResult r) => new

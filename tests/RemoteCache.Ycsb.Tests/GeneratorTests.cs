@@ -1,6 +1,5 @@
 using System;
 using System.Collections.Generic;
-using System.IO;
 using System.Linq;
 using RemoteCache.Benchmarks.Ycsb;
 using Xunit;
@@ -140,18 +139,24 @@ public sealed class GeneratorTests
     }
 
     [Fact]
-    public void ChartIsAPng()
+    public void HistogramCdfRisesToOneOverTheNonEmptyBuckets()
     {
-        var path = Path.Combine(Path.GetTempPath(), $"ycsb-chart-{Guid.NewGuid():N}.png");
-        var results = new List<RunResult>();
-        foreach (var (device, ops) in new[] { ("memory", 4e6), ("remotecache", 1e6), ("ssd", 2e4), ("smb", 5e4) })
-            foreach (var d in new[] { "uniform", "zipfian" })
-                results.Add(new RunResult(device, "readonly", d, 2, 8, 1000, (long)ops, 1, 1, 1, 2, 0, ""));
-        Chart.Write(path, results, "test");
-        var bytes = File.ReadAllBytes(path);
-        File.Delete(path);
-        Assert.Equal(new byte[] { 0x89, 0x50, 0x4E, 0x47 }, bytes[..4]);
-        Assert.Equal("IHDR", System.Text.Encoding.ASCII.GetString(bytes, 12, 4));
-        Assert.True(bytes.Length > 1000);
+        var h = new Histogram();
+        Assert.Empty(h.Cdf());
+        for (int i = 1; i <= 10_000; i++)
+            h.Record(i * 100L);
+        var cdf = h.Cdf().ToList();
+        Assert.True(cdf.Count > 50);
+        Assert.All(cdf.Zip(cdf.Skip(1)), p =>
+        {
+            Assert.True(p.Second.UpperNs > p.First.UpperNs);
+            Assert.True(p.Second.Fraction > p.First.Fraction);
+        });
+        Assert.Equal(1.0, cdf[^1].Fraction);
+        Assert.Equal(h.MaxNs, cdf[^1].UpperNs);
+        // The point at the median agrees with Quantile.
+        var median = cdf.First(p => p.Fraction >= 0.5);
+        Assert.Equal(h.Quantile(0.5), median.UpperNs);
+        Assert.InRange(median.Fraction, 0.5, 0.53);
     }
 }

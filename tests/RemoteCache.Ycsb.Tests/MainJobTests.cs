@@ -29,7 +29,8 @@ public sealed class MainJobTests
                 Assert.Equal(2, rows.Count(r => r.StartsWith(device + ",", StringComparison.Ordinal) && r.Split(',')[14] == "2"));
             }
             Assert.All(rows, r => Assert.True(double.Parse(r.Split(',')[8], System.Globalization.CultureInfo.InvariantCulture) > 0, r));
-            Assert.True(new FileInfo(Path.Combine(output, "chart.png")).Length > 1000);
+            foreach (var chart in Chart.Files)
+                Assert.True(new FileInfo(Path.Combine(output, chart)).Length > 1000, chart);
             string json = File.ReadAllText(Path.Combine(output, "results.json"));
             Assert.Contains("\"results\"", json);
             Assert.Contains("\"medians\"", json);
