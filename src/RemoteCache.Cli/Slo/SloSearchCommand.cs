@@ -204,7 +204,8 @@ internal static class SloSearchCommand
         w.WriteNumber("queueDepth", c.Config.QueueDepth);
         w.WriteNumber("predictedMeanUs", c.Predicted.MeanUs);
         w.WriteNumber("predictedOpsPerSecond", c.Predicted.OpsPerSecond);
-        w.WriteNumber("price", cost.Price(c.Config));
+        if (cost.ServerThreadPrice != 0 || cost.ClientThreadPrice != 0)
+            w.WriteNumber("price", cost.Price(c.Config));
         w.WriteEndObject();
     }
 

@@ -97,6 +97,29 @@ internal static class SyntheticRedyModel
         return slos;
     }
 
+    /// <summary>
+    /// <paramref name="side"/>² SLOs on a grid log-spaced between the model's lowest and highest latency and
+    /// throughput: every combination, tight ones included, once (the search's slow cases are among them).
+    /// </summary>
+    public static List<ServiceLevelObjective> GridSlos(PerformanceModel model, int side)
+    {
+        var points = model.Points(SloOperation.Read);
+        double minLat = points.Min(p => p.MeanUs), maxLat = points.Max(p => p.MeanUs);
+        double minTp = points.Min(p => p.OpsPerSecond), maxTp = points.Max(p => p.OpsPerSecond);
+        var slos = new List<ServiceLevelObjective>(side * side);
+        for (int i = 0; i < side; i++)
+        {
+            for (int j = 0; j < side; j++)
+            {
+                slos.Add(new ServiceLevelObjective(SloOperation.Read,
+                    minLat * Math.Pow(maxLat / minLat, i / (side - 1.0)),
+                    minTp * Math.Pow(maxTp / minTp, j / (side - 1.0)),
+                    model.RecordSize));
+            }
+        }
+        return slos;
+    }
+
     /// <summary>Mean latency (µs) and throughput (operations per µs) of a configuration, before noise.</summary>
     internal static (double LatUs, double OpsPerUs) Formula(int c, int s, int b, int q)
     {
