@@ -14,4 +14,15 @@ public sealed class HelpTests
         Assert.Equal(0, exit);
         Assert.Contains("slo", output.ToString());
     }
+
+    [Fact]
+    public void SloHelpListsSearchAndBench()
+    {
+        var output = new StringWriter();
+        int exit = RemoteCache.Cli.Program.BuildRoot().Parse(new[] { "slo", "--help" })
+            .Invoke(new System.CommandLine.InvocationConfiguration { Output = output });
+        Assert.Equal(0, exit);
+        Assert.Contains("search", output.ToString());
+        Assert.Contains("bench", output.ToString());
+    }
 }
