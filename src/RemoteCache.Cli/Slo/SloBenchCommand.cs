@@ -168,7 +168,7 @@ internal static class SloBenchCommand
 
     private static int GridPoints(ConfigurationSpace space)
     {
-        int Count(int min, int max) => (min == 0 ? 1 : 0) + (int)Math.Floor(Math.Log2(max)) + 1;
+        int Count(int min, int max) => ConfigurationSpace.GridValues(min, max).Length;
         int c = Count(0, space.MaxClientThreads), s = Count(space.MinServerThreads, space.MaxServerThreads);
         int b = Count(1, space.MaxBatch), q = Count(1, space.MaxQueueDepth);
         return (space.MinServerThreads == 0 ? c * q : 0) + c * (s - (space.MinServerThreads == 0 ? 1 : 0)) * b * q;
@@ -180,8 +180,6 @@ internal static class SloBenchCommand
         var sp = f.Space;
         t.AppendLine(Invariant($"model: synthetic, Redy's size: c 0..{sp.MaxClientThreads}, s {sp.MinServerThreads}..{sp.MaxServerThreads}, b 1..{sp.MaxBatch} (8 B records), q 1..{sp.MaxQueueDepth}; {f.SpaceConfigurations:N0} configurations in the space"));
         t.AppendLine(Invariant($"       {f.MeasuredPoints:N0} points measured (of {f.GridPoints:N0} on the grid{(f.EarlyTermination ? "; the rest dropped by early termination" : "")}), {f.PredictedConfigurations:N0} configurations predicted"));
-        if (TopGrid(sp.MaxClientThreads) < sp.MaxClientThreads)
-            t.AppendLine(Invariant($"       (c and s above {TopGrid(sp.MaxClientThreads)} have no upper grid value in the space: not predicted)"));
         t.AppendLine(Invariant($"precompute: {f.PrecomputeSeconds:F3} s on {f.PrecomputeThreads} thread(s); {f.Levels:N0} (s, c) levels, {f.LevelFrontierSteps:N0} level frontier steps, {f.GlobalFrontierSteps:N0} global; {f.RetainedBytes / 1048576.0:F1} MiB retained"));
         t.AppendLine(Invariant($"queries: {f.Queries:N0} random SLOs per row (after 1 s of untimed ones), latency and throughput between the model's lowest and highest:"));
         t.AppendLine(Invariant($"  uniform (Redy's §7.3; {100.0 * f.Met / f.Queries:F1} % met) and log-uniform ({100.0 * f.LogMet / f.Queries:F1} % met);"));
@@ -196,8 +194,6 @@ internal static class SloBenchCommand
         t.AppendLine(Invariant($"machine: {Environment.ProcessorCount} cores, {RuntimeInformation.OSDescription}, .NET {Environment.Version}, {DateTime.UtcNow:yyyy-MM-dd}"));
         return t.ToString();
     }
-
-    private static int TopGrid(int max) => 1 << (int)Math.Floor(Math.Log2(max));
 
     private static string Json(BenchFigures f)
     {

@@ -9,7 +9,7 @@ namespace RemoteCache.Cli.Slo;
 /// A synthetic performance model of Redy's size, for timing the search (<c>remotecache slo bench</c> and the
 /// BenchmarkDotNet <c>SloSearchBenchmarks</c>): not a measurement. 8 B records, so b ≤ ⌈4 KiB / 8⌉ = 512; q ≤ 16 (the
 /// queue depth of Redy's NICs); c ≤ 30 and s ≤ 30 by default (Redy: 30 of a VM's 60 cores for the cache; RemoteCache's
-/// space does not require s ≤ c). Points on the grid of 0 and the powers of two follow a formula with uniform ±3 % noise;
+/// space does not require s ≤ c). Points on the grid (0, the powers of two and each maximum) follow a formula with uniform ±3 % noise;
 /// optionally, Redy's early termination then drops the points past a step that did not raise throughput.
 /// </summary>
 /// <remarks>
@@ -170,13 +170,5 @@ internal static class SyntheticRedyModel
 
     private static double Noise(Random random) => 1 + 0.03 * (2 * random.NextDouble() - 1);
 
-    private static int[] Grid(int min, int max)
-    {
-        var grid = new List<int>();
-        if (min == 0)
-            grid.Add(0);
-        for (int g = 1; g <= max; g *= 2)
-            grid.Add(g);
-        return grid.ToArray();
-    }
+    private static int[] Grid(int min, int max) => ConfigurationSpace.GridValues(min, max);
 }

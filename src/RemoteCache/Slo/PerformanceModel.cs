@@ -43,12 +43,32 @@ public sealed record ModelPoint(int C, int S, int B, int Q, double MeanUs, doubl
 /// <summary>
 /// The configurations a model covers: c in 0..MaxClientThreads, s in MinServerThreads..MaxServerThreads, b in
 /// 1..MaxBatch (b = 1 when s = 0: one-sided requests are not batched), q in 1..MaxQueueDepth. Measured points lie on
-/// the grid of 0 and the powers of two; the configurations between them are interpolated.
+/// the grid of 0, the powers of two and each parameter's maximum; the configurations between them are interpolated.
 /// </summary>
 public sealed record ConfigurationSpace(int MaxClientThreads, int MinServerThreads, int MaxServerThreads, int MaxBatch, int MaxQueueDepth)
 {
     /// <summary>The largest batch worth modelling for records of <paramref name="recordSize"/> bytes: ⌈4 KiB / size⌉.</summary>
     public static int BatchLimit(int recordSize) => (4096 + recordSize - 1) / recordSize;
+
+    /// <summary>
+    /// The grid of a parameter ranging over <paramref name="min"/>..<paramref name="max"/>, ascending: 0 (when min is 0),
+    /// the powers of two from min, and max itself (measured too, so that the values past the last power of two are
+    /// predicted).
+    /// </summary>
+    public static int[] GridValues(int min, int max)
+    {
+        var grid = new List<int>();
+        if (min == 0)
+            grid.Add(0);
+        for (long g = 1; g <= max; g *= 2)
+        {
+            if (g >= min)
+                grid.Add((int)g);
+        }
+        if (max >= 1 && grid[^1] != max)
+            grid.Add(max);
+        return grid.ToArray();
+    }
 
     /// <summary>Whether <paramref name="config"/> is in the space.</summary>
     public bool Contains(CacheConfig config) =>
@@ -222,8 +242,9 @@ public sealed class PerformanceModel
                 string where = $"operations.{operation.ToString().ToLowerInvariant()}: point {p.Config}";
                 if (!Space.Contains(p.Config))
                     throw new FormatException($"{where} is outside the space");
-                if (!OnGrid(p.C) || !OnGrid(p.S) || !OnGrid(p.B) || !OnGrid(p.Q))
-                    throw new FormatException($"{where} is not on the grid of 0 and powers of two");
+                if (!OnGrid(p.C, Space.MaxClientThreads) || !OnGrid(p.S, Space.MaxServerThreads) ||
+                    !OnGrid(p.B, Space.MaxBatch) || !OnGrid(p.Q, Space.MaxQueueDepth))
+                    throw new FormatException($"{where} is not on the grid (0, the powers of two and each parameter's maximum)");
                 if (!(p.MeanUs > 0) || double.IsInfinity(p.MeanUs) || !(p.OpsPerSecond > 0) || double.IsInfinity(p.OpsPerSecond))
                     throw new FormatException($"{where} has meanUs {p.MeanUs} and opsPerSecond {p.OpsPerSecond}; both must be positive and finite");
                 if (!seen.Add(p.Config))
@@ -232,6 +253,6 @@ public sealed class PerformanceModel
         }
     }
 
-    /// <summary>Whether <paramref name="value"/> is a grid value: 0 or a power of two.</summary>
-    public static bool OnGrid(int value) => value == 0 || (value > 0 && (value & (value - 1)) == 0);
+    /// <summary>Whether <paramref name="value"/> is a grid value of a parameter whose largest value is <paramref name="max"/>: 0, a power of two, or the maximum itself.</summary>
+    public static bool OnGrid(int value, int max) => value == max || value == 0 || (value > 0 && (value & (value - 1)) == 0);
 }

@@ -10,11 +10,10 @@ public readonly record struct Prediction(double MeanUs, double OpsPerSecond);
 
 /// <summary>
 /// A performance model's predictions for one operation, interpolated as Redy's (§5.2): measured points lie on the grid
-/// of 0 and the powers of two of each parameter; any configuration of the space is predicted by multilinear
+/// of each parameter (<see cref="ConfigurationSpace.GridValues"/>: 0, the powers of two and the maximum); any configuration of the space is predicted by multilinear
 /// interpolation between the grid values that bracket each of its parameters (linear in the parameter's value; a
 /// grid value brackets itself, so a measured point is predicted as measured). A configuration whose interpolation
-/// needs a corner that was not measured (early termination leaves holes), or that lies above the largest grid value
-/// of the space (c = 20 when the space stops at c = 30: 32 cannot be measured), is not in the model.
+/// needs a corner that was not measured (early termination leaves holes) is not in the model.
 /// </summary>
 /// <remarks>
 /// The interpolation is evaluated in a fixed order (client threads, then server threads, then batch size, then
@@ -156,7 +155,7 @@ internal readonly struct Bracket
     public static Bracket None => new(-1, -1, 0);
 }
 
-/// <summary>One parameter's values min..max and its grid: 0 (when min is 0) and the powers of two up to max.</summary>
+/// <summary>One parameter's values min..max and its grid: 0 (when min is 0), the powers of two up to max, and max.</summary>
 internal sealed class GridAxis
 {
     private readonly int[] _grid;
@@ -166,15 +165,7 @@ internal sealed class GridAxis
     {
         Min = min;
         Max = max;
-        var grid = new List<int>();
-        if (min == 0)
-            grid.Add(0);
-        for (long g = 1; g <= max; g *= 2)
-        {
-            if (g >= min)
-                grid.Add((int)g);
-        }
-        _grid = grid.ToArray();
+        _grid = ConfigurationSpace.GridValues(min, max);
         _byValue = new Bracket[max + 1];
         for (int v = 0; v <= max; v++)
         {

@@ -99,13 +99,5 @@ internal static class SloTestModels
         }
     }
 
-    public static int[] Grid(int min, int max)
-    {
-        var grid = new List<int>();
-        if (min == 0)
-            grid.Add(0);
-        for (int g = 1; g <= max; g *= 2)
-            grid.Add(g);
-        return grid.ToArray();
-    }
+    public static int[] Grid(int min, int max) => ConfigurationSpace.GridValues(min, max);
 }
