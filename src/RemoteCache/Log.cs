@@ -32,6 +32,11 @@ internal static partial class Log
         "Operations on {CacheName} fail with {Status}: {Reason} (logged once per status; the remotecache.client.errors metric counts them)")]
     public static partial void OperationsFailing(ILogger logger, string cacheName, RemoteCacheStatus status, string reason);
 
+    [LoggerMessage(8, LogLevel.Information,
+        "{CacheName} is configured for its SLO ({Slo}) with {Config}, predicted {Prediction}, by the model {ModelPath}")]
+    public static partial void SloPlanned(ILogger logger, string cacheName, string slo, CacheConfig config, string prediction,
+                                          string modelPath);
+
     [LoggerMessage(20, LogLevel.Information,
         "Embedded server {ServerId} listening on {Endpoints}: regions of {RegionSize} bytes, at most {MemoryLimit} bytes, admission {Admission}")]
     public static partial void ServerStarted(ILogger logger, string serverId, string endpoints, long regionSize, long memoryLimit,

@@ -8,6 +8,7 @@ using System.Threading.Tasks;
 using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Logging.Abstractions;
 using RemoteCache.Interop;
+using RemoteCache.Slo;
 
 namespace RemoteCache;
 
@@ -36,15 +37,16 @@ public sealed class RemoteCacheClient : IAsyncDisposable, IDisposable
     private volatile bool _stopping;
     private int _disposed;
 
-    private RemoteCacheClient(CacheHandle cache, RemoteCacheOptions options, int endpointCount, ILogger logger)
+    private RemoteCacheClient(CacheHandle cache, RemoteCacheOptions options, SloPlan? plan, int endpointCount, ILogger logger)
     {
+        SloPlan = plan;
         _cache = cache;
         _endpointCount = endpointCount;
         _logger = logger;
         Name = options.EffectiveName;
         CacheId = options.CacheId;
         IsExclusive = options.Exclusive;
-        ConfigGiven = options.Config is not null;
+        ConfigGiven = options.Config is not null || plan is not null;
         Capacity = (long)NativeMethods.CacheCapacity(cache);
         var instruments = Instruments.For(options.MeterFactory);
         Metrics = new ClientMetrics(instruments, Name);
@@ -85,8 +87,8 @@ public sealed class RemoteCacheClient : IAsyncDisposable, IDisposable
     /// <exception cref="InvalidOperationException">The native library is not the version this assembly needs.</exception>
     public static RemoteCacheClient Open(IEnumerable<string> endpoints, RemoteCacheOptions options)
     {
-        var list = Checked(endpoints, options);
-        return OpenChecked(list, options, LoggerFor(options));
+        var (list, plan) = Checked(endpoints, options);
+        return OpenChecked(list, options, plan, LoggerFor(options));
     }
 
     /// <summary>
@@ -103,10 +105,10 @@ public sealed class RemoteCacheClient : IAsyncDisposable, IDisposable
     public static async Task<RemoteCacheClient> OpenAsync(IEnumerable<string> endpoints, RemoteCacheOptions options,
                                                           CancellationToken cancellationToken = default)
     {
-        var list = Checked(endpoints, options);
+        var (list, plan) = Checked(endpoints, options);
         cancellationToken.ThrowIfCancellationRequested();
         var logger = LoggerFor(options);
-        var opening = Task.Factory.StartNew(() => OpenChecked(list, options, logger), CancellationToken.None,
+        var opening = Task.Factory.StartNew(() => OpenChecked(list, options, plan, logger), CancellationToken.None,
                                             TaskCreationOptions.LongRunning | TaskCreationOptions.DenyChildAttach,
                                             TaskScheduler.Default);
         try
@@ -127,20 +129,59 @@ public sealed class RemoteCacheClient : IAsyncDisposable, IDisposable
         }
     }
 
-    private static string[] Checked(IEnumerable<string> endpoints, RemoteCacheOptions options)
+    private static (string[] List, SloPlan? Plan) Checked(IEnumerable<string> endpoints, RemoteCacheOptions options)
     {
         ArgumentNullException.ThrowIfNull(endpoints);
         ArgumentNullException.ThrowIfNull(options);
         var list = endpoints.ToArray();
         options.Validate(list);
         NativeMethods.EnsureCompatible();
-        return list;
+        return (list, options.Slo is null ? null : PlanSlo(list, options));
+    }
+
+    // The configuration an SLO asks for, through the options' model; refused before anything connects.
+    private static SloPlan PlanSlo(string[] endpoints, RemoteCacheOptions options)
+    {
+        string name = options.EffectiveName, path = options.SloModelPath!;
+        PerformanceModel model;
+        try
+        {
+            model = PerformanceModel.Load(path);
+        }
+        catch (FormatException e)
+        {
+            throw new ArgumentException($"{name}: {nameof(RemoteCacheOptions)}.{nameof(RemoteCacheOptions.SloModelPath)}: {e.Message}",
+                                        nameof(RemoteCacheOptions.SloModelPath), e);
+        }
+        foreach (var endpoint in endpoints)
+        {
+            string transport = endpoint.Split(':', 2)[0];
+            if (!string.Equals(transport, model.Transport, StringComparison.OrdinalIgnoreCase))
+                throw new ArgumentException($"{name}: endpoint {endpoint} is {transport}, but the SLO model {path} was measured over {model.Transport}",
+                                            nameof(endpoints));
+        }
+        SloPlan plan;
+        try
+        {
+            plan = new SloPlanner(model).Plan(options.Slo!);
+        }
+        catch (ArgumentException e)
+        {
+            throw new ArgumentException($"{name}: {nameof(RemoteCacheOptions)}.{nameof(RemoteCacheOptions.Slo)}: {e.Message} (model {path})",
+                                        nameof(RemoteCacheOptions.Slo), e);
+        }
+        if (plan.Config is not { } config)
+            throw new SloNotMetException(name, plan);
+        if (config.Problem() is { } problem)
+            throw new ArgumentException($"{name}: the SLO model {path} chose {config}, which {problem}: the model's space goes past this library's limits",
+                                        nameof(RemoteCacheOptions.SloModelPath));
+        return plan;
     }
 
     private static ILogger LoggerFor(RemoteCacheOptions options) =>
         (ILogger?)options.LoggerFactory?.CreateLogger<RemoteCacheClient>() ?? NullLogger.Instance;
 
-    private static unsafe RemoteCacheClient OpenChecked(string[] list, RemoteCacheOptions options, ILogger logger)
+    private static unsafe RemoteCacheClient OpenChecked(string[] list, RemoteCacheOptions options, SloPlan? plan, ILogger logger)
     {
         string name = options.EffectiveName;
         long started = Stopwatch.GetTimestamp();
@@ -148,7 +189,7 @@ public sealed class RemoteCacheClient : IAsyncDisposable, IDisposable
         using var strings = new Utf8StringArray(list);
         using var tokenString = new Utf8StringArray(string.IsNullOrEmpty(options.Token) ? Array.Empty<string>() : new[] { options.Token });
         using var capabilityStrings = new Utf8StringArray(capabilities ?? Array.Empty<string>());
-        var config = options.Config ?? CacheConfig.HighThroughput;
+        var config = options.Config ?? plan?.Config ?? CacheConfig.HighThroughput;
         var native = new RcCacheOptions
         {
             CacheId = options.CacheId,
@@ -172,7 +213,7 @@ public sealed class RemoteCacheClient : IAsyncDisposable, IDisposable
         RemoteCacheClient client;
         try
         {
-            client = new RemoteCacheClient(cache, options, list.Length, logger);
+            client = new RemoteCacheClient(cache, options, plan, list.Length, logger);
         }
         catch
         {
@@ -181,6 +222,8 @@ public sealed class RemoteCacheClient : IAsyncDisposable, IDisposable
         }
         Log.CacheOpened(logger, name, options.CacheId, string.Join(", ", list), client.Capacity, config, options.Lanes,
                         (long)Stopwatch.GetElapsedTime(started).TotalMilliseconds);
+        if (plan is not null)
+            Log.SloPlanned(logger, name, plan.Slo.ToString(), config, plan.Describe(), options.SloModelPath!);
         return client;
     }
 
@@ -205,8 +248,14 @@ public sealed class RemoteCacheClient : IAsyncDisposable, IDisposable
     /// </summary>
     public bool IsExclusive { get; }
 
-    /// <summary>Whether the cache was opened with a configuration (<see cref="RemoteCacheOptions.Config"/> not null).</summary>
+    /// <summary>
+    /// Whether the cache was opened with a configuration (<see cref="RemoteCacheOptions.Config"/>) or for an SLO
+    /// (<see cref="RemoteCacheOptions.Slo"/>), rather than with the default.
+    /// </summary>
     public bool ConfigGiven { get; }
+
+    /// <summary>The SLO the cache was opened for and the configuration chosen for it, or null when opened without one.</summary>
+    public SloPlan? SloPlan { get; }
 
     /// <summary>The name used in messages and exceptions.</summary>
     public string Name { get; }

@@ -5,6 +5,7 @@ using System.Linq;
 using System.Text;
 using Microsoft.Extensions.Logging;
 using RemoteCache.Interop;
+using RemoteCache.Slo;
 
 namespace RemoteCache;
 
@@ -76,6 +77,19 @@ public sealed class RemoteCacheOptions
     /// </summary>
     public CacheConfig? Config { get; set; }
 
+    /// <summary>
+    /// An SLO to configure the cache for, instead of <see cref="Config"/>: opening picks the cheapest configuration that
+    /// <see cref="SloModelPath"/>'s model predicts to meet it (<see cref="SloPlanner"/>), or refuses with
+    /// <see cref="SloNotMetException"/> when none does. Needs no manager.
+    /// </summary>
+    public RemoteCacheSlo? Slo { get; set; }
+
+    /// <summary>
+    /// The performance model (a file written by <c>remotecache slo model</c>, measured for the endpoints' transport and
+    /// the SLO's record size) that <see cref="Slo"/> is planned with.
+    /// </summary>
+    public string? SloModelPath { get; set; }
+
     /// <summary>Operations outstanding per lane at most, 1..<see cref="MaxSessionCapacity"/>. Default: <see cref="DefaultSessionCapacity"/>.</summary>
     public int SessionCapacity { get; set; } = DefaultSessionCapacity;
 
@@ -135,6 +149,15 @@ public sealed class RemoteCacheOptions
         }
         if (Config is { } config && config.Problem() is { } problem)
             throw Invalid(nameof(Config), problem);
+        if (Slo is { } slo)
+        {
+            if (Config is not null)
+                throw Invalid(nameof(Slo), "and Config are both set; give one: a configuration, or an SLO to choose one");
+            if (slo.Problem() is { } sloProblem)
+                throw Invalid(nameof(Slo), sloProblem);
+            if (string.IsNullOrWhiteSpace(SloModelPath))
+                throw Invalid(nameof(SloModelPath), "is not set; an SLO is turned into a configuration through a performance model (remotecache slo model)");
+        }
         if (SessionCapacity < 1 || SessionCapacity > MaxSessionCapacity)
             throw Invalid(nameof(SessionCapacity), $"is {SessionCapacity}; it must be 1..{MaxSessionCapacity}");
         if (OperationTimeout <= TimeSpan.Zero || OperationTimeout > s_maxTimeout)

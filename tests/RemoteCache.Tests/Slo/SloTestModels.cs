@@ -18,7 +18,7 @@ internal static class SloTestModels
         "early-termination",    // noisy, then Redy's early termination and 10 % of the points dropped at random: holes
         "latency-falls-with-b", // batching lowers the latency up to b = 8 (fewer, fuller messages), then raises it
         "random",               // latency and throughput drawn independently per point
-        "odd-space",            // s from 1, maxima that are not powers of two (the tops are not predicted), noisy
+        "odd-space",            // s from 1, maxima that are not powers of two (measured at the tops too), noisy
     };
 
     public static PerformanceModel Create(string kind, int seed)
