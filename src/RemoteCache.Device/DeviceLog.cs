@@ -19,6 +19,10 @@ internal static partial class DeviceLog
         "Device {Device}: the cache refused an operation before sending it ({Status}); FASTER gets an I/O error (logged once per device)")]
     public static partial void OperationRefused(ILogger logger, string device, RemoteCacheStatus status);
 
+    [LoggerMessage(104, LogLevel.Warning,
+        "Device {Device}: no configuration of cache {CacheName}'s SLO model meets the device's SLO ({Slo}); it takes the fastest, {Config} (predicted mean read {MeanUs} µs)")]
+    public static partial void SloNotMet(ILogger logger, string device, string cacheName, string slo, CacheConfig config, double meanUs);
+
     [LoggerMessage(110, LogLevel.Error,
         "Tier {Tier} ({Name}) failed a {What} (error 0x{Code:x}, {Status}); its reads go to the next tier from now on")]
     public static partial void TierTakenOut(ILogger logger, int tier, string name, string what, uint code, string status);

@@ -3,6 +3,7 @@ using System.Threading;
 using FASTER.core;
 using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Logging.Abstractions;
+using RemoteCache.Slo;
 
 namespace RemoteCache.Device;
 
@@ -74,12 +75,15 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
     /// <see cref="Initialize"/> that throws disposes it too (nobody else would).
     /// </param>
     /// <remarks>
-    /// A cache opened without a configuration (<see cref="RemoteCacheOptions.Config"/> null) is switched to
-    /// <see cref="CacheConfig.OneSided"/>, what FASTER's reads want: each read is issued alone, from FASTER's thread,
-    /// and over shm or RDMA reads the server's memory without its CPU.
+    /// A cache opened without a configuration or an SLO is switched to the configuration its performance model
+    /// (<see cref="RemoteCacheOptions.SloModelPath"/>) predicts to meet <see cref="DefaultSlo"/> (the fastest when none
+    /// does), or without a model to <see cref="CacheConfig.OneSided"/>, what FASTER's reads want: each read is issued
+    /// alone, from FASTER's thread, and over shm or RDMA reads the server's memory without its CPU.
     /// </remarks>
     /// <param name="logger">Where the device logs its set-up and refused operations; null: nowhere.</param>
-    /// <exception cref="ArgumentException"><paramref name="cache"/> was not opened exclusively.</exception>
+    /// <exception cref="ArgumentException">
+    /// <paramref name="cache"/> was not opened exclusively, or its SLO model cannot be read or is not of 512 B records.
+    /// </exception>
     /// <exception cref="RemoteCacheException">The cache could not be switched to <see cref="CacheConfig.OneSided"/>.</exception>
     public RemoteCacheDevice(RemoteCacheClient cache, int throttleLimit = 256, bool ownsCache = false, ILogger? logger = null)
         : base($"remotecache:{cache?.Name}", 512, cache?.Capacity ?? 0)
@@ -96,8 +100,9 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
                     "twice) can write into the log's segments", nameof(cache));
             if (!cache.ConfigGiven)
             {
-                cache.Reconfigure(CacheConfig.OneSided);
-                DeviceLog.Reconfigured(_logger, FileName, cache.Name, CacheConfig.OneSided);
+                var config = cache.SloModelPath is { } model ? ConfigForDefaultSlo(cache, model) : CacheConfig.OneSided;
+                cache.Reconfigure(config);
+                DeviceLog.Reconfigured(_logger, FileName, cache.Name, config);
             }
         }
         catch
@@ -109,6 +114,41 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
         _cache = cache;
         _ownsCache = ownsCache;
         ThrottleLimit = throttleLimit;
+    }
+
+    /// <summary>
+    /// The SLO a device asks of a cache opened without a configuration or an SLO but with a performance model
+    /// (<see cref="RemoteCacheOptions.SloModelPath"/>): FASTER's reads of the cache follow its hash chains one after
+    /// another, so what it needs is latency: mean reads of 512 B (FASTER reads whole sectors) within 10 µs (Redy's example
+    /// SLO), with no throughput bound — FASTER gets its throughput from many reads in flight.
+    /// </summary>
+    public static RemoteCacheSlo DefaultSlo => new() { ReadLatency = TimeSpan.FromMicroseconds(10), RecordSize = 512 };
+
+    // The cheapest configuration the model predicts to meet DefaultSlo; when none does, the one with the lowest read latency.
+    private CacheConfig ConfigForDefaultSlo(RemoteCacheClient cache, string modelPath)
+    {
+        PerformanceModel model;
+        try
+        {
+            model = PerformanceModel.Load(modelPath);
+        }
+        catch (FormatException e)
+        {
+            throw new ArgumentException($"RemoteCacheDevice: cache '{cache.Name}': the SLO model: {e.Message}", nameof(cache), e);
+        }
+        var slo = DefaultSlo;
+        if (model.RecordSize != slo.RecordSize)
+            throw new ArgumentException(
+                $"RemoteCacheDevice: cache '{cache.Name}': the SLO model {modelPath} was measured with {model.RecordSize} B records; " +
+                $"the device's reads are {slo.RecordSize} B: give it a {slo.RecordSize} B model (remotecache slo model --record-size {slo.RecordSize})",
+                nameof(cache));
+        var plan = new SloPlanner(model).Plan(slo);
+        if (plan.Config is { } config)
+            return config;
+        var fastest = plan.Searches[0].LowestLatencyReachingThroughput
+            ?? throw new ArgumentException($"RemoteCacheDevice: cache '{cache.Name}': the SLO model {modelPath} predicts no configuration", nameof(cache));
+        DeviceLog.SloNotMet(_logger, FileName, cache.Name, slo.ToString(), fastest.Config, fastest.Predicted.MeanUs);
+        return fastest.Config;
     }
 
     /// <summary>The cache this device stores segments in.</summary>

@@ -40,6 +40,7 @@ public sealed class RemoteCacheClient : IAsyncDisposable, IDisposable
     private RemoteCacheClient(CacheHandle cache, RemoteCacheOptions options, SloPlan? plan, int endpointCount, ILogger logger)
     {
         SloPlan = plan;
+        SloModelPath = string.IsNullOrWhiteSpace(options.SloModelPath) ? null : options.SloModelPath;
         _cache = cache;
         _endpointCount = endpointCount;
         _logger = logger;
@@ -256,6 +257,9 @@ public sealed class RemoteCacheClient : IAsyncDisposable, IDisposable
 
     /// <summary>The SLO the cache was opened for and the configuration chosen for it, or null when opened without one.</summary>
     public SloPlan? SloPlan { get; }
+
+    /// <summary>The performance model the cache was opened with (<see cref="RemoteCacheOptions.SloModelPath"/>), or null.</summary>
+    public string? SloModelPath { get; }
 
     /// <summary>The name used in messages and exceptions.</summary>
     public string Name { get; }

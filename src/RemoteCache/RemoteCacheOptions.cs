@@ -86,7 +86,8 @@ public sealed class RemoteCacheOptions
 
     /// <summary>
     /// The performance model (a file written by <c>remotecache slo model</c>, measured for the endpoints' transport and
-    /// the SLO's record size) that <see cref="Slo"/> is planned with.
+    /// the SLO's record size) that <see cref="Slo"/> is planned with. Given without an SLO, a RemoteCacheDevice plans its
+    /// own default SLO with it.
     /// </summary>
     public string? SloModelPath { get; set; }
 

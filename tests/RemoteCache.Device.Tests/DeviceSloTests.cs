@@ -1,0 +1,81 @@
+using System;
+using System.Collections.Generic;
+using System.IO;
+using RemoteCache.Device;
+using RemoteCache.Slo;
+using Xunit;
+
+namespace RemoteCache.Device.Tests;
+
+/// <summary>A cache opened with a performance model but no configuration: the device asks for its default latency SLO.</summary>
+public sealed class DeviceSloTests : IDisposable
+{
+    private readonly RemoteCacheServer _server = RemoteCacheServer.Start(new RemoteCacheServerOptions
+    {
+        Listen = { "tcp:127.0.0.1:0" }, RegionSize = 1 << 20, MemoryLimit = 16 << 20, MaxThreads = 1,
+    });
+    private readonly string _dir = Directory.CreateTempSubdirectory("device-slo-").FullName;
+
+    public void Dispose()
+    {
+        _server.Dispose();
+        Directory.Delete(_dir, recursive: true);
+    }
+
+    // Reads of 512 B over tcp: latency falls with c and rises with b and q (s = 1 or 2).
+    private string Model(int recordSize, double latencyFloorUs)
+    {
+        var points = new List<ModelPoint>();
+        foreach (int s in new[] { 1, 2 })
+            foreach (int c in new[] { 0, 1, 2 })
+                foreach (int b in new[] { 1, 2, 4 })
+                    foreach (int q in new[] { 1, 2, 4 })
+                        points.Add(new ModelPoint(c, s, b, q, latencyFloorUs + 6 - 2 * c + b + q + s, 1e5 * b * q * (1 + c)));
+        var model = new PerformanceModel
+        {
+            Transport = "tcp",
+            Distance = "same-host",
+            RecordSize = recordSize,
+            Machine = new MachineDescription("test", 2, 1L << 30, "Linux"),
+            Measured = new MeasurementInfo("2026-11-23", "synthetic", "test", 1, 0),
+            Space = new ConfigurationSpace(2, 1, 2, 4, 4),
+            Operations = new Dictionary<SloOperation, List<ModelPoint>> { [SloOperation.Read] = points },
+        };
+        string path = Path.Combine(_dir, $"tcp-{recordSize}-{latencyFloorUs}.json");
+        model.Save(path);
+        return path;
+    }
+
+    private RemoteCacheClient Open(string modelPath) => RemoteCacheClient.Open(_server.Endpoints, new RemoteCacheOptions
+    {
+        RegionsPerServer = 2, Exclusive = true, SloModelPath = modelPath, Name = "device slo",
+    });
+
+    [Fact]
+    public void TakesTheCheapestConfigurationPredictedToMeetTheDefaultSlo()
+    {
+        string path = Model(512, latencyFloorUs: 0);
+        var expected = new SloPlanner(PerformanceModel.Load(path)).Plan(RemoteCacheDevice.DefaultSlo);
+        Assert.True(expected.Found);
+        using var device = new RemoteCacheDevice(Open(path), ownsCache: true);
+        Assert.Equal(expected.Config, device.Cache.Config);
+        Assert.NotEqual(CacheConfig.OneSided, device.Cache.Config);
+    }
+
+    [Fact]
+    public void TakesTheFastestWhenNothingMeetsIt()
+    {
+        string path = Model(512, latencyFloorUs: 50);  // every read predicted slower than 10 µs
+        using var device = new RemoteCacheDevice(Open(path), ownsCache: true);
+        Assert.Equal(new CacheConfig(2, 1, 1, 1), device.Cache.Config);  // the lowest predicted latency
+    }
+
+    [Fact]
+    public void RefusesAModelOfAnotherRecordSize()
+    {
+        string path = Model(8, latencyFloorUs: 0);
+        var e = Assert.Throws<ArgumentException>(() => new RemoteCacheDevice(Open(path), ownsCache: true));
+        Assert.Contains("8 B records", e.Message);
+        Assert.Contains("--record-size 512", e.Message);
+    }
+}
