@@ -37,6 +37,23 @@ internal static partial class Log
     public static partial void SloPlanned(ILogger logger, string cacheName, string slo, CacheConfig config, string prediction,
                                           string modelPath);
 
+    [LoggerMessage(9, LogLevel.Information, "{CacheName} {Verdict} its SLO with {Config}: {Window}")]
+    public static partial void SloConformance(ILogger logger, string cacheName, string verdict, CacheConfig config, string window);
+
+    [LoggerMessage(10, LogLevel.Warning,
+        "{CacheName} missed its SLO for {MissingSeconds} s under a load within it ({Window}); corrected its model and reconfigured from {OldConfig} to {NewConfig}")]
+    public static partial void SloRetuned(ILogger logger, string cacheName, CacheConfig oldConfig, CacheConfig newConfig, double missingSeconds,
+                                          string window);
+
+    [LoggerMessage(11, LogLevel.Warning, "{CacheName} could not switch to {Config} for its SLO")]
+    public static partial void SloRetuneFailed(ILogger logger, string cacheName, CacheConfig config, Exception exception);
+
+    [LoggerMessage(12, LogLevel.Warning, "{CacheName} keeps missing its SLO and was not retuned: {Reason}")]
+    public static partial void SloNotRetuned(ILogger logger, string cacheName, string reason);
+
+    [LoggerMessage(13, LogLevel.Warning, "A handler of {CacheName}'s SloObserved event threw")]
+    public static partial void SloHandlerFailed(ILogger logger, string cacheName, Exception exception);
+
     [LoggerMessage(20, LogLevel.Information,
         "Embedded server {ServerId} listening on {Endpoints}: regions of {RegionSize} bytes, at most {MemoryLimit} bytes, admission {Admission}")]
     public static partial void ServerStarted(ILogger logger, string serverId, string endpoints, long regionSize, long memoryLimit,

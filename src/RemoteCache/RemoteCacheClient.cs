@@ -68,6 +68,39 @@ public sealed class RemoteCacheClient : IAsyncDisposable, IDisposable
         instruments.Register(this, Metrics.CacheTag);
         _poller = new Thread(PollerLoop) { IsBackground = true, Name = $"RemoteCache poller ({Name})" };
         _poller.Start();
+        if (plan is { Config: { } planned })
+        {
+            var samples = new LatencySamples();
+            Metrics.Samples = samples;
+            _sloMonitor = new SloMonitor(this, new SloTuner(plan.Model, plan.Slo, planned, plan.Cost), samples, plan.Slo.Window, logger);
+        }
+    }
+
+    private readonly SloMonitor? _sloMonitor;
+
+    /// <summary>
+    /// Raised after each window of a cache opened for an SLO (<see cref="RemoteCacheOptions.Slo"/>), every
+    /// <see cref="RemoteCacheSlo.Window"/>, on a timer thread: what the cache achieved, whether it met the SLO, and the
+    /// configuration it switched to if it retuned. A handler that throws is logged and does not stop the watch.
+    /// </summary>
+    public event EventHandler<SloObservation>? SloObserved;
+
+    /// <summary>The last window judged against the SLO, or null (no SLO, or no window yet).</summary>
+    public SloObservation? LastSloObservation => _sloMonitor?.Last;
+
+    /// <summary>1 while the last judged window met the SLO, 0 while not, null before one was judged or without an SLO.</summary>
+    internal int? SloConformance => _sloMonitor?.Conformance;
+
+    internal void RaiseSloObserved(SloObservation observation)
+    {
+        try
+        {
+            SloObserved?.Invoke(this, observation);
+        }
+        catch (Exception e)
+        {
+            Log.SloHandlerFailed(_logger, Name, e);
+        }
     }
 
     // A lane's operation pool never goes below this, so that a tiny SessionCapacity still lets callbacks chain.
@@ -650,6 +683,7 @@ public sealed class RemoteCacheClient : IAsyncDisposable, IDisposable
 
     private void Shutdown()
     {
+        _sloMonitor?.Dispose();
         foreach (var lane in _lanes)
             lane.Drain();
         _instruments.Unregister(this);

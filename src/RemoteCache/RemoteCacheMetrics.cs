@@ -4,6 +4,7 @@ using System.Collections.Generic;
 using System.Diagnostics;
 using System.Diagnostics.Metrics;
 using System.Runtime.CompilerServices;
+using System.Threading;
 
 namespace RemoteCache;
 
@@ -34,6 +35,12 @@ public static class RemoteCacheMetrics
 
     /// <summary>Up-down counter of operations started and not finished yet ({operation}), per cache.</summary>
     public const string InFlight = "remotecache.client.operations.in_flight";
+
+    /// <summary>
+    /// Gauge of a cache opened for an SLO: 1 while its last judged window met the SLO, 0 while not (no measurement before
+    /// the first judged window, or without an SLO).
+    /// </summary>
+    public const string SloConformance = "remotecache.client.slo.conformance";
 
     /// <summary>Tag: the cache's name (<see cref="RemoteCacheOptions.Name"/>).</summary>
     public const string CacheTag = "remotecache.cache";
@@ -77,6 +84,8 @@ internal sealed class Instruments
             tags: null, advice: new InstrumentAdvice<double> { HistogramBucketBoundaries = s_durationBuckets });
         meter.CreateObservableUpDownCounter(RemoteCacheMetrics.InFlight, ObserveInFlight, "{operation}",
                                             "Operations started and not finished yet");
+        meter.CreateObservableGauge(RemoteCacheMetrics.SloConformance, ObserveSloConformance, "1",
+                                    "1 while the cache's last judged window met its SLO, 0 while not");
     }
 
     public Counter<long> Errors { get; }
@@ -123,6 +132,13 @@ internal sealed class Instruments
         }
     }
 
+    private IEnumerable<Measurement<int>> ObserveSloConformance()
+    {
+        foreach (var (client, tag) in _clients)
+            if (client.SloConformance is { } conformance)
+                yield return new Measurement<int>(conformance, tag);
+    }
+
     private IEnumerable<Measurement<long>> ObserveInFlight()
     {
         foreach (var (client, tag) in _clients)
@@ -135,6 +151,30 @@ internal record struct OperationTotals(long ReadOps, long WriteOps, long ReadByt
 {
     public static OperationTotals operator +(OperationTotals a, OperationTotals b) =>
         new(a.ReadOps + b.ReadOps, a.WriteOps + b.WriteOps, a.ReadBytes + b.ReadBytes, a.WriteBytes + b.WriteBytes);
+}
+
+/// <summary>Sums of sampled operation durations (Stopwatch ticks) and their counts, per operation; added to from any thread.</summary>
+internal sealed class LatencySamples
+{
+    private long _readTicks, _readCount, _writeTicks, _writeCount;
+
+    public void Add(bool write, long ticks)
+    {
+        if (write)
+        {
+            Interlocked.Add(ref _writeTicks, ticks);
+            Interlocked.Increment(ref _writeCount);
+        }
+        else
+        {
+            Interlocked.Add(ref _readTicks, ticks);
+            Interlocked.Increment(ref _readCount);
+        }
+    }
+
+    /// <summary>The sums so far (each pair read racily: a window's mean may be off by one sample).</summary>
+    public (long ReadTicks, long ReadCount, long WriteTicks, long WriteCount) Read() =>
+        (Interlocked.Read(ref _readTicks), Interlocked.Read(ref _readCount), Interlocked.Read(ref _writeTicks), Interlocked.Read(ref _writeCount));
 }
 
 /// <summary>What one client records synchronously: its tags made once, so that recording allocates nothing.</summary>
@@ -158,11 +198,19 @@ internal sealed class ClientMetrics
 
     public KeyValuePair<string, object?> CacheTag => _cache;
 
-    /// <summary>Whether sampled operations need a start time.</summary>
-    public bool MeasuresDuration => _instruments.Duration.Enabled;
+    /// <summary>The sampled latencies an SLO monitor reads, when the client has an SLO.</summary>
+    public LatencySamples? Samples { get; set; }
 
-    public void Timed(bool write, long started) =>
-        _instruments.Duration.Record(Stopwatch.GetElapsedTime(started).TotalSeconds, _cache, write ? WriteTag : ReadTag);
+    /// <summary>Whether sampled operations need a start time.</summary>
+    public bool MeasuresDuration => _instruments.Duration.Enabled || Samples is not null;
+
+    public void Timed(bool write, long started)
+    {
+        long elapsed = Stopwatch.GetTimestamp() - started;
+        if (_instruments.Duration.Enabled)
+            _instruments.Duration.Record((double)elapsed / Stopwatch.Frequency, _cache, write ? WriteTag : ReadTag);
+        Samples?.Add(write, elapsed);
+    }
 
     public void Failed(bool write, RemoteCacheStatus status) =>
         _instruments.Errors.Add(1, _cache, write ? WriteTag : ReadTag, StatusTag(status));

@@ -23,12 +23,27 @@ public sealed class RemoteCacheSlo
     /// <summary>Bytes per operation (the model must be of this record size).</summary>
     public int RecordSize { get; set; } = 8;
 
+    /// <summary>How long a window the client judges its achieved latency and throughput over. Default: 2 s.</summary>
+    public TimeSpan Window { get; set; } = TimeSpan.FromSeconds(2);
+
+    /// <summary>How long the SLO may be missed under a load within it before the client retunes. Default: 6 s.</summary>
+    public TimeSpan Patience { get; set; } = TimeSpan.FromSeconds(6);
+
+    /// <summary>How far past a bound still counts as meeting it (0.1 = 10 %), for judging windows. Default: 0.1.</summary>
+    public double Tolerance { get; set; } = 0.1;
+
+    /// <summary>Whether the client corrects its model and reconfigures when it keeps missing the SLO (otherwise it only reports). Default: true.</summary>
+    public bool Retune { get; set; } = true;
+
     /// <summary>What is wrong with the SLO, or null.</summary>
     public string? Problem() =>
         ReadLatency is { } r && r <= TimeSpan.Zero ? $"has ReadLatency {r}; it must be positive"
         : WriteLatency is { } w && w <= TimeSpan.Zero ? $"has WriteLatency {w}; it must be positive"
         : !(Throughput >= 0) || double.IsInfinity(Throughput) ? $"has Throughput {Throughput}; it must be finite and 0 or more"
         : RecordSize < 1 ? $"has RecordSize {RecordSize}; it must be at least 1"
+        : Window < TimeSpan.FromMilliseconds(100) ? $"has Window {Window}; it must be at least 100 ms"
+        : Patience < TimeSpan.Zero ? $"has Patience {Patience}; it must not be negative"
+        : !(Tolerance >= 0 && Tolerance <= 10) ? $"has Tolerance {Tolerance}; it must be 0..10"
         : ReadLatency is null && WriteLatency is null && Throughput == 0 ? "bounds nothing: give ReadLatency, WriteLatency or Throughput"
         : null;
 

@@ -11,8 +11,10 @@ namespace RemoteCache.Slo;
 /// <param name="Config">The cheapest configuration predicted to meet every objective of the SLO; null when none does.</param>
 /// <param name="Predicted">For each bounded operation, what the model predicts at <paramref name="Config"/> (empty when none).</param>
 /// <param name="Searches">The search of each objective on its own (the nearest alternatives when nothing meets the SLO).</param>
+/// <param name="Model">The model planned with.</param>
 public sealed record SloPlan(RemoteCacheSlo Slo, SloCost Cost, CacheConfig? Config,
-                             IReadOnlyDictionary<SloOperation, Prediction> Predicted, IReadOnlyList<SloSearchResult> Searches)
+                             IReadOnlyDictionary<SloOperation, Prediction> Predicted, IReadOnlyList<SloSearchResult> Searches,
+                             PerformanceModel Model)
 {
     /// <summary>Whether a configuration meets the SLO.</summary>
     public bool Found => Config is not null;
@@ -83,10 +85,10 @@ public sealed class SloPlanner
         var searches = objectives.Select(o => Search(o.Operation).Search(o, cost)).ToList();
         var none = new Dictionary<SloOperation, Prediction>();
         if (searches.Any(s => !s.Found))
-            return new SloPlan(slo, cost, null, none, searches);
+            return new SloPlan(slo, cost, null, none, searches, Model);
         var dearest = searches.Select(s => s.Cheapest!.Value.Config).Aggregate((a, b) => cost.Compare(a, b) >= 0 ? a : b);
         var chosen = MeetsAll(dearest, objectives, out var predicted) ? dearest : Scan(dearest, objectives, cost, out predicted);
-        return chosen is null ? new SloPlan(slo, cost, null, none, searches) : new SloPlan(slo, cost, chosen, predicted, searches);
+        return new SloPlan(slo, cost, chosen, chosen is null ? none : predicted, searches, Model);
     }
 
     private bool MeetsAll(CacheConfig config, IReadOnlyList<ServiceLevelObjective> objectives, out Dictionary<SloOperation, Prediction> predicted)
