@@ -3,6 +3,7 @@ using System.Collections.Generic;
 using System.Globalization;
 using System.IO;
 using System.Linq;
+using RemoteCache.Charts;
 using ScottPlot;
 using ScottPlot.TickGenerators;
 
@@ -14,7 +15,7 @@ namespace RemoteCache.Benchmarks.Ycsb;
 /// shows) and <c>latency-cdf.png</c> (the latency distribution of each device's median round). Each figure is a
 /// header (title, subtitle, one legend of the devices) above one or more panels; a device has the same colour in
 /// all. ScottPlot 5 has no logarithmic axis: the log-scaled axes plot log10 of the values, with ticks labelled with
-/// the values (<see cref="LogTicks"/>). Phases without a throughput (a failed device's) are left out.
+/// the values (<see cref="ChartKit.LogTicks"/>). Phases without a throughput (a failed device's) are left out.
 /// </summary>
 public static class Chart
 {
@@ -48,7 +49,7 @@ public static class Chart
         MarkerShape.FilledTriangleDown, MarkerShape.OpenCircle,
     };
 
-    static Chart() => UseSansSerif();
+    static Chart() => ChartKit.UseSansSerif();
 
     /// <summary>
     /// Writes the three charts of a run (<see cref="Files"/>) into <paramref name="directory"/> from every round's
@@ -104,7 +105,7 @@ public static class Chart
                     Size = 0.85,
                     FillColor = ColorOf(devices[d]),
                     LineWidth = 0,
-                    Label = Si(r.OpsPerSecond),
+                    Label = ChartKit.Si(r.OpsPerSecond),
                 };
                 var bars = plot.Add.Bar(bar);
                 bars.ValueLabelStyle.FontSize = 12;
@@ -112,7 +113,7 @@ public static class Chart
         }
         plot.Axes.Bottom.TickGenerator = ticks;
         plot.Axes.Bottom.TickLabelStyle.FontSize = 14;
-        plot.Axes.Left.TickGenerator = LogTicks(lo, top, Si);
+        plot.Axes.Left.TickGenerator = ChartKit.LogTicks(lo, top, ChartKit.Si);
         plot.Grid.XAxisStyle.IsVisible = false;
         plot.Axes.SetLimits(-0.7, groups.Count * (devices.Count + 1) - 1.3, lo, top);
 
@@ -136,7 +137,7 @@ public static class Chart
         var distributions = rows.Select(r => r.Distribution).Distinct().ToList();
         var threadCounts = rows.Select(r => r.Threads).Distinct().OrderBy(t => t).ToList();
         int rounds = rows.Max(r => r.Round);
-        var (lo, hi) = LogRange(rows.Select(r => r.OpsPerSecond));
+        var (lo, hi) = ChartKit.LogRange(rows.Select(r => r.OpsPerSecond));
 
         var panels = new List<Plot>();
         foreach (int threads in threadCounts)
@@ -160,7 +161,7 @@ public static class Chart
                 for (int round = 1; round <= rounds; round++)
                     ticks.AddMajor(round, round.ToString(CultureInfo.InvariantCulture));
                 plot.Axes.Bottom.TickGenerator = ticks;
-                plot.Axes.Left.TickGenerator = LogTicks(lo, hi, Si);
+                plot.Axes.Left.TickGenerator = ChartKit.LogTicks(lo, hi, ChartKit.Si);
                 plot.Axes.SetLimits(0.7, rounds + 0.3, lo, hi);
                 panels.Add(plot);
             }
@@ -191,7 +192,7 @@ public static class Chart
         // One latency range for every panel.
         var latencies = medians.Where(r => r.Latency is { Count: > 0 })
                                .SelectMany(r => r.Latency!.Cdf().Select(p => Us(p.UpperNs))).ToList();
-        var (lo, hi) = latencies.Count > 0 ? LogRange(latencies) : (0.0, 3.0);
+        var (lo, hi) = latencies.Count > 0 ? ChartKit.LogRange(latencies) : (0.0, 3.0);
 
         var panels = new List<Plot>();
         foreach (var distribution in distributions)
@@ -231,7 +232,7 @@ public static class Chart
                 text.LabelFontSize = 14;
                 text.LabelAlignment = Alignment.MiddleCenter;
             }
-            plot.Axes.Bottom.TickGenerator = LogTicks(lo, hi, Duration);
+            plot.Axes.Bottom.TickGenerator = ChartKit.LogTicks(lo, hi, ChartKit.Duration);
             plot.Axes.SetLimits(lo, hi, 0, 1.03);
             panels.Add(plot);
         }
@@ -265,18 +266,6 @@ public static class Chart
         return h;
     }
 
-    /// <summary>
-    /// A log10 range that holds every value with a margin, at least one decade wide (so that the axis has labelled
-    /// ticks: see <see cref="LogTicks"/>).
-    /// </summary>
-    private static (double Lo, double Hi) LogRange(IEnumerable<double> values)
-    {
-        var logs = values.Where(v => v > 0).Select(Math.Log10).ToList();
-        double min = logs.Min(), max = logs.Max(), margin = Math.Max(0.1, (max - min) * 0.05);
-        double lo = min - margin, hi = max + margin, mid = (lo + hi) / 2;
-        return hi - lo >= 1 ? (lo, hi) : (mid - 0.5, mid + 0.5);
-    }
-
     private static double Us(long ns) => Math.Max(ns, 1) / 1000.0;
 
     private static string Threads(int threads) => $"{threads} thread{(threads == 1 ? "" : "s")}";
@@ -297,45 +286,6 @@ public static class Chart
         return plot;
     }
 
-    /// <summary>
-    /// Ticks of a log axis from <paramref name="lo"/> to <paramref name="hi"/> (log10 of the values: ScottPlot 5 has no
-    /// log axis, so the charts plot log10 and label the ticks with the values): labelled ticks at the powers of ten,
-    /// also at 2 and 5 times them when the axis spans at most 1.5 decades, minor ticks (and grid lines) at the
-    /// other whole multiples. Manual rather than ScottPlot's NumericAutomatic with IntegerTicksOnly and a
-    /// LogMinorTickGenerator, which leaves an axis of less than a decade with one labelled tick or none.
-    /// </summary>
-    private static NumericManual LogTicks(double lo, double hi, Func<double, string> format)
-    {
-        var ticks = new NumericManual();
-        bool fine = hi - lo <= 1.5;
-        for (int decade = (int)Math.Floor(lo); decade <= (int)Math.Ceiling(hi); decade++)
-        {
-            for (int m = 1; m <= 9; m++)
-            {
-                double value = m * Math.Pow(10, decade), position = Math.Log10(value);
-                if (position < lo - 1e-9 || position > hi + 1e-9)
-                    continue;
-                if (m == 1 || (fine && m is 2 or 5))
-                    ticks.AddMajor(position, format(value));
-                else
-                    ticks.AddMinor(position);
-            }
-        }
-        return ticks;
-    }
-
-    /// <summary>1.2K, 340K, 4.1M: a throughput in a few characters.</summary>
-    internal static string Si(double v) =>
-        v >= 1e9 ? Fixed(v / 1e9, "G") : v >= 1e6 ? Fixed(v / 1e6, "M") : v >= 1e3 ? Fixed(v / 1e3, "K") : Fixed(v, "");
-
-    private static string Fixed(double v, string unit) =>
-        (v >= 100 ? v.ToString("0", CultureInfo.InvariantCulture) : v >= 10 ? v.ToString("0.#", CultureInfo.InvariantCulture)
-                                                                            : v.ToString("0.##", CultureInfo.InvariantCulture)) + unit;
-
-    /// <summary>A latency given in microseconds: 100 ns, 10 µs, 1 ms, 1 s.</summary>
-    internal static string Duration(double us) =>
-        us >= 1e6 ? Fixed(us / 1e6, " s") : us >= 1e3 ? Fixed(us / 1e3, " ms") : us >= 1 ? Fixed(us, " µs") : Fixed(us * 1e3, " ns");
-
     private static List<LegendItem> LegendItems(List<string> devices, bool lines) =>
         devices.Select((device, d) => lines
             ? new LegendItem
@@ -350,19 +300,6 @@ public static class Chart
             }
             : new LegendItem { LabelText = device, FillColor = ColorOf(device) })
         .ToList();
-
-    private static void UseSansSerif()
-    {
-        // SkiaSharp's default typeface (without fontconfig) can be a serif one; the first sans-serif family present wins.
-        foreach (var family in new[] { "DejaVu Sans", "Liberation Sans", "Noto Sans", "Open Sans", "Arial", "Helvetica" })
-        {
-            if (Fonts.GetTypeface(family, false, false)?.FamilyName == family)
-            {
-                Fonts.Default = family;
-                return;
-            }
-        }
-    }
 
     /// <summary>
     /// Writes a figure: a header (title, subtitle, legend) across the top, the panels below in a grid of
