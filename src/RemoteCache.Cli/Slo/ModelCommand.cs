@@ -386,7 +386,7 @@ internal static class ModelCommand
             _output.WriteLine(Invariant($"{s.Transport} model of {s.RecordSize} B records ({string.Join(", ", s.Operations.Select(Name))}) into {s.Out}"));
             _output.WriteLine($"space: {Describe(s.Space)}" + (s.Transport == "tcp" ? " (tcp has no one-sided path: s = 0 acts as s = 1 and is not modelled)" : ""));
             _output.WriteLine($"grid: s ∈ {{{string.Join(", ", _grid.ServerThreads)}}}, c ∈ {{{string.Join(", ", _grid.ClientThreads)}}}, " +
-                              $"b ∈ {{{string.Join(", ", _grid.Batches(_grid.ServerThreads[^1]))}}} (b = 1 when s = 0), q ∈ {{{string.Join(", ", _grid.QueueDepths)}}}: " +
+                              $"b ∈ {{{string.Join(", ", _grid.Batches(_grid.ServerThreads[^1]))}}}{(_grid.ServerThreads[0] == 0 ? " (b = 1 when s = 0)" : "")}, q ∈ {{{string.Join(", ", _grid.QueueDepths)}}}: " +
                               $"{_grid.Count} points per operation");
             _output.WriteLine(Invariant(
                 $"at most {_total} runs of ~{GuessSecondsPerPoint:0.0#} s ({s.Seconds:0.###} s + {s.Warmup:0.###} s warm-up + ~{SpawnSeconds:0.#} s to start a server): ≤ {Clock(_total * GuessSecondsPerPoint)}; ") + Invariant(
