@@ -11,6 +11,7 @@ public static class Program
     public static RootCommand BuildRoot()
     {
         var slo = new Command("slo", "SLO performance models: measure one, search one for the cheapest configuration that meets an SLO, time the search");
+        slo.Add(Slo.ModelCommand.Create());
         slo.Add(Slo.SloSearchCommand.Create());
         slo.Add(Slo.SloBenchCommand.Create());
         return new RootCommand("RemoteCache: remote-memory caches for .NET") { slo };
