@@ -14,6 +14,7 @@ public static class Program
         slo.Add(Slo.ModelCommand.Create());
         slo.Add(Slo.SloSearchCommand.Create());
         slo.Add(Slo.SloBenchCommand.Create());
+        slo.Add(Slo.SloAccuracyCommand.Create());
         return new RootCommand("RemoteCache: remote-memory caches for .NET") { slo };
     }
 }

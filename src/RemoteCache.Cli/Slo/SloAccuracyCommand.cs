@@ -1,0 +1,141 @@
+using System;
+using System.CommandLine;
+using System.Globalization;
+using System.IO;
+using System.Linq;
+using System.Text.Json;
+using System.Threading;
+using RemoteCache.Slo;
+
+namespace RemoteCache.Cli.Slo;
+
+/// <summary>
+/// <c>remotecache slo accuracy</c>: Redy §7.3's accuracy experiment on this host. Random SLOs between the model's
+/// lowest and highest latency and throughput are searched, each chosen configuration is run on the real data path
+/// (remotecache-bench, as the model was measured), and the SLO, the prediction and the reality are compared.
+/// </summary>
+internal static class SloAccuracyCommand
+{
+    private const string CommandName = "remotecache slo accuracy";
+
+    /// <summary>The targets the issue states: feasible SLOs met within the tolerance, and the median prediction error.</summary>
+    public const double MetTarget = 0.90, ErrorTarget = 0.10;
+
+    public static Command Create()
+    {
+        var model = new Option<FileInfo>("--model") { Description = "The performance model (a remotecache-slo-model JSON file)", Required = true };
+        var operation = new Option<string>("--operation") { Description = "The operation the SLOs are for", DefaultValueFactory = _ => "read" };
+        operation.AcceptOnlyFromAmong("read", "write");
+        var slos = new Option<int>("--slos") { Description = "Random SLOs to draw", DefaultValueFactory = _ => 100 };
+        var seed = new Option<int>("--seed") { Description = "Seed of the SLOs", DefaultValueFactory = _ => 1 };
+        var seconds = new Option<double>("--seconds") { Description = "Measured seconds per configuration", DefaultValueFactory = _ => 1.0 };
+        var warmup = new Option<double>("--warmup") { Description = "Unmeasured seconds before each", DefaultValueFactory = _ => 0.3 };
+        var tolerance = new Option<double>("--tolerance")
+        {
+            Description = "How far past a bound still counts as meeting it (0.1 = 10 %)", DefaultValueFactory = _ => 0.1,
+        };
+        var output = new Option<DirectoryInfo?>("--out") { Description = "Where accuracy.json and the CDF charts go (default artifacts/slo-accuracy/MODEL)" };
+        var bench = new Option<string?>("--bench") { Description = "The remotecache-bench to measure with (default: the one next to remotecache-server)" };
+        var json = new Option<bool>("--json") { Description = "Print the summary as JSON" };
+        var command = new Command("accuracy",
+            "Redy's accuracy experiment on this host: random SLOs searched in the model, each chosen configuration measured with " +
+            "remotecache-bench; prints the share of feasible SLOs met and the prediction errors, writes CDF charts (SLO, predicted, real)")
+        {
+            model, operation, slos, seed, seconds, warmup, tolerance, output, bench, json,
+        };
+        command.Action = new SloCommandAction(CommandName, (parse, stdout) =>
+        {
+            var file = parse.GetValue(model)!;
+            var loaded = Load(file);
+            var op = parse.GetValue(operation) == "write" ? SloOperation.Write : SloOperation.Read;
+            int count = parse.GetValue(slos);
+            double measureSeconds = parse.GetValue(seconds), warm = parse.GetValue(warmup), tol = parse.GetValue(tolerance);
+            if (count < 1 || !(measureSeconds > 0) || !(warm >= 0) || !(tol >= 0))
+                throw new UsageException("--slos must be at least 1, --seconds positive, --warmup and --tolerance 0 or more");
+            string benchPath = parse.GetValue(bench) ?? BenchMeasurer.DefaultPath;
+            if (!File.Exists(benchPath))
+                throw new UsageException($"remotecache-bench not found at {benchPath} (build src/RemoteCache, or pass --bench PATH)");
+            string directory = parse.GetValue(output)?.FullName
+                ?? Path.Combine("artifacts", "slo-accuracy", Path.GetFileNameWithoutExtension(file.Name));
+
+            SloSearch search;
+            try
+            {
+                search = new SloSearch(loaded, op);
+            }
+            catch (ArgumentException e)
+            {
+                throw new UsageException($"{file.FullName}: {e.Message}", e);
+            }
+            var objectives = SloAccuracy.DrawSlos(loaded, op, count, parse.GetValue(seed));
+            var measurer = new BenchMeasurer(benchPath, loaded.Transport, loaded.RecordSize, measureSeconds, warm);
+            var started = DateTime.UtcNow;
+            var rows = SloAccuracy.RunAsync(search, objectives, measurer, tol, (n, row) =>
+            {
+                if (row.Real is { } real)
+                    stdout.WriteLine(Invariant($"[{n}/{count}] {row.Objective.MaxMeanLatencyUs,9:G4} µs {row.Objective.MinOpsPerSecond,10:G4} ops/s -> {row.Config}: predicted {row.Predicted!.Value.MeanUs:G4} µs {row.Predicted.Value.OpsPerSecond:G4}/s, real {real.MeanUs:G4} µs {real.OpsPerSecond:G4}/s {(row.Met ? "met" : "MISSED")}"));
+                else
+                    stdout.WriteLine(Invariant($"[{n}/{count}] {row.Objective.MaxMeanLatencyUs,9:G4} µs {row.Objective.MinOpsPerSecond,10:G4} ops/s -> infeasible in the model"));
+            }, CancellationToken.None).GetAwaiter().GetResult();
+            var summary = SloAccuracy.Summarize(rows, tol);
+            string title = $"{loaded.Transport}, {loaded.RecordSize} B {op.ToString().ToLowerInvariant()}s, {summary.Feasible} feasible SLOs";
+            var charts = AccuracyCharts.Write(directory, rows, title);
+            File.WriteAllText(Path.Combine(directory, "accuracy.json"), Json(file.FullName, loaded, op, summary, rows, started));
+            if (parse.GetValue(json))
+            {
+                stdout.WriteLine(JsonSerializer.Serialize(summary, new JsonSerializerOptions { WriteIndented = true, PropertyNamingPolicy = JsonNamingPolicy.CamelCase }));
+            }
+            else
+            {
+                stdout.WriteLine(Invariant($"model {file.FullName}: {summary.Slos} SLOs, {summary.Feasible} feasible in the model"));
+                stdout.WriteLine(Invariant($"met within {tol:P0}: {summary.Met} of {summary.Feasible} ({summary.MetShare:P1}; target ≥ {MetTarget:P0}: {(summary.MetShare >= MetTarget ? "met" : "missed")})"));
+                bool errorMet = Math.Max(summary.LatencyErrorMedian, summary.ThroughputErrorMedian) <= ErrorTarget;
+                stdout.WriteLine(Invariant($"|predicted − real| / real, median / p95: latency {summary.LatencyErrorMedian:P1} / {summary.LatencyErrorP95:P1}, throughput {summary.ThroughputErrorMedian:P1} / {summary.ThroughputErrorP95:P1} (target median ≤ {ErrorTarget:P0}: {(errorMet ? "met" : "missed")})"));
+                stdout.WriteLine($"wrote {Path.Combine(directory, "accuracy.json")}, {string.Join(", ", charts)}");
+            }
+            return SloExitCodes.Success;
+        });
+        return command;
+    }
+
+    private static PerformanceModel Load(FileInfo file)
+    {
+        try
+        {
+            return PerformanceModel.Load(file.FullName);
+        }
+        catch (FormatException e)
+        {
+            throw new UsageException(e.Message, e);
+        }
+    }
+
+    private static string Json(string path, PerformanceModel model, SloOperation op, AccuracySummary summary, System.Collections.Generic.List<AccuracyRow> rows,
+                               DateTime started)
+    {
+        var document = new
+        {
+            model = path,
+            transport = model.Transport,
+            recordSize = model.RecordSize,
+            operation = op.ToString().ToLowerInvariant(),
+            date = started.ToString("yyyy-MM-dd", CultureInfo.InvariantCulture),
+            command = "remotecache " + string.Join(" ", Environment.GetCommandLineArgs().Skip(1)),
+            summary,
+            rows = rows.Select(r => new
+            {
+                latencyUs = r.Objective.MaxMeanLatencyUs,
+                opsPerSecond = r.Objective.MinOpsPerSecond,
+                config = r.Config?.ToString(),
+                predictedUs = r.Predicted?.MeanUs,
+                predictedOpsPerSecond = r.Predicted?.OpsPerSecond,
+                realUs = r.Real?.MeanUs,
+                realOpsPerSecond = r.Real?.OpsPerSecond,
+                r.Met,
+            }),
+        };
+        return JsonSerializer.Serialize(document, new JsonSerializerOptions { WriteIndented = true, PropertyNamingPolicy = JsonNamingPolicy.CamelCase });
+    }
+
+    private static string Invariant(FormattableString s) => s.ToString(CultureInfo.InvariantCulture);
+}

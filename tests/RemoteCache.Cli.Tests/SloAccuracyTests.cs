@@ -1,0 +1,102 @@
+using System;
+using System.Collections.Generic;
+using System.IO;
+using System.Linq;
+using System.Threading;
+using System.Threading.Tasks;
+using RemoteCache.Cli.Slo;
+using RemoteCache.Slo;
+using Xunit;
+
+namespace RemoteCache.Cli.Tests;
+
+public sealed class SloAccuracyTests
+{
+    // Reads over a small space: latency grows with b and q, throughput with b·q.
+    private static PerformanceModel Model()
+    {
+        var points = new List<ModelPoint>();
+        foreach (int s in new[] { 0, 1, 2 })
+            foreach (int c in new[] { 0, 1 })
+                foreach (int b in s == 0 ? new[] { 1 } : new[] { 1, 2, 4, 8 })
+                    foreach (int q in new[] { 1, 2, 4, 8 })
+                        points.Add(new ModelPoint(c, s, b, q, 1 + 0.5 * s + 0.3 * b * q, 1e5 * b * q * (1 + s)));
+        return new PerformanceModel
+        {
+            Transport = "shm",
+            Distance = "same-host",
+            RecordSize = 8,
+            Machine = new MachineDescription("test", 2, 1L << 30, "Linux"),
+            Measured = new MeasurementInfo("2026-11-23", "synthetic", "test", 1, 0),
+            Space = new ConfigurationSpace(1, 0, 2, 8, 8),
+            Operations = new Dictionary<SloOperation, List<ModelPoint>> { [SloOperation.Read] = points },
+        };
+    }
+
+    // Reality: the prediction times a factor per configuration.
+    private sealed class FakeMeasurer(SloPredictor truth, Func<CacheConfig, double> latencyFactor) : IPointMeasurer
+    {
+        public int Runs;
+
+        public Task<ModelPoint> MeasureAsync(SloOperation operation, CacheConfig config, CancellationToken cancellationToken)
+        {
+            Runs++;
+            Assert.True(truth.TryPredict(config, out var p));
+            return Task.FromResult(new ModelPoint(config.ClientThreads, config.ServerThreads, config.BatchSize, config.QueueDepth,
+                                                  p.MeanUs * latencyFactor(config), p.OpsPerSecond));
+        }
+    }
+
+    [Fact]
+    public async Task AnExactModelMeetsEveryFeasibleSloAndAWrongOneIsCaught()
+    {
+        var model = Model();
+        var search = new SloSearch(model, SloOperation.Read);
+        var slos = SloAccuracy.DrawSlos(model, SloOperation.Read, 200, seed: 3);
+        var points = model.Points(SloOperation.Read);
+        Assert.All(slos, s => Assert.InRange(s.MaxMeanLatencyUs, points.Min(p => p.MeanUs), points.Max(p => p.MeanUs)));
+        Assert.All(slos, s => Assert.InRange(s.MinOpsPerSecond, points.Min(p => p.OpsPerSecond), points.Max(p => p.OpsPerSecond)));
+
+        var exact = new FakeMeasurer(search.Predictor, _ => 1);
+        var rows = await SloAccuracy.RunAsync(search, slos, exact, 0.1, null, CancellationToken.None);
+        var summary = SloAccuracy.Summarize(rows, 0.1);
+        Assert.True(summary.Feasible > 40, $"{summary.Feasible} feasible");
+        Assert.Equal(summary.Feasible, summary.Met);
+        Assert.Equal(0, summary.LatencyErrorMedian, 9);
+        Assert.True(exact.Runs <= summary.Feasible);  // a configuration chosen twice is measured once
+
+        // Really 30 % slower wherever b·q > 4: those SLOs are missed and the errors show it.
+        var slow = new FakeMeasurer(search.Predictor, c => c.BatchSize * c.QueueDepth > 4 ? 1.3 : 1);
+        rows = await SloAccuracy.RunAsync(search, slos, slow, 0.1, null, CancellationToken.None);
+        summary = SloAccuracy.Summarize(rows, 0.1);
+        Assert.InRange(summary.Met, 1, summary.Feasible - 1);
+        Assert.All(rows.Where(r => r.Config is { } c && c.BatchSize * c.QueueDepth > 4 && r.Predicted!.Value.MeanUs > r.Objective.MaxMeanLatencyUs / 1.3 * 1.1),
+                   r => Assert.False(r.Met));
+        Assert.InRange(summary.LatencyErrorP95, 0.2, 0.24);  // |1 − 1.3| / 1.3
+
+        string dir = Directory.CreateTempSubdirectory("accuracy-").FullName;
+        try
+        {
+            var charts = AccuracyCharts.Write(dir, rows, "test");
+            foreach (var chart in charts)
+            {
+                var bytes = File.ReadAllBytes(chart);
+                Assert.Equal(new byte[] { 0x89, 0x50, 0x4E, 0x47 }, bytes[..4]);
+                Assert.True(bytes.Length > 5000, $"{chart}: {bytes.Length} bytes");
+            }
+        }
+        finally
+        {
+            Directory.Delete(dir, recursive: true);
+        }
+    }
+
+    [Fact]
+    public void QuantilesAreNearestRank()
+    {
+        var values = Enumerable.Range(1, 100).Select(i => (double)i).ToList();
+        Assert.Equal(50, SloAccuracy.Quantile(values, 0.5));
+        Assert.Equal(95, SloAccuracy.Quantile(values, 0.95));
+        Assert.True(double.IsNaN(SloAccuracy.Quantile(Array.Empty<double>(), 0.5)));
+    }
+}
