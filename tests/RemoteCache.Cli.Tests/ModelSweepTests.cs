@@ -68,11 +68,11 @@ public sealed class ModelSweepTests
         1000.0 * (c.ClientThreads + 1) * (c.ServerThreads + 1) * Math.Pow(1.5, Math.Log2(c.BatchSize)) * Math.Pow(1.5, Math.Log2(c.QueueDepth));
 
     [Fact]
-    public void GridValuesAreZeroWhereAllowedThenPowersOfTwo()
+    public void GridValuesAreZeroWhereAllowedThenPowersOfTwoAndTheMaximum()
     {
         Assert.Equal(new[] { 0, 1, 2 }, ModelGrid.Values(0, 2));
         Assert.Equal(new[] { 1, 2, 4, 8, 16, 32, 64 }, ModelGrid.Values(1, 64));
-        Assert.Equal(new[] { 1, 2, 4 }, ModelGrid.Values(1, 6));
+        Assert.Equal(new[] { 1, 2, 4, 6 }, ModelGrid.Values(1, 6));  // the maximum too: 5 and 6 are predicted
         Assert.Equal(new[] { 0 }, ModelGrid.Values(0, 0));
         Assert.Equal(new[] { 1, 2, 4, 8, 16, 32, 64, 128, 256 }, ModelGrid.Values(1, Math.Min(ConfigurationSpace.BatchLimit(8), 256)));
     }

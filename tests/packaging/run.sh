@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The NuGet packages as a user gets them (scripts/test.sh runs this as the `packaging` suite):
-#   1. `dotnet pack RemoteCache.sln -c Release` into a temporary folder: exactly RemoteCache and RemoteCache.Device
-#      (.nupkg + .snupkg) come out;
+#   1. `dotnet pack RemoteCache.sln -c Release` into a temporary folder: exactly RemoteCache, RemoteCache.Device and
+#      the remotecache tool, RemoteCache.Cli (.nupkg + .snupkg) come out;
 #   2. the listings: RemoteCache holds lib/net8.0/RemoteCache.dll and runtimes/linux-x64/native/libremotecache.so,
 #      remotecache-server and remotecache-capability (ELF files) and not remotecache-bench or remotecache-abi;
 #      RemoteCache.Device holds its assembly and depends on RemoteCache (same version) and Microsoft.FASTER.Core;
@@ -15,7 +15,9 @@
 #   4. the consumer is built and published; in both outputs the three native files are present and the two
 #      programs have mode 755 (the package's buildTransitive targets); run from each, it starts remotecache-server
 #      from RemoteCacheServer.ExecutablePath as a separate process, writes and reads a cache on it, and writes and
-#      reads a sector through a RemoteCacheDevice over a second, exclusive cache.
+#      reads a sector through a RemoteCacheDevice over a second, exclusive cache;
+#   5. the tool is installed from the packed folder (dotnet tool install --tool-path) and `remotecache slo search`
+#      answers from a model of the repository.
 # A native asset missing from the package, or not executable after restore, fails one of these steps.
 #
 # usage: bash tests/packaging/run.sh
@@ -82,7 +84,7 @@ import os, sys, zipfile, xml.etree.ElementTree as ET
 
 feed, version, remote = sys.argv[1], sys.argv[2], sys.argv[3]
 errors = []
-expected = {f"{i}.{version}.{ext}" for i in ("RemoteCache", "RemoteCache.Device") for ext in ("nupkg", "snupkg")}
+expected = {f"{i}.{version}.{ext}" for i in ("RemoteCache", "RemoteCache.Device", "RemoteCache.Cli") for ext in ("nupkg", "snupkg")}
 present = set(os.listdir(feed))
 if present != expected:
     errors.append(f"the pack produced {sorted(present)}; expected exactly {sorted(expected)}")
@@ -92,7 +94,7 @@ def nuspec(z, pid):
     ns = {"n": root.tag[1:].split("}")[0]} if root.tag.startswith("{") else {"n": ""}
     return root, ns
 
-def check(pid, required, forbidden, deps):
+def check(pid, required, forbidden, deps, assemblies="lib/net8.0"):
     path = os.path.join(feed, f"{pid}.{version}.nupkg")
     if not os.path.exists(path):
         return
@@ -137,7 +139,7 @@ def check(pid, required, forbidden, deps):
     spath = os.path.join(feed, f"{pid}.{version}.snupkg")
     if os.path.exists(spath):
         with zipfile.ZipFile(spath) as z:
-            pdb = f"lib/net8.0/{pid}.pdb"
+            pdb = f"{assemblies}/{pid}.pdb"
             if pdb not in z.namelist():
                 errors.append(f"{pid}: the symbol package has no {pdb} ({z.namelist()})")
             else:
@@ -154,6 +156,11 @@ check("RemoteCache",
       [native + "remotecache-bench", native + "remotecache-abi"], {})
 check("RemoteCache.Device", ["lib/net8.0/RemoteCache.Device.dll"], [],
       {"RemoteCache": version, "Microsoft.FASTER.Core": None})
+tool = "tools/net8.0/any/"
+check("RemoteCache.Cli",
+      [tool + "RemoteCache.Cli.dll", tool + "DotnetToolSettings.xml", tool + "RemoteCache.dll",
+       tool + native + "libremotecache.so"],
+      [], {}, assemblies="tools/net8.0/any")
 if not remote:
     print("packaging: note: the repository has no git remote, so the packages name no repository url and the PDBs "
           "carry no SourceLink")
@@ -179,7 +186,7 @@ if [[ -d $GLOBAL ]]; then
   for dir in "$GLOBAL"/*/; do
     [[ -d $dir ]] || continue
     id="$(basename "$dir")"
-    case "$id" in remotecache | remotecache.device) continue ;; esac
+    case "$id" in remotecache | remotecache.device | remotecache.cli) continue ;; esac
     ln -s "${dir%/}" "$FALLBACK/$id"
   done
 fi
@@ -287,4 +294,16 @@ dotnet publish "$CONSUMER/Consumer.csproj" -c Release --no-restore --no-build -o
 echo "-- publish: $((SECONDS - t0))s"
 check_native "$WORK/publish" "publish output"
 run_consumer "$WORK/publish/Consumer.dll" "publish output"
+
+# ---- 5. the remotecache tool ------------------------------------------------------------------------
+t0=$SECONDS
+(cd "$CONSUMER" && dotnet tool install RemoteCache.Cli --tool-path "$WORK/tool" --version "$VERSION" \
+   --configfile "$CONSUMER/nuget.config")
+echo "-- tool install: $((SECONDS - t0))s"
+rc=0
+"$WORK/tool/remotecache" slo search --model "$ROOT/models/shm-8.json" --latency-us 1000 --throughput 1000 || rc=$?
+if (( rc != 0 )); then
+  echo "packaging: the installed remotecache tool failed (exit $rc)" >&2
+  exit 1
+fi
 echo "packaging: passed"

@@ -99,17 +99,8 @@ internal sealed class ModelGrid
                         yield return new CacheConfig(c, s, b, q);
     }
 
-    /// <summary>0 when <paramref name="min"/> is 0, then 1, 2, 4, ... up to <paramref name="max"/>.</summary>
-    public static IReadOnlyList<int> Values(int min, int max)
-    {
-        var values = new List<int>();
-        if (min <= 0 && max >= 0)
-            values.Add(0);
-        for (long v = 1; v <= max; v *= 2)
-            if (v >= min)
-                values.Add((int)v);
-        return values;
-    }
+    /// <summary>The grid of a parameter (<see cref="ConfigurationSpace.GridValues"/>): 0 when min is 0, the powers of two, and max.</summary>
+    public static IReadOnlyList<int> Values(int min, int max) => ConfigurationSpace.GridValues(min, max);
 }
 
 /// <summary>Where early termination stopped a sweep along one parameter, and what it left out.</summary>

@@ -28,8 +28,8 @@ internal static class SloAccuracyCommand
         operation.AcceptOnlyFromAmong("read", "write");
         var slos = new Option<int>("--slos") { Description = "Random SLOs to draw", DefaultValueFactory = _ => 100 };
         var seed = new Option<int>("--seed") { Description = "Seed of the SLOs", DefaultValueFactory = _ => 1 };
-        var seconds = new Option<double>("--seconds") { Description = "Measured seconds per configuration", DefaultValueFactory = _ => 1.0 };
-        var warmup = new Option<double>("--warmup") { Description = "Unmeasured seconds before each", DefaultValueFactory = _ => 0.3 };
+        var seconds = new Option<double?>("--seconds") { Description = "Measured seconds per configuration (default: the model's, so that reality is measured as the model was)" };
+        var warmup = new Option<double?>("--warmup") { Description = "Unmeasured seconds before each (default: the model's)" };
         var tolerance = new Option<double>("--tolerance")
         {
             Description = "How far past a bound still counts as meeting it (0.1 = 10 %)", DefaultValueFactory = _ => 0.1,
@@ -49,7 +49,8 @@ internal static class SloAccuracyCommand
             var loaded = Load(file);
             var op = parse.GetValue(operation) == "write" ? SloOperation.Write : SloOperation.Read;
             int count = parse.GetValue(slos);
-            double measureSeconds = parse.GetValue(seconds), warm = parse.GetValue(warmup), tol = parse.GetValue(tolerance);
+            double measureSeconds = parse.GetValue(seconds) ?? loaded.Measured.SecondsPerPoint;
+            double warm = parse.GetValue(warmup) ?? loaded.Measured.WarmupSeconds, tol = parse.GetValue(tolerance);
             if (count < 1 || !(measureSeconds > 0) || !(warm >= 0) || !(tol >= 0))
                 throw new UsageException("--slos must be at least 1, --seconds positive, --warmup and --tolerance 0 or more");
             string benchPath = parse.GetValue(bench) ?? BenchMeasurer.DefaultPath;
