@@ -158,6 +158,18 @@ public sealed class PerformanceModel
     /// <summary>Measured points per operation, in the order they were measured.</summary>
     public required Dictionary<SloOperation, List<ModelPoint>> Operations { get; init; }
 
+    /// <summary>A copy of this model (transport, machine, space, ...) with other measured points.</summary>
+    public PerformanceModel WithOperations(Dictionary<SloOperation, List<ModelPoint>> operations) => new()
+    {
+        Transport = Transport,
+        Distance = Distance,
+        RecordSize = RecordSize,
+        Machine = Machine,
+        Measured = Measured,
+        Space = Space,
+        Operations = operations,
+    };
+
     /// <summary>The points of <paramref name="operation"/> (empty when it was not measured).</summary>
     public IReadOnlyList<ModelPoint> Points(SloOperation operation) =>
         Operations.TryGetValue(operation, out var points) ? points : Array.Empty<ModelPoint>();

@@ -141,20 +141,9 @@ public sealed class SloTuner
         }
         _misses.RemoveAll(m => m.Config == Config);
         _misses.Add((Config, error));
-        var model = _original;
-        var operations = model.Operations.ToDictionary(
+        return _original.WithOperations(_original.Operations.ToDictionary(
             e => e.Key,
-            e => e.Value.Select(p => p with { MeanUs = p.MeanUs * NearestError(p.Config, e.Key) }).ToList());
-        return new PerformanceModel
-        {
-            Transport = model.Transport,
-            Distance = model.Distance,
-            RecordSize = model.RecordSize,
-            Machine = model.Machine,
-            Measured = model.Measured,
-            Space = model.Space,
-            Operations = operations,
-        };
+            e => e.Value.Select(p => p with { MeanUs = p.MeanUs * NearestError(p.Config, e.Key) }).ToList()));
     }
 
     // The error of the closest configuration that missed and measured this operation (1: no such miss yet).

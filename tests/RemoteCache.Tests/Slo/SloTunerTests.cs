@@ -12,16 +12,8 @@ namespace RemoteCache.Tests.Slo;
 /// <summary>The closed loop: a tuner fed windows from a simulated cache whose real latencies differ from its model.</summary>
 public sealed class SloTunerTests
 {
-    private static PerformanceModel Scaled(PerformanceModel model, Func<ModelPoint, double> factor) => new()
-    {
-        Transport = model.Transport,
-        Distance = model.Distance,
-        RecordSize = model.RecordSize,
-        Machine = model.Machine,
-        Measured = model.Measured,
-        Space = model.Space,
-        Operations = model.Operations.ToDictionary(e => e.Key, e => e.Value.Select(p => p with { MeanUs = p.MeanUs * factor(p) }).ToList()),
-    };
+    private static PerformanceModel Scaled(PerformanceModel model, Func<ModelPoint, double> factor) =>
+        model.WithOperations(model.Operations.ToDictionary(e => e.Key, e => e.Value.Select(p => p with { MeanUs = p.MeanUs * factor(p) }).ToList()));
 
     // Runs the loop: every window the simulated cache achieves what `reality` predicts at the tuner's configuration,
     // under a load within the SLO; returns the retunes made until a window met the SLO (or -1 after `windows`).
