@@ -119,6 +119,10 @@ public sealed class RemoteCacheClient : IAsyncDisposable, IDisposable
     /// client, or open when an exclusive open was asked for (<see cref="RemoteCacheStatus.InUse"/>).
     /// </exception>
     /// <exception cref="InvalidOperationException">The native library is not the version this assembly needs.</exception>
+    /// <exception cref="SloNotMetException">
+    /// Opened for an SLO (<see cref="RemoteCacheOptions.Slo"/>) that no configuration of the model is predicted to meet
+    /// (thrown before anything connects).
+    /// </exception>
     public static RemoteCacheClient Open(IEnumerable<string> endpoints, RemoteCacheOptions options)
     {
         var (list, plan) = Checked(endpoints, options);
@@ -136,6 +140,7 @@ public sealed class RemoteCacheClient : IAsyncDisposable, IDisposable
     /// <exception cref="ArgumentException">An option or endpoint is malformed (thrown before anything starts).</exception>
     /// <exception cref="RemoteCacheException">As for <see cref="Open"/>, from the task.</exception>
     /// <exception cref="OperationCanceledException"><paramref name="cancellationToken"/> was cancelled.</exception>
+    /// <exception cref="SloNotMetException">As for <see cref="Open"/> (thrown before anything starts).</exception>
     public static async Task<RemoteCacheClient> OpenAsync(IEnumerable<string> endpoints, RemoteCacheOptions options,
                                                           CancellationToken cancellationToken = default)
     {

@@ -215,8 +215,43 @@ public sealed class ServerProcess : IDisposable
             throw new XunitException($"remotecache-server exited unexpectedly with code {_process.ExitCode}. Output:\n{Output}");
     }
 
-    /// <summary>SIGSTOP: the server keeps its connections but answers nothing until <see cref="Resume"/>.</summary>
-    public void Pause() => Posix.Kill(_process.Id, Posix.SIGSTOP);
+    /// <summary>
+    /// SIGSTOP: the server keeps its connections but answers nothing until <see cref="Resume"/>. Returns once every
+    /// thread of the server is stopped: kill() returns before the stop takes effect, and a request sent in between
+    /// would still be answered.
+    /// </summary>
+    public void Pause()
+    {
+        Posix.Kill(_process.Id, Posix.SIGSTOP);
+        var waited = Stopwatch.StartNew();
+        while (!AllThreadsStopped())
+        {
+            if (waited.Elapsed > TimeSpan.FromSeconds(10))
+                throw new XunitException("remotecache-server was not stopped 10 s after SIGSTOP");
+            Thread.Sleep(1);
+        }
+    }
+
+    // Every task in /proc/PID/task in state T (stopped) or t (traced).
+    private bool AllThreadsStopped()
+    {
+        foreach (var task in Directory.GetDirectories($"/proc/{_process.Id}/task"))
+        {
+            string stat;
+            try
+            {
+                stat = File.ReadAllText(Path.Combine(task, "stat"));
+            }
+            catch (Exception e) when (e is IOException or UnauthorizedAccessException)
+            {
+                continue;  // the thread has gone
+            }
+            char state = stat[stat.LastIndexOf(')') + 2];  // after "pid (comm) "
+            if (state is not ('T' or 't'))
+                return false;
+        }
+        return true;
+    }
 
     /// <summary>SIGCONT after <see cref="Pause"/>.</summary>
     public void Resume() => Posix.Kill(_process.Id, Posix.SIGCONT);
