@@ -204,16 +204,7 @@ public sealed class SloSearchTests
                 points.Add(new ModelPoint(c, s, 1, 1, 5, fast ? 1e6 : 1e5));
             }
         }
-        var model = new PerformanceModel
-        {
-            Transport = "test",
-            Distance = "same-host",
-            RecordSize = 8,
-            Machine = new MachineDescription("test", 2, 1L << 30, "Linux"),
-            Measured = new MeasurementInfo("2026-11-23", "by hand", "test", 1, 0),
-            Space = new ConfigurationSpace(4, 1, 4, 1, 1),
-            Operations = new Dictionary<SloOperation, List<ModelPoint>> { [SloOperation.Read] = points },
-        };
+        var model = SloTestModels.Reads(new ConfigurationSpace(4, 1, 4, 1, 1), points);
         var search = new SloSearch(model, SloOperation.Read);
         var slo = new ServiceLevelObjective(SloOperation.Read, 10, 1e6, 8);
         Assert.Equal(new CacheConfig(4, 1, 1, 1), search.Search(slo).Cheapest!.Value.Config);

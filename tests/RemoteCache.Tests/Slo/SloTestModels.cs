@@ -67,17 +67,21 @@ internal static class SloTestModels
                 continue;
             points.Add(new ModelPoint(p.ClientThreads, p.ServerThreads, p.BatchSize, p.QueueDepth, lat, tp));
         }
-        return new PerformanceModel
-        {
-            Transport = "test",
-            Distance = "same-host",
-            RecordSize = 8,
-            Machine = new MachineDescription("test", 2, 1L << 30, "Linux") { Note = $"synthetic: {kind}" },
-            Measured = new MeasurementInfo("2026-11-23", $"SloTestModels.Create(\"{kind}\", {seed})", "test", 1, 0),
-            Space = space,
-            Operations = new Dictionary<SloOperation, List<ModelPoint>> { [SloOperation.Read] = points },
-        };
+        return Reads(space, points, how: $"SloTestModels.Create(\"{kind}\", {seed})", note: $"synthetic: {kind}");
     }
+
+    /// <summary>A model of these read points, measured (so to speak) on a 2-core test machine.</summary>
+    public static PerformanceModel Reads(ConfigurationSpace space, List<ModelPoint> reads, string transport = "test", string how = "by hand",
+                                         string? note = null) => new()
+    {
+        Transport = transport,
+        Distance = "same-host",
+        RecordSize = 8,
+        Machine = new MachineDescription("test", 2, 1L << 30, "Linux") { Note = note },
+        Measured = new MeasurementInfo("2026-11-23", how, "test", 1, 0),
+        Space = space,
+        Operations = new Dictionary<SloOperation, List<ModelPoint>> { [SloOperation.Read] = reads },
+    };
 
     /// <summary>Redy's early termination: along each parameter, nothing past the first step that did not raise throughput.</summary>
     private static bool Terminated(CacheConfig p, Dictionary<CacheConfig, (double Lat, double Tp)> values, ConfigurationSpace space)

@@ -154,16 +154,7 @@ public sealed class SloMonitorTests : IDisposable
         var points = new List<ModelPoint>();
         foreach (int q in new[] { 1, 2 })
             points.Add(new ModelPoint(0, 1, 1, q, q == 1 ? 0.1 : 0.001, 1e6 * q));
-        var model = new PerformanceModel
-        {
-            Transport = "tcp",
-            Distance = "same-host",
-            RecordSize = 8,
-            Machine = new MachineDescription("test", 2, 1L << 30, "Linux"),
-            Measured = new MeasurementInfo("2026-11-23", "synthetic", "test", 1, 0),
-            Space = new ConfigurationSpace(0, 1, 1, 1, 2),
-            Operations = new Dictionary<SloOperation, List<ModelPoint>> { [SloOperation.Read] = points },
-        };
+        var model = SloTestModels.Reads(new ConfigurationSpace(0, 1, 1, 1, 2), points, "tcp");
         string path = Path.Combine(_dir, "tcp-8.json");
         model.Save(path);
         using var server = Harness.StartTcpServer();
