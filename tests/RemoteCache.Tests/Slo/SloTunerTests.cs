@@ -168,10 +168,18 @@ public sealed class SloMonitorTests : IDisposable
         await using var client = await RemoteCacheClient.OpenAsync(server.Endpoints, options);
         Assert.Equal(new CacheConfig(0, 1, 1, 1), client.Config);
         var observations = new List<SloObservation>();
-        client.SloObserved += (_, o) => { lock (observations) observations.Add(o); };
+        var retuned = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        client.SloObserved += (_, o) =>
+        {
+            lock (observations)
+                observations.Add(o);
+            if (o.RetunedTo is not null)
+                retuned.TrySetResult();
+        };
         var buffer = new byte[8];
+        // The monitor reconfigures before it raises the window's event: wait for the event, not for the new configuration.
         var deadline = DateTime.UtcNow + TimeSpan.FromSeconds(20);
-        while (DateTime.UtcNow < deadline && client.Config == new CacheConfig(0, 1, 1, 1))
+        while (DateTime.UtcNow < deadline && !retuned.Task.IsCompleted)
             await client.ReadAsync(0, buffer);
         Assert.Equal(new CacheConfig(0, 1, 1, 2), client.Config);
         SloObservation[] seen;
