@@ -3,7 +3,8 @@
 # and writes, one model at a time (each spawns its own servers; two at once would measure each other).
 #   bash scripts/slo_models.sh [--note TEXT] [TRANSPORT-SIZE ...]    e.g. bash scripts/slo_models.sh shm-8 tcp-4096
 # Existing model files are kept and resumed (remove one to measure it again). See docs/slo-model.md.
-# Seconds per point (measured + warm-up) are chosen per model so that each takes about 5 minutes on a 2-core machine:
+# Seconds per point (measured + warm-up) are chosen per model so that each run takes about 5 minutes on a 2-core machine
+# (each point is the median of 3 runs by default, so a model takes about 15):
 # the models whose sweeps measure most of their grid (tcp at 8 B and 64 B, where throughput keeps rising with b and q)
 # get shorter points.
 set -euo pipefail

@@ -58,7 +58,10 @@ public sealed class ModelCommandTests : IDisposable
         Assert.StartsWith("a test", model.Machine.Note);
         Assert.Equal(new[] { SloOperation.Read, SloOperation.Write }, model.Operations.Keys);
         // Points in the order measured, reads first; both operations took the same path.
-        Assert.Equal(fake.Calls.Where(c => c.Operation == SloOperation.Read).Select(c => c.Config), model.Points(SloOperation.Read).Select(p => p.Config));
+        // Each point is the median of 3 runs by default.
+        Assert.Equal(3, model.Measured.Repeats);
+        Assert.All(fake.Calls.GroupBy(c => c), g => Assert.Equal(3, g.Count()));
+        Assert.Equal(fake.Calls.Where(c => c.Operation == SloOperation.Read).Select(c => c.Config).Distinct(), model.Points(SloOperation.Read).Select(p => p.Config));
         Assert.Equal(model.Points(SloOperation.Read).Select(p => p.Config), model.Points(SloOperation.Write).Select(p => p.Config));
         Assert.DoesNotContain(model.Points(SloOperation.Read), p => p.Q > 16 || p.B > 32);
         Assert.Contains("early termination: read c=0 s=1 b=1: q stops at 16", output);
@@ -84,7 +87,8 @@ public sealed class ModelCommandTests : IDisposable
     public void AnInterruptedModelResumesWithoutMeasuringItsPointsAgain()
     {
         string file = File("resume.json");
-        string[] args = { "slo", "model", "--transport", "shm", "--record-size", "8", "--out", file, "--max-client-threads", "1", "--max-server-threads", "1" };
+        string[] args = { "slo", "model", "--transport", "shm", "--record-size", "8", "--out", file, "--max-client-threads", "1", "--max-server-threads", "1",
+                          "--repeats", "1" };
         var failing = new FakeMeasurer(Plateau) { FailAfter = 7 };
         var (exit, _, error) = RunFake(failing, args);
         Assert.Equal(1, exit);
@@ -130,6 +134,10 @@ public sealed class ModelCommandTests : IDisposable
         (exit, _, error) = RunFake(fake, "slo", "model", "--transport", "tcp", "--record-size", "64", "--out", file, "--quick", "--resume", "--seconds", "1");
         Assert.Equal(1, exit);
         Assert.Contains("measured for 0.2 s after 0.1 s of warm-up; this command measures for 1 s after 0.1 s", error);
+
+        (exit, _, error) = RunFake(fake, "slo", "model", "--transport", "tcp", "--record-size", "64", "--out", file, "--quick", "--resume", "--repeats", "3");
+        Assert.Equal(1, exit);
+        Assert.Contains("its points are the median of 1 run(s); this command takes 3", error);
 
         (exit, _, error) = RunFake(fake, "slo", "model", "--transport", "tcp", "--record-size", "64", "--out", file, "--resume");
         Assert.Equal(1, exit);

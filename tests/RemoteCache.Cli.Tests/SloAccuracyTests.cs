@@ -58,17 +58,20 @@ public sealed class SloAccuracyTests
         Assert.All(slos, s => Assert.InRange(s.MinOpsPerSecond, points.Min(p => p.OpsPerSecond), points.Max(p => p.OpsPerSecond)));
 
         var exact = new FakeMeasurer(search.Predictor, _ => 1);
-        var rows = await SloAccuracy.RunAsync(search, slos, exact, 0.1, null, CancellationToken.None);
-        var summary = SloAccuracy.Summarize(rows, 0.1);
+        var once = new RepeatedMeasurer(exact, 1);
+        var rows = await SloAccuracy.RunAsync(search, slos, once, 0.1, null, CancellationToken.None);
+        var summary = SloAccuracy.Summarize(rows, 0.1, once);
+        Assert.Null(summary.LatencyNoise);
         Assert.True(summary.Feasible > 40, $"{summary.Feasible} feasible");
         Assert.Equal(summary.Feasible, summary.Met);
         Assert.Equal(0, summary.LatencyErrorMedian, 9);
         Assert.True(exact.Runs <= summary.Feasible);  // a configuration chosen twice is measured once
 
         // Really 30 % slower wherever b·q > 4: those SLOs are missed and the errors show it.
-        var slow = new FakeMeasurer(search.Predictor, c => c.BatchSize * c.QueueDepth > 4 ? 1.3 : 1);
+        var slow = new RepeatedMeasurer(new FakeMeasurer(search.Predictor, c => c.BatchSize * c.QueueDepth > 4 ? 1.3 : 1), 3);
         rows = await SloAccuracy.RunAsync(search, slos, slow, 0.1, null, CancellationToken.None);
-        summary = SloAccuracy.Summarize(rows, 0.1);
+        summary = SloAccuracy.Summarize(rows, 0.1, slow);
+        Assert.Equal(0, summary.LatencyNoise!.Value, 9);  // the fake repeats itself exactly
         Assert.InRange(summary.Met, 1, summary.Feasible - 1);
         Assert.All(rows.Where(r => r.Config is { } c && c.BatchSize * c.QueueDepth > 4 && r.Predicted!.Value.MeanUs > r.Objective.MaxMeanLatencyUs / 1.3 * 1.1),
                    r => Assert.False(r.Met));
@@ -98,5 +101,34 @@ public sealed class SloAccuracyTests
         Assert.Equal(50, SloAccuracy.Quantile(values, 0.5));
         Assert.Equal(95, SloAccuracy.Quantile(values, 0.95));
         Assert.True(double.IsNaN(SloAccuracy.Quantile(Array.Empty<double>(), 0.5)));
+    }
+
+    // Runs that disagree: latency 10, 14, 11, 30, 9 µs and throughput 100, 90, 95, 40, 110 ops/s.
+    private sealed class NoisyMeasurer : IPointMeasurer
+    {
+        private static readonly (double Us, double Ops)[] s_runs = { (10, 100), (14, 90), (11, 95), (30, 40), (9, 110) };
+        private int _next;
+
+        public Task<ModelPoint> MeasureAsync(SloOperation operation, CacheConfig config, CancellationToken cancellationToken)
+        {
+            var (us, ops) = s_runs[_next++ % s_runs.Length];
+            return Task.FromResult(new ModelPoint(config.ClientThreads, config.ServerThreads, config.BatchSize, config.QueueDepth, us, ops));
+        }
+    }
+
+    [Fact]
+    public async Task RepeatsKeepTheMedianOfEachMetricAndTheirSpread()
+    {
+        var measurer = new RepeatedMeasurer(new NoisyMeasurer(), 5);
+        var config = new CacheConfig(0, 1, 4, 2);
+        var point = await measurer.MeasureAsync(SloOperation.Read, config, CancellationToken.None);
+        Assert.Equal(config, point.Config);
+        Assert.Equal(11, point.MeanUs);            // one slow run of 30 µs does not move it
+        Assert.Equal(95, point.OpsPerSecond);
+        // |run − median| / median: latency 1/11, 3/11, 0, 19/11, 2/11 → median 2/11; throughput 5/95, 5/95, 0, 55/95, 15/95 → 5/95.
+        Assert.Equal(2.0 / 11, measurer.Spreads[config].Latency, 9);
+        Assert.Equal(5.0 / 95, measurer.Spreads[config].Throughput, 9);
+        Assert.Equal(2.5, RepeatedMeasurer.Median(new double[] { 4, 1, 3, 2 }));
+        Assert.Throws<ArgumentOutOfRangeException>(() => new RepeatedMeasurer(new NoisyMeasurer(), 0));
     }
 }

@@ -16,7 +16,7 @@ namespace RemoteCache.Cli.Slo;
 /// <summary>What <c>remotecache slo model</c> was asked to do, defaults resolved.</summary>
 internal sealed record ModelSettings(
     string Transport, int RecordSize, string Out, IReadOnlyList<SloOperation> Operations, ConfigurationSpace Space,
-    double Seconds, double Warmup, bool Resume, string BenchPath, string? Note, string CommandLine);
+    double Seconds, double Warmup, int Repeats, bool Resume, string BenchPath, string? Note, string CommandLine);
 
 /// <summary>
 /// <c>remotecache slo model</c>: measures a performance model (Redy §5.2's offline modeling) with remotecache-bench
@@ -101,6 +101,16 @@ internal static class ModelCommand
             if (r.GetValueOrDefault<double?>() is { } v && !(v >= 0 && v <= 3600))
                 r.AddError("--warmup must be 0 or more (and at most 3600)");
         });
+        var repeats = new Option<int?>("--repeats")
+        {
+            Description = "Runs per point; the point keeps their median latency and median throughput [default: 3; 1 with --quick]",
+            HelpName = "N",
+        };
+        repeats.Validators.Add(r =>
+        {
+            if (r.GetValueOrDefault<int?>() is { } v && v is < 1 or > 100)
+                r.AddError("--repeats must be between 1 and 100");
+        });
         var quick = new Option<bool>("--quick")
         {
             Description = "A tiny grid for CI (c = 0, s ≤ 1, b ≤ 4, q ≤ 4, 0.2 s per point): seconds, not minutes",
@@ -125,7 +135,7 @@ internal static class ModelCommand
             "the power-of-two grid of (c, s, b, q), cheapest first, stopping along a parameter once throughput stops improving. " +
             $"Early termination: {SweepRule.Default}.")
         {
-            transport, recordSize, output, operations, maxClient, maxServer, maxBatch, maxQueue, seconds, warmup, quick, resume, bench, note,
+            transport, recordSize, output, operations, maxClient, maxServer, maxBatch, maxQueue, seconds, warmup, repeats, quick, resume, bench, note,
         };
         command.Validators.Add(r =>
         {
@@ -149,6 +159,7 @@ internal static class ModelCommand
                 transportName, size, parse.GetValue(output)!, ParseOperations(parse.GetValue(operations)!, out _)!, space,
                 Seconds: parse.GetValue(seconds) ?? (isQuick ? 0.2 : 0.5),
                 Warmup: parse.GetValue(warmup) ?? (isQuick ? 0.1 : 0.2),
+                Repeats: parse.GetValue(repeats) ?? (isQuick ? 1 : 3),
                 Resume: parse.GetValue(resume),
                 BenchPath: parse.GetValue(bench) ?? BenchMeasurer.DefaultPath,
                 Note: parse.GetValue(note),
@@ -201,7 +212,7 @@ internal static class ModelCommand
         IPointMeasurer measurer;
         try
         {
-            measurer = measurers(settings);
+            measurer = new RepeatedMeasurer(measurers(settings), settings.Repeats);
         }
         catch (MeasurementException e)
         {
@@ -220,7 +231,7 @@ internal static class ModelCommand
             if (!operations.ContainsKey(op))
                 operations[op] = new List<ModelPoint>();
         var measured = new MeasurementInfo(DateTime.UtcNow.ToString("yyyy-MM-dd", CultureInfo.InvariantCulture), settings.CommandLine,
-                                           BenchMeasurer.ToolName, settings.Seconds, settings.Warmup);
+                                           BenchMeasurer.ToolName, settings.Seconds, settings.Warmup) { Repeats = settings.Repeats };
         PerformanceModel Model() => new()
         {
             Transport = settings.Transport,
@@ -300,6 +311,8 @@ internal static class ModelCommand
         if (previous.Measured.SecondsPerPoint != settings.Seconds || previous.Measured.WarmupSeconds != settings.Warmup)
             return string.Create(CultureInfo.InvariantCulture,
                 $"its points were measured for {previous.Measured.SecondsPerPoint} s after {previous.Measured.WarmupSeconds} s of warm-up; this command measures for {settings.Seconds} s after {settings.Warmup} s");
+        if (previous.Measured.Repeats != settings.Repeats)
+            return $"its points are the median of {previous.Measured.Repeats} run(s); this command takes {settings.Repeats}";
         return null;
     }
 
@@ -378,7 +391,7 @@ internal static class ModelCommand
         /// <summary>Points measured (not resumed) by this run.</summary>
         public int Measured => _measured;
 
-        private double GuessSecondsPerPoint => _settings.Seconds + _settings.Warmup + SpawnSeconds;
+        private double GuessSecondsPerPoint => _settings.Repeats * (_settings.Seconds + _settings.Warmup + SpawnSeconds);
 
         public void Header(PerformanceModel? previous)
         {
@@ -389,7 +402,7 @@ internal static class ModelCommand
                               $"b ∈ {{{string.Join(", ", _grid.Batches(_grid.ServerThreads[^1]))}}}{(_grid.ServerThreads[0] == 0 ? " (b = 1 when s = 0)" : "")}, q ∈ {{{string.Join(", ", _grid.QueueDepths)}}}: " +
                               $"{_grid.Count} points per operation");
             _output.WriteLine(Invariant(
-                $"at most {_total} runs of ~{GuessSecondsPerPoint:0.0#} s ({s.Seconds:0.###} s + {s.Warmup:0.###} s warm-up + ~{SpawnSeconds:0.#} s to start a server): ≤ {Clock(_total * GuessSecondsPerPoint)}; ") + Invariant(
+                $"at most {_total} points of ~{GuessSecondsPerPoint:0.0#} s ({(s.Repeats == 1 ? "" : $"the median of {s.Repeats} runs of ")}{s.Seconds:0.###} s + {s.Warmup:0.###} s warm-up + ~{SpawnSeconds:0.#} s to start a server): ≤ {Clock(_total * GuessSecondsPerPoint)}; ") + Invariant(
                 $"early termination measures fewer ({SweepRule.Default})"));
             if (previous is not null)
                 _output.WriteLine($"resuming {s.Out}: " + string.Join(", ", previous.Operations.Select(kv => $"{kv.Value.Count} {Name(kv.Key)} points")) + " already measured");

@@ -24,8 +24,14 @@ internal sealed record AccuracyRow(ServiceLevelObjective Objective, CacheConfig?
 /// <param name="LatencyErrorP95">Its 95th percentile.</param>
 /// <param name="ThroughputErrorMedian">Median of |predicted − real| / real throughput.</param>
 /// <param name="ThroughputErrorP95">Its 95th percentile.</param>
+/// <param name="Repeats">Runs per configuration; real figures are their medians.</param>
+/// <param name="LatencyNoise">
+/// The run-to-run noise floor: over the configurations measured, the median of each one's median |run − median| / median
+/// latency (null with one run). A prediction cannot be expected to come closer to one run than this.
+/// </param>
+/// <param name="ThroughputNoise">The same for throughput.</param>
 internal sealed record AccuracySummary(int Slos, int Feasible, int Met, double Tolerance, double LatencyErrorMedian, double LatencyErrorP95,
-                                       double ThroughputErrorMedian, double ThroughputErrorP95)
+                                       double ThroughputErrorMedian, double ThroughputErrorP95, int Repeats, double? LatencyNoise, double? ThroughputNoise)
 {
     /// <summary>Share of the feasible SLOs met.</summary>
     public double MetShare => Feasible == 0 ? 0 : (double)Met / Feasible;
@@ -85,13 +91,15 @@ internal static class SloAccuracy
     public static bool Meets(ServiceLevelObjective slo, ModelPoint real, double tolerance) =>
         real.MeanUs <= slo.MaxMeanLatencyUs * (1 + tolerance) && real.OpsPerSecond * (1 + tolerance) >= slo.MinOpsPerSecond;
 
-    public static AccuracySummary Summarize(IReadOnlyList<AccuracyRow> rows, double tolerance)
+    public static AccuracySummary Summarize(IReadOnlyList<AccuracyRow> rows, double tolerance, RepeatedMeasurer measurer)
     {
         var feasible = rows.Where(r => r.Real is not null).ToList();
         var latency = feasible.Select(r => Math.Abs(r.Predicted!.Value.MeanUs - r.Real!.MeanUs) / r.Real.MeanUs).ToList();
         var throughput = feasible.Select(r => Math.Abs(r.Predicted!.Value.OpsPerSecond - r.Real!.OpsPerSecond) / r.Real.OpsPerSecond).ToList();
         return new AccuracySummary(rows.Count, feasible.Count, feasible.Count(r => r.Met), tolerance,
-                                   Quantile(latency, 0.5), Quantile(latency, 0.95), Quantile(throughput, 0.5), Quantile(throughput, 0.95));
+                                   Quantile(latency, 0.5), Quantile(latency, 0.95), Quantile(throughput, 0.5), Quantile(throughput, 0.95),
+                                   measurer.Repeats, measurer.Repeats == 1 ? null : Quantile(measurer.Spreads.Values.Select(v => v.Latency).ToList(), 0.5),
+                                   measurer.Repeats == 1 ? null : Quantile(measurer.Spreads.Values.Select(v => v.Throughput).ToList(), 0.5));
     }
 
     /// <summary>The value at quantile <paramref name="q"/> (nearest rank); NaN of nothing.</summary>

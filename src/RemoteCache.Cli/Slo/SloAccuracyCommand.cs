@@ -30,6 +30,11 @@ internal static class SloAccuracyCommand
         var seed = new Option<int>("--seed") { Description = "Seed of the SLOs", DefaultValueFactory = _ => 1 };
         var seconds = new Option<double?>("--seconds") { Description = "Measured seconds per configuration (default: the model's, so that reality is measured as the model was)" };
         var warmup = new Option<double?>("--warmup") { Description = "Unmeasured seconds before each (default: the model's)" };
+        var repeats = new Option<int>("--repeats")
+        {
+            Description = "Runs per configuration; the real figures are their medians (one short run is off by 20–30 % from the next on a small shared machine)",
+            DefaultValueFactory = _ => 5,
+        };
         var tolerance = new Option<double>("--tolerance")
         {
             Description = "How far past a bound still counts as meeting it (0.1 = 10 %)", DefaultValueFactory = _ => 0.1,
@@ -41,7 +46,7 @@ internal static class SloAccuracyCommand
             "Redy's accuracy experiment on this host: random SLOs searched in the model, each chosen configuration measured with " +
             "remotecache-bench; prints the share of feasible SLOs met and the prediction errors, writes CDF charts (SLO, predicted, real)")
         {
-            model, operation, slos, seed, seconds, warmup, tolerance, output, bench, json,
+            model, operation, slos, seed, seconds, warmup, repeats, tolerance, output, bench, json,
         };
         command.Action = new SloCommandAction(CommandName, (parse, stdout) =>
         {
@@ -51,8 +56,9 @@ internal static class SloAccuracyCommand
             int count = parse.GetValue(slos);
             double measureSeconds = parse.GetValue(seconds) ?? loaded.Measured.SecondsPerPoint;
             double warm = parse.GetValue(warmup) ?? loaded.Measured.WarmupSeconds, tol = parse.GetValue(tolerance);
-            if (count < 1 || !(measureSeconds > 0) || !(warm >= 0) || !(tol >= 0))
-                throw new UsageException("--slos must be at least 1, --seconds positive, --warmup and --tolerance 0 or more");
+            int runs = parse.GetValue(repeats);
+            if (count < 1 || !(measureSeconds > 0) || !(warm >= 0) || !(tol >= 0) || runs is < 1 or > 100)
+                throw new UsageException("--slos must be at least 1, --seconds positive, --warmup and --tolerance 0 or more, --repeats between 1 and 100");
             string benchPath = parse.GetValue(bench) ?? BenchMeasurer.DefaultPath;
             if (!File.Exists(benchPath))
                 throw new UsageException($"remotecache-bench not found at {benchPath} (build src/RemoteCache, or pass --bench PATH)");
@@ -69,7 +75,7 @@ internal static class SloAccuracyCommand
                 throw new UsageException($"{file.FullName}: {e.Message}", e);
             }
             var objectives = SloAccuracy.DrawSlos(loaded, op, count, parse.GetValue(seed));
-            var measurer = new BenchMeasurer(benchPath, loaded.Transport, loaded.RecordSize, measureSeconds, warm);
+            var measurer = new RepeatedMeasurer(new BenchMeasurer(benchPath, loaded.Transport, loaded.RecordSize, measureSeconds, warm), runs);
             var started = DateTime.UtcNow;
             var rows = SloAccuracy.RunAsync(search, objectives, measurer, tol, (n, row) =>
             {
@@ -78,7 +84,7 @@ internal static class SloAccuracyCommand
                 else
                     stdout.WriteLine(Invariant($"[{n}/{count}] {row.Objective.MaxMeanLatencyUs,9:G4} µs {row.Objective.MinOpsPerSecond,10:G4} ops/s -> infeasible in the model"));
             }, CancellationToken.None).GetAwaiter().GetResult();
-            var summary = SloAccuracy.Summarize(rows, tol);
+            var summary = SloAccuracy.Summarize(rows, tol, measurer);
             string title = $"{loaded.Transport}, {loaded.RecordSize} B {op.ToString().ToLowerInvariant()}s, {summary.Feasible} feasible SLOs";
             var charts = AccuracyCharts.Write(directory, rows, title);
             File.WriteAllText(Path.Combine(directory, "accuracy.json"), Json(file.FullName, loaded, op, summary, rows, started));
@@ -92,6 +98,8 @@ internal static class SloAccuracyCommand
                 stdout.WriteLine(Invariant($"met within {tol:P0}: {summary.Met} of {summary.Feasible} ({summary.MetShare:P1}; target ≥ {MetTarget:P0}: {(summary.MetShare >= MetTarget ? "met" : "missed")})"));
                 bool errorMet = Math.Max(summary.LatencyErrorMedian, summary.ThroughputErrorMedian) <= ErrorTarget;
                 stdout.WriteLine(Invariant($"|predicted − real| / real, median / p95: latency {summary.LatencyErrorMedian:P1} / {summary.LatencyErrorP95:P1}, throughput {summary.ThroughputErrorMedian:P1} / {summary.ThroughputErrorP95:P1} (target median ≤ {ErrorTarget:P0}: {(errorMet ? "met" : "missed")})"));
+                if (summary.Repeats > 1)
+                    stdout.WriteLine(Invariant($"real = median of {summary.Repeats} runs per configuration; run-to-run noise (median |run − median| / median): latency {summary.LatencyNoise:P1}, throughput {summary.ThroughputNoise:P1}"));
                 stdout.WriteLine($"wrote {Path.Combine(directory, "accuracy.json")}, {string.Join(", ", charts)}");
             }
             return SloExitCodes.Success;

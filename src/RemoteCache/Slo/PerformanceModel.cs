@@ -104,7 +104,14 @@ public sealed record MachineDescription(string Cpu, int Cores, long MemoryBytes,
 /// <param name="Tool">What drove the data path (e.g. remotecache-bench).</param>
 /// <param name="SecondsPerPoint">Measured seconds per configuration.</param>
 /// <param name="WarmupSeconds">Unmeasured seconds before each.</param>
-public sealed record MeasurementInfo(string Date, string Command, string Tool, double SecondsPerPoint, double WarmupSeconds);
+public sealed record MeasurementInfo(string Date, string Command, string Tool, double SecondsPerPoint, double WarmupSeconds)
+{
+    /// <summary>
+    /// Runs per configuration; a point holds the median latency and the median throughput of its runs (1 in files
+    /// written before repeats existed).
+    /// </summary>
+    public int Repeats { get; init; } = 1;
+}
 
 /// <summary>
 /// A performance model (Redy §5): for one transport, network distance and record size, the latency and throughput
@@ -240,6 +247,10 @@ public sealed class PerformanceModel
             throw new FormatException("transport is missing");
         if (RecordSize < 1)
             throw new FormatException($"recordSize {RecordSize} must be at least 1");
+        if (Measured is null)
+            throw new FormatException("measured is missing");
+        if (Measured.Repeats < 1)
+            throw new FormatException($"measured.repeats {Measured.Repeats} must be at least 1");
         if (Space is null)
             throw new FormatException("space is missing");
         if (Space.Problem() is { } problem)
