@@ -4,7 +4,7 @@
 #   1. native-release  build/native        RelWithDebInfo, GoogleTest suites via ctest
 #   2. native-asan     build/native-asan   clang-14, -DRC_SANITIZE=address,undefined, ctest
 #   3. native-tsan     build/native-tsan   clang-14, -DRC_SANITIZE=thread, ctest
-#   4. fuzz            build/native-fuzz   clang-14 libFuzzer: 5 targets, an equal share of RC_FUZZ_SECONDS
+#   4. fuzz            build/native-fuzz   clang-14 libFuzzer: 6 targets, an equal share of RC_FUZZ_SECONDS
 #                                          each, from generated seeds (fuzz/CMakeLists.txt lists them)
 #      (the native builds are the configure presets release, asan, tsan and fuzz of CMakePresets.json)
 #   5. dotnet          dotnet test RemoteCache.sln (skipped while there is no solution)
@@ -232,7 +232,8 @@ step_fuzz() {
 
   # Every target (name:max_len) fuzzes for an equal share of FUZZ_SECONDS from its own seeds, into
   # its own corpus (kept between runs), artifacts directory and log.
-  local targets=(fuzz-frame:41000 fuzz-tcp-framing:4096 fuzz-connect:4096 fuzz-response:4096 fuzz-sequence:8192)
+  local targets=(fuzz-frame:41000 fuzz-tcp-framing:4096 fuzz-connect:4096 fuzz-response:4096 fuzz-sequence:8192
+                 fuzz-admin:4096)
   local share=$((FUZZ_SECONDS / ${#targets[@]}))
   if (( share < 1 )); then share=1; fi
   local seeds_root="$dir/fuzz/seeds"

@@ -7,7 +7,8 @@ namespace RemoteCache;
 /// A cache operation failed for a reason other than bad arguments: the server is gone
 /// (<see cref="RemoteCacheStatus.Disconnected"/>), did not answer in time (<see cref="RemoteCacheStatus.Timeout"/>), refused
 /// admission (<see cref="RemoteCacheStatus.Auth"/>), the memory (<see cref="RemoteCacheStatus.NoMemory"/>) or a connection
-/// (<see cref="RemoteCacheStatus.Limit"/>), dropped the cache when its lease ended (<see cref="RemoteCacheStatus.Expired"/>),
+/// (<see cref="RemoteCacheStatus.Limit"/>), dropped the cache when its lease ended or its manager dropped it
+/// (<see cref="RemoteCacheStatus.Expired"/>),
 /// has the cache open exclusively for another client (<see cref="RemoteCacheStatus.InUse"/>), or broke the protocol.
 /// </summary>
 public sealed class RemoteCacheException : Exception
@@ -63,7 +64,7 @@ internal static class Errors
         RemoteCacheStatus.Protocol => "the server sent something that does not parse",
         RemoteCacheStatus.OutOfRange => "the server refused a range outside its regions",
         RemoteCacheStatus.Closed => "the cache is closing",
-        RemoteCacheStatus.Expired => "the cache's lease ended: its server dropped it and its data",
+        RemoteCacheStatus.Expired => "the cache's lease ended, or its manager dropped it: its server freed it and its data",
         RemoteCacheStatus.Limit => "a server connection limit is reached",
         _ => status.ToString(),
     };

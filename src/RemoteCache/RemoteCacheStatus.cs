@@ -35,7 +35,10 @@ public enum RemoteCacheStatus
     Unsupported = -10,
     /// <summary>A bug or a system-call failure.</summary>
     Internal = -11,
-    /// <summary>The cache's lease ended: its server dropped it and its data.</summary>
+    /// <summary>
+    /// The cache's lease ended, or its manager dropped it (<see cref="Admin.CacheServerAdmin.DropCacheAsync"/>): its
+    /// server freed it and its data.
+    /// </summary>
     Expired = -12,
     /// <summary>The cache is open exclusively by another client (or is open, and an exclusive open was asked for).</summary>
     InUse = -13,

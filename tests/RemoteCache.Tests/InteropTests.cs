@@ -14,9 +14,9 @@ using Xunit;
 namespace RemoteCache.Tests;
 
 /// <summary>
-/// remotecache.h as the C compiler lays it out, from <c>remotecache-abi</c> (a C program built with the library that
-/// prints every struct's size and field offsets, the status codes and the numeric defines, and checks that its own
-/// tables cover each struct).
+/// remotecache.h and remotecache_admin.h as the C compiler lays them out, from <c>remotecache-abi</c> (a C program built
+/// with the library that prints every struct's size and field offsets, the status codes and the numeric defines, and
+/// checks that its own tables cover each struct).
 /// </summary>
 internal static partial class NativeAbi
 {
@@ -59,12 +59,14 @@ internal static partial class NativeAbi
             root.GetProperty("defines").EnumerateObject().ToDictionary(p => p.Name, p => p.Value.GetInt64()));
     }
 
-    /// <summary>The names of the header's numeric defines (what the tool must report), read from the header itself.</summary>
-    public static IReadOnlyList<string> HeaderDefineNames()
-    {
-        string text = File.ReadAllText(Path.Combine(AppContext.BaseDirectory, "remotecache.h"));
-        return DefineRegex().Matches(text).Select(m => m.Groups[1].Value).ToList();
-    }
+    /// <summary>The public headers, as copied next to the tests.</summary>
+    public static readonly string[] Headers = { "remotecache.h", "remotecache_admin.h" };
+
+    /// <summary>The names of the headers' numeric defines (what the tool must report), read from the headers themselves.</summary>
+    public static IReadOnlyList<string> HeaderDefineNames() =>
+        Headers.SelectMany(h => DefineRegex().Matches(File.ReadAllText(Path.Combine(AppContext.BaseDirectory, h)))
+                                             .Select(m => m.Groups[1].Value))
+               .ToList();
 
     /// <summary>RC_MAX_TOKEN_BYTES → MaxTokenBytes, cache_id → CacheId, RC_E_IN_USE → InUse.</summary>
     public static string Pascal(string cName) =>
@@ -91,6 +93,8 @@ public sealed class InteropTests
         ["rc_server_options"] = InteropType("RcServerOptions"),
         ["rc_object_counts"] = InteropType("RcObjectCounts"),
         ["rc_completion"] = typeof(RemoteCacheCompletion),
+        ["rc_server_stats"] = InteropType("RcServerStats"),
+        ["rc_admin_cache"] = InteropType("RcAdminCache"),
     };
 
     private static Type InteropType(string name) =>
@@ -106,6 +110,9 @@ public sealed class InteropTests
         Assert.Equal(64, structs["rc_cache_options"].Size);
         Assert.Equal(new[] { 0, 8, 16, 20, 36, 40, 44, 48, 56 }, structs["rc_cache_options"].Fields.Select(f => f.Offset));
         Assert.Equal(88, structs["rc_server_options"].Size);
+        Assert.Equal(128, structs["rc_server_stats"].Size);  // 121 bytes of fields, 8-aligned
+        Assert.Equal(56, structs["rc_server_stats"].Fields.Single(f => f.Name == "server_id").Offset);
+        Assert.Equal(32, structs["rc_admin_cache"].Size);
     }
 
     [Fact]

@@ -3,7 +3,8 @@
 #   1. `dotnet pack RemoteCache.sln -c Release` into a temporary folder: exactly RemoteCache, RemoteCache.Device and
 #      the remotecache tool, RemoteCache.Cli (.nupkg + .snupkg) come out;
 #   2. the listings: RemoteCache holds lib/net8.0/RemoteCache.dll and runtimes/linux-x64/native/libremotecache.so,
-#      remotecache-server and remotecache-capability (ELF files) and not remotecache-bench or remotecache-abi;
+#      remotecache-server, remotecache-capability and remotecache-admin (ELF files) and not remotecache-bench or
+#      remotecache-abi;
 #      RemoteCache.Device holds its assembly and depends on RemoteCache (same version) and Microsoft.FASTER.Core;
 #      the symbol packages hold the PDBs; with a git remote (origin), the nuspecs must name it and the PDBs carry
 #      SourceLink (without one, neither can, and a note says so);
@@ -12,7 +13,7 @@
 #      sources) into a fresh packages folder, so that a stale package in the global cache cannot stand in for the
 #      packed one; the machine's global packages folder serves every other package, as a fallback folder without
 #      the two RemoteCache ids;
-#   4. the consumer is built and published; in both outputs the three native files are present and the two
+#   4. the consumer is built and published; in both outputs the four native files are present and the three
 #      programs have mode 755 (the package's buildTransitive targets); run from each, it starts remotecache-server
 #      from RemoteCacheServer.ExecutablePath as a separate process, writes and reads a cache on it, and writes and
 #      reads a sector through a RemoteCacheDevice over a second, exclusive cache;
@@ -152,7 +153,7 @@ def check(pid, required, forbidden, deps, assemblies="lib/net8.0"):
 native = "runtimes/linux-x64/native/"
 check("RemoteCache",
       ["lib/net8.0/RemoteCache.dll", native + "libremotecache.so", native + "remotecache-server",
-       native + "remotecache-capability", "buildTransitive/RemoteCache.targets"],
+       native + "remotecache-capability", native + "remotecache-admin", "buildTransitive/RemoteCache.targets"],
       [native + "remotecache-bench", native + "remotecache-abi"], {})
 check("RemoteCache.Device", ["lib/net8.0/RemoteCache.Device.dll"], [],
       {"RemoteCache": version, "Microsoft.FASTER.Core": None})
@@ -240,19 +241,19 @@ EOF
 echo "packaging: the native files as NuGet extracted them:"
 ls -l "$PACKAGES/remotecache/$VERSION/runtimes/linux-x64/native/" || true
 
-# check_native DIR WHAT: the three native files in DIR/runtimes/linux-x64/native, the programs executable by every
+# check_native DIR WHAT: the four native files in DIR/runtimes/linux-x64/native, the programs executable by every
 # user (NuGet extracts them with mode 0744; the package's buildTransitive targets set 0755 in build and publish output).
 check_native() {
   local dir="$1/runtimes/linux-x64/native" what=$2 f mode bad=0
   echo "packaging: the native files in the $what:"
   ls -l "$dir/" || true
-  for f in libremotecache.so remotecache-server remotecache-capability; do
+  for f in libremotecache.so remotecache-server remotecache-capability remotecache-admin; do
     if [[ ! -f "$dir/$f" ]]; then
       echo "packaging: $f is not in the $what ($dir)" >&2
       bad=1
     fi
   done
-  for f in remotecache-server remotecache-capability; do
+  for f in remotecache-server remotecache-capability remotecache-admin; do
     [[ -f "$dir/$f" ]] || continue
     mode="$(stat -c '%a' "$dir/$f")"
     if [[ $mode != 755 ]]; then

@@ -506,7 +506,8 @@ class RegistryRun {
     uint64_t next = 0;
     FUZZ_CHECK(registry_.expire(now, next) == want_dropped);
     FUZZ_CHECK(next == want_next);
-    for (const auto& c : conns_) FUZZ_CHECK((c.cache->dropped.load() == RC_E_EXPIRED) == c.model->dropped);
+    for (const auto& c : conns_)
+      FUZZ_CHECK((c.cache->dropped.load() == rc::server::DropCause::LeaseEnded) == c.model->dropped);
     check_memory();
   }
 

@@ -94,6 +94,32 @@ inline constexpr char kRgServerId[] = "fuzz-server";
 inline constexpr uint8_t kRgKeyByte = 0x5a;  // the key is 32 bytes of this
 inline constexpr uint32_t kRgKeyBytes = 32;
 
+// ---- fuzz-admin -------------------------------------------------------------------------------
+// u8 mode (% 2):
+//   0 Raw      the rest is one frame for decode_hello, decode_challenge, decode_notice and
+//              admin::open (request and reply, under kAdKey's session key with zero nonces)
+//   1 Session  an AdminSession (admission key kAdKey) over a Registry, then steps (at most
+//              kAdMaxSteps) of:
+//     Hello     u8 sel (% 4: 0-1 valid, 2 another admin version, 3 raw: upto(80) n + n bytes)
+//     Request   u8 op sel (% 6: 0 op 0, 1-4 the ops, 5 u16), u8 cache id sel (% 4: 0-2 upto(7),
+//               3 u64), u8 after sel (% 4: 0 zero, 1 the last serial listed, 2 upto(70), 3 u64),
+//               u8 max sel (% 4: 0 zero, 1 upto(kAdminListPage), 2 kAdminListPage + upto(3), 3 u32),
+//               u8 reserved sel (< 250 zero, else u32), u8 seq sel (< 230 the expected one, < 240 +1,
+//               < 248 -1, < 252 zero, else u64), u8 payload sel (% 8: 0-5 exact, 6 8 bytes short,
+//               7 8 bytes long), u8 seal sel (% 8: 0-4 right, 5 another key, 6 upto(bits-1) bit
+//               flipped, 7 last byte cut)
+//     Raw       upto(200) n + n bytes as a request frame
+//     Attach    upto(7) cache id, upto(2) token: a one-region cache's connection in the registry
+//     Detach    u8 connection
+// The session's every answer is checked against a model of the protocol and of the registry.
+enum AdMode : uint8_t { kAdModeRaw, kAdModeSession, kAdModeCount };
+enum AdStep : uint8_t {
+  kAdHello, kAdRequest, kAdRequest2, kAdRequest3, kAdRawFrame, kAdAttach, kAdAttach2, kAdDetach, kAdStepCount
+};
+inline constexpr int kAdMaxSteps = 128;
+inline constexpr uint8_t kAdKeyByte = 0x6b;  // the admission key is 32 bytes of this
+inline constexpr uint32_t kAdKeyBytes = 32;
+
 // ---- fuzz-response ----------------------------------------------------------------------------
 // u8 config (kRs*), upto(15) batch-1, upto(7) depth-1, then steps (at most kRsMaxSteps) of:
 //   Submit     flag read, upto(2) region (2 does not exist), u8 offset sel (% 4: upto(4095),

@@ -8,7 +8,9 @@
 //   fuzz-connect/      valid Connect/ConnectReply/Notice frames, encoder fields, capability texts
 //                      and mint fields, registry scripts (open and with an admission key);
 //   fuzz-response/     channel scripts: honest and mutated answers, Notices, one-sided ops;
-//   fuzz-sequence/     streams of valid batches, with a wrong seq, a control entry, raw frames.
+//   fuzz-sequence/     streams of valid batches, with a wrong seq, a control entry, raw frames;
+//   fuzz-admin/        admin frames (hello, challenge, sealed request and reply) and session scripts:
+//                      every op sealed right, replays, wrong keys, flipped bits, oversized lists, drops.
 // Script seeds follow fuzz_grammar.h. Seeds are generated at build/test time instead of being
 // committed.
 //
@@ -23,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "common/admin_codec.h"
 #include "common/capability.h"
 #include "common/status.h"
 #include "common/wire.h"
@@ -584,6 +587,128 @@ void sequence_seeds() {
   }
 }
 
+// ---- fuzz-admin -------------------------------------------------------------------------------
+
+// A Request step (fuzz_grammar.h) with every selector at its honest value unless given.
+struct AdminStep {
+  uint8_t op = 2;  // op sel: 0 none, 1 Ping, 2 Stats, 3 ListCaches, 4 DropCache, 5 raw_op
+  uint16_t raw_op = 99;
+  uint8_t id_sel = 0;
+  uint8_t id = 0;
+  uint8_t after_sel = 0;
+  uint8_t max_sel = 0;
+  uint32_t max = 0;
+  uint8_t seq_sel = 0;
+  uint8_t payload_sel = 0;
+  uint8_t seal_sel = 0;
+};
+
+void admin_request(ScriptWriter& w, const AdminStep& s) {
+  w.u8(kAdRequest).u8(s.op);
+  if (s.op % 6 == 5) w.u16(s.raw_op);
+  w.u8(s.id_sel);
+  if (s.id_sel % 4 != 3) w.upto(s.id, 7);
+  w.u8(s.after_sel);
+  if (s.after_sel % 4 == 2) w.upto(0, 70);
+  w.u8(s.max_sel);
+  if (s.max_sel % 4 == 1) w.upto(s.max, wire::kAdminListPage);
+  if (s.max_sel % 4 == 2) w.upto(s.max, 3);
+  w.u8(0);  // reserved: zero
+  w.u8(s.seq_sel).u8(s.payload_sel).u8(s.seal_sel);
+}
+
+// A Request step for `op` (1 Ping, 2 Stats, 3 ListCaches, 4 DropCache) with honest fields.
+AdminStep honest(uint8_t op) {
+  AdminStep s;
+  s.op = op;
+  return s;
+}
+
+void admin_seeds() {
+  const std::string t = "fuzz-admin";
+  auto with_mode = [](uint8_t mode, std::span<const std::byte> rest) {
+    std::vector<std::byte> out{static_cast<std::byte>(mode)};
+    out.insert(out.end(), rest.begin(), rest.end());
+    return out;
+  };
+  wire::AdminHello hello{};
+  hello.admin_version = wire::kAdminVersion;
+  save(t, "raw-hello", with_mode(kAdModeRaw, rc::admin::encode_hello(hello)));
+  const uint8_t nonce[wire::kAdminServerNonceBytes] = {1, 2, 3};
+  save(t, "raw-challenge", with_mode(kAdModeRaw, rc::admin::encode_challenge(RC_OK, nonce, "")));
+  save(t, "raw-challenge-refused",
+       with_mode(kAdModeRaw, rc::admin::encode_challenge(RC_E_AUTH, {}, "open mode (no admission key)")));
+  {  // sealed under the raw mode's session key (kAdKey, zero nonces), so that they verify
+    const std::vector<uint8_t> key(kAdKeyBytes, kAdKeyByte);
+    const wire::AdminChallenge zero_challenge{};
+    const wire::AdminHello zero_hello{};
+    const auto session = rc::admin::derive_session_key(key, zero_challenge, zero_hello);
+    wire::AdminRequest list{};
+    list.max_count = 16;
+    save(t, "raw-request", with_mode(kAdModeRaw, rc::admin::seal(session, wire::Kind::AdminRequest, wire::AdminOp::ListCaches,
+                                                                  1, rc::admin::bytes_of(list))));
+    wire::AdminDropResult dropped{2, 0};
+    save(t, "raw-reply", with_mode(kAdModeRaw, rc::admin::seal(session, wire::Kind::AdminReply, wire::AdminOp::DropCache,
+                                                                3, rc::admin::bytes_of(dropped))));
+  }
+  {  // every op, honestly, around caches coming and going
+    ScriptWriter w;
+    w.u8(kAdModeSession);
+    w.u8(kAdHello).u8(0).u8(7);
+    admin_request(w, honest(1));
+    for (uint32_t id = 1; id <= 4; ++id) w.u8(kAdAttach).upto(id, 7).upto(id % 3, 2);
+    w.u8(kAdAttach).upto(2, 7).upto(2, 2);  // joins
+    admin_request(w, honest(2));
+    AdminStep page = honest(3);
+    page.max_sel = 1;
+    page.max = 2;
+    admin_request(w, page);
+    page.after_sel = 1;  // the next page
+    admin_request(w, page);
+    AdminStep drop = honest(4);
+    drop.id = 2;
+    admin_request(w, drop);
+    admin_request(w, honest(2));
+    w.u8(kAdDetach).u8(1);
+    w.u8(kAdDetach).u8(0);
+    page.after_sel = 0;
+    page.max = wire::kAdminListPage;
+    admin_request(w, page);
+    save(t, "session-honest", w);
+  }
+  {  // refusals: a replay, then (on fresh runs) another key, a flipped bit, an oversized list
+    const AdminStep bad[] = {
+        [] { AdminStep s = honest(2); s.seq_sel = 241; return s; }(),   // the previous seq: replayed
+        [] { AdminStep s = honest(2); s.seal_sel = 5; return s; }(),    // another key
+        [] { AdminStep s = honest(4); s.seal_sel = 6; return s; }(),    // a flipped bit (then upto(bits))
+        [] { AdminStep s = honest(3); s.max_sel = 2; s.max = 1; return s; }(),  // kAdminListPage + 1
+        [] { AdminStep s = honest(1); s.payload_sel = 7; return s; }(),  // 8 bytes too many
+        [] { AdminStep s; s.op = 5; return s; }(),                       // op from a u16
+    };
+    int n = 0;
+    for (const AdminStep& b : bad) {
+      ScriptWriter w;
+      w.u8(kAdModeSession);
+      w.u8(kAdAttach).upto(1, 7).upto(0, 2);
+      w.u8(kAdHello).u8(1).u8(0x21);
+      admin_request(w, honest(2));
+      admin_request(w, b);
+      if (b.seal_sel == 6) w.upto(400, 80 * 8 - 1);
+      admin_request(w, honest(1));  // after a refusal: nothing more
+      save(t, "session-refused-" + std::to_string(n++), w);
+    }
+  }
+  {  // a request before the hello, a second hello, a hello of another version
+    ScriptWriter w;
+    w.u8(kAdModeSession);
+    admin_request(w, honest(1));
+    save(t, "session-before-hello", w);
+    ScriptWriter v;
+    v.u8(kAdModeSession).u8(kAdHello).u8(2).u8(1);
+    save(t, "session-other-version", v);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -603,6 +728,7 @@ int main(int argc, char** argv) {
   connect_seeds();
   response_seeds();
   sequence_seeds();
+  admin_seeds();
   std::printf("fuzz-seeds: wrote %d seeds to %s\n", g_count, argv[1]);
   return g_ok ? 0 : 1;
 }

@@ -1,5 +1,6 @@
-/* remotecache-abi: prints the binary interface of remotecache.h as one JSON object on stdout: the
- * size, alignment and field offsets of every struct, the status codes and the numeric limits.
+/* remotecache-abi: prints the binary interface of remotecache.h and remotecache_admin.h as one JSON
+ * object on stdout: the size, alignment and field offsets of every struct, the status codes and the
+ * numeric limits.
  *
  *   {"api_version":3,"structs":{"rc_config":{"size":16,"align":4,"fields":[{"name":...,"offset":0,
  *    "size":4},...]},...},"statuses":{"RC_OK":0,...},"defines":{"RC_MAX_TOKEN_BYTES":64,...}}
@@ -13,6 +14,7 @@
  * struct, and the tool exits with status 1 naming the struct. (The ctest abi.coverage checks the
  * other direction: every struct, status and define of the header appears in the output.) */
 #include <remotecache/remotecache.h>
+#include <remotecache/remotecache_admin.h>
 
 #include <stdalign.h>
 #include <stddef.h>
@@ -97,12 +99,39 @@ static const field_layout rc_object_counts_fields[] = {
     FIELD(rc_object_counts, servers),
 };
 
+/* remotecache_admin.h */
+
+static const field_layout rc_server_stats_fields[] = {
+    FIELD(rc_server_stats, size),
+    FIELD(rc_server_stats, server_threads),
+    FIELD(rc_server_stats, memory_limit),
+    FIELD(rc_server_stats, memory_lent),
+    FIELD(rc_server_stats, region_size),
+    FIELD(rc_server_stats, uptime_ms),
+    FIELD(rc_server_stats, caches),
+    FIELD(rc_server_stats, regions_lent),
+    FIELD(rc_server_stats, data_connections),
+    FIELD(rc_server_stats, admin_connections),
+    FIELD(rc_server_stats, server_id),
+};
+
+static const field_layout rc_admin_cache_fields[] = {
+    FIELD(rc_admin_cache, cache_id),
+    FIELD(rc_admin_cache, lease_end_unix_ms),
+    FIELD(rc_admin_cache, regions),
+    FIELD(rc_admin_cache, connections),
+    FIELD(rc_admin_cache, server_threads),
+    FIELD(rc_admin_cache, exclusive),
+};
+
 static const struct_layout structs[] = {
     STRUCT(rc_config),
     STRUCT(rc_cache_options),
     STRUCT(rc_completion),
     STRUCT(rc_server_options),
     STRUCT(rc_object_counts),
+    STRUCT(rc_server_stats),
+    STRUCT(rc_admin_cache),
 };
 
 static const named_value statuses[] = {
@@ -133,6 +162,7 @@ static const named_value defines[] = {
     VALUE(RC_MAX_BATCH_SIZE),
     VALUE(RC_MAX_QUEUE_DEPTH),
     VALUE(RC_MAX_CAPABILITY_TEXT),
+    VALUE(RC_MAX_SERVER_ID_BYTES),
     VALUE(RC_DEFAULT_SESSION_CAPACITY),
     VALUE(RC_DEFAULT_OP_TIMEOUT_MS),
     VALUE(RC_DEFAULT_CONNECT_TIMEOUT_MS),
@@ -144,6 +174,8 @@ static const named_value defines[] = {
     VALUE(RC_MIN_ADMISSION_KEY_BYTES),
     VALUE(RC_MAX_SESSION_CAPACITY),
     VALUE(RC_OPEN_EXCLUSIVE),
+    VALUE(RC_MAX_ADMIN_CONNECTIONS),
+    VALUE(RC_DEFAULT_ADMIN_TIMEOUT_MS),
 };
 
 /* ---- checking the tables ------------------------------------------------------------------ */

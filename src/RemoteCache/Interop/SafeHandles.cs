@@ -76,3 +76,16 @@ internal sealed class ServerHandle : SafeHandle
     /// <inheritdoc/>
     protected override bool ReleaseHandle() => NativeMethods.ServerStop(handle) == RemoteCacheStatus.Ok;
 }
+
+/// <summary>Owns an <c>rc_admin*</c> (an admin connection); releasing it calls <c>rc_admin_close</c>.</summary>
+internal sealed class AdminHandle : SafeHandle
+{
+    /// <summary>Creates an invalid handle (the marshaller fills it in).</summary>
+    public AdminHandle() : base(IntPtr.Zero, ownsHandle: true) { }
+
+    /// <inheritdoc/>
+    public override bool IsInvalid => handle == IntPtr.Zero;
+
+    /// <inheritdoc/>
+    protected override bool ReleaseHandle() => NativeMethods.AdminClose(handle) == RemoteCacheStatus.Ok;
+}

@@ -39,7 +39,7 @@ extern "C" {
 /* The version of this header. A binding built against one version must not drive a library built
  * from another (struct layouts, limits and semantics may differ): it compares rc_api_version() of
  * the library it loaded with the RC_API_VERSION it was built against and refuses a mismatch. */
-#define RC_API_VERSION 3
+#define RC_API_VERSION 4 /* 4: the admin interface (remotecache_admin.h) */
 
 /* Limits and defaults of the API, defined here once (bindings take them from this header). */
 #define RC_MAX_TOKEN_BYTES 64            /* rc_cache_options.token, UTF-8 bytes */
@@ -50,6 +50,7 @@ extern "C" {
 #define RC_MAX_BATCH_SIZE 256            /* rc_config.batch_size */
 #define RC_MAX_QUEUE_DEPTH 64            /* rc_config.queue_depth */
 #define RC_MAX_CAPABILITY_TEXT 256       /* a capability's text form, NUL included */
+#define RC_MAX_SERVER_ID_BYTES 64        /* a server id (rc_server_options.server_id, capabilities), NUL excluded */
 #define RC_DEFAULT_SESSION_CAPACITY 1024 /* rc_cache_options.session_capacity = 0 */
 #define RC_DEFAULT_OP_TIMEOUT_MS 10000
 #define RC_DEFAULT_CONNECT_TIMEOUT_MS 5000
@@ -78,7 +79,7 @@ typedef enum rc_status {
   RC_E_CLOSED = -9,           /* the handle is being closed */
   RC_E_UNSUPPORTED = -10,     /* the transport or option is not available here */
   RC_E_INTERNAL = -11,        /* a bug or a system-call failure; see rc_last_error */
-  RC_E_EXPIRED = -12,         /* the cache's lease ended: its server dropped it and its data */
+  RC_E_EXPIRED = -12,         /* the cache's lease ended, or its manager dropped it: the server freed it and its data */
   RC_E_IN_USE = -13,          /* the cache is open exclusively by another client */
   RC_E_LIMIT = -14            /* a server limit (connections in all or from this peer) is reached */
 } rc_status;
@@ -197,7 +198,8 @@ typedef struct rc_server_options {
    * Connect needs a capability signed with this key (RC_E_AUTH without one). */
   const uint8_t* admission_key;
   size_t admission_key_length;
-  const char* server_id;             /* the identity capabilities name; NULL = the first endpoint as bound */
+  const char* server_id;             /* the identity capabilities name (at most RC_MAX_SERVER_ID_BYTES);
+                                        NULL = the first endpoint as bound */
   const uint32_t* allowed_uids;      /* abstract shm endpoints admit these uids besides the server's own */
   size_t allowed_uid_count;
 } rc_server_options;

@@ -15,6 +15,7 @@
 
 #include <cstring>
 
+#include "api/api_guard.h"
 #include "client/cache.h"
 #include "client/session.h"
 #include "common/capability.h"
@@ -70,24 +71,8 @@ namespace {
 // needs the count, not thousands of addresses.
 constexpr size_t kSessionsNamedOnRefusedClose = 8;
 
-template <typename Fn>
-rc_status guarded(Fn&& fn) {
-  try {
-    return fn();
-  } catch (const std::bad_alloc&) {
-    return rc::fail(RC_E_INTERNAL, "out of memory");
-  } catch (const std::invalid_argument& e) {
-    return rc::fail(RC_E_INVALID_ARGUMENT, e.what());
-  } catch (const std::exception& e) {
-    return rc::fail(RC_E_INTERNAL, e.what());
-  } catch (...) {
-    return rc::fail(RC_E_INTERNAL, "unknown failure");
-  }
-}
-
-rc_status null_argument(const char* what) {
-  return rc::fail(RC_E_INVALID_ARGUMENT, std::string(what) + " is null");
-}
+using rc::api::guarded;
+using rc::api::null_argument;
 
 // Called with the cache's sessions_mutex held and at least one session open.
 rc_status refuse_close_with_open_sessions(const rc_cache& cache) {

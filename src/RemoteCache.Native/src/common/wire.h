@@ -28,9 +28,26 @@ inline constexpr uint32_t kMaxChunk = 32 * 1024;
 inline constexpr uint32_t kMaxBatchEntries = RC_MAX_BATCH_SIZE;
 inline constexpr uint32_t kTokenMax = RC_MAX_TOKEN_BYTES;
 
-// Notice: the server's last frame on a connection it closes on purpose (a lease ended), so that the
-// client can report why instead of a bare disconnection.
-enum class Kind : uint8_t { Connect = 1, ConnectReply = 2, Batch = 3, Response = 4, Notice = 5 };
+// Notice: the server's last frame on a connection it closes on purpose (a lease ended, a cache
+// dropped, an admin request refused), so that the client can report why instead of a bare
+// disconnection.
+//
+// Admin*: the admin interface (remotecache_admin.h, docs/admin.md). A connection whose first frame
+// is an AdminHello instead of a Connect is an admin connection: the server answers with an
+// AdminChallenge, then each AdminRequest with an AdminReply. These kinds never appear on a data
+// connection, so the data path's frames and its version (kVersion) are unchanged; a server that
+// predates them closes a connection whose first frame is not a Connect.
+enum class Kind : uint8_t {
+  Connect = 1,
+  ConnectReply = 2,
+  Batch = 3,
+  Response = 4,
+  Notice = 5,
+  AdminHello = 6,
+  AdminChallenge = 7,
+  AdminRequest = 8,
+  AdminReply = 9,
+};
 
 enum class Op : uint8_t {
   Read = 1,
@@ -91,7 +108,7 @@ struct Capability {
   uint64_t expires_unix_ms;  // wall clock; the cache's lease ends here
   uint32_t regions;          // regions this cache may hold on the server
   uint32_t server_id_length;
-  char server_id[64];        // the server's identity (rc_server_id)
+  char server_id[RC_MAX_SERVER_ID_BYTES];  // the server's identity (rc_server_id)
   uint8_t nonce[16];         // makes every minted capability distinct
   uint8_t mac[32];           // HMAC-SHA256 over every byte before it
 };
@@ -143,6 +160,100 @@ struct ConnectReply {
   // followed by region_count RegionDescriptors
 };
 static_assert(sizeof(ConnectReply) == 120);
+
+// ---- admin frames -------------------------------------------------------------------------------
+//
+// AdminHello and AdminChallenge are plain frames (header + payload). AdminRequest and AdminReply are
+// sealed: header + payload + a kAdminMacBytes HMAC-SHA256 over the header and payload under the
+// session key (HMAC-SHA256 of the admission key over kAdminKeyLabel, the server's nonce and the
+// client's nonce). In both, `flags` holds the AdminOp, `count` is 0, and `seq` numbers the requests
+// of the connection from 1 (a reply carries its request's). The server refuses a request that is not
+// exactly the next one with a valid MAC by sending a Notice and closing the connection.
+
+inline constexpr uint32_t kAdminVersion = 1;  // of the admin exchange, apart from kVersion
+inline constexpr std::size_t kAdminServerNonceBytes = 32;
+inline constexpr std::size_t kAdminClientNonceBytes = 16;
+inline constexpr std::size_t kAdminMacBytes = 32;
+inline constexpr char kAdminKeyLabel[] = "remotecache admin v1";  // its NUL excluded from the MAC
+// Caches per ListCaches reply; the client pages through longer lists.
+inline constexpr uint32_t kAdminListPage = 512;
+
+enum class AdminOp : uint16_t {
+  Ping = 1,        // no payload either way: proves both ends hold the key (rc_admin_connect)
+  Stats = 2,       // reply: AdminStats
+  ListCaches = 3,  // request: AdminRequest.after / max_count; reply: AdminListHead + entries
+  DropCache = 4,   // request: AdminRequest.cache_id; reply: AdminDropResult
+};
+
+struct AdminHello {
+  uint32_t admin_version;  // kAdminVersion
+  uint32_t reserved;
+  uint8_t nonce[kAdminClientNonceBytes];  // binds the server's replies to this connection
+};
+static_assert(sizeof(AdminHello) == 24);
+
+struct AdminChallenge {
+  int32_t status;  // RC_OK, or why the server refuses (open mode, a limit, a bad hello); it then closes
+  uint32_t admin_version;
+  uint8_t nonce[kAdminServerNonceBytes];
+  char message[96];  // why, when status is an error
+};
+static_assert(sizeof(AdminChallenge) == 136);
+
+// Payload of every AdminRequest (the fields its op does not use are 0).
+struct AdminRequest {
+  uint64_t cache_id;   // DropCache
+  uint64_t after;      // ListCaches: the serial of the last cache of the previous page; 0 = from the start
+  uint32_t max_count;  // ListCaches: caches wanted, at most kAdminListPage
+  uint32_t reserved;
+};
+static_assert(sizeof(AdminRequest) == 24);
+
+struct AdminStats {
+  uint64_t memory_limit;
+  uint64_t memory_lent;
+  uint64_t region_size;
+  uint64_t uptime_ms;
+  uint32_t caches;
+  uint32_t regions_lent;
+  uint32_t data_connections;
+  uint32_t admin_connections;
+  uint32_t server_threads;
+  uint32_t server_id_length;
+  char server_id[RC_MAX_SERVER_ID_BYTES];
+};
+static_assert(sizeof(AdminStats) == 120);
+
+struct AdminListHead {
+  uint32_t count;  // entries that follow
+  uint32_t more;   // caches after the last entry (in serial order) not in this reply
+};
+static_assert(sizeof(AdminListHead) == 8);
+
+inline constexpr uint32_t kAdminCacheExclusive = 1;  // AdminCacheEntry.flags
+
+struct AdminCacheEntry {
+  uint64_t cache_id;
+  uint64_t serial;  // creation order on this server, from 1: the cursor of the next page
+  uint64_t lease_end_unix_ms;
+  uint32_t regions;
+  uint32_t connections;
+  uint32_t server_threads;
+  uint32_t flags;  // kAdminCache*
+};
+static_assert(sizeof(AdminCacheEntry) == 40);
+
+struct AdminDropResult {
+  uint32_t dropped;
+  uint32_t reserved;
+};
+static_assert(sizeof(AdminDropResult) == 8);
+
+// The largest admin frame: a full ListCaches reply. It fits the data path's frame limit, so tcp's
+// FrameReader carries admin frames too.
+inline constexpr uint32_t kMaxAdminFrame = sizeof(FrameHeader) + sizeof(AdminListHead) +
+                                           kAdminListPage * sizeof(AdminCacheEntry) + kAdminMacBytes;
+static_assert(kMaxAdminFrame <= kMaxFrame);
 
 inline FrameHeader read_header(const std::byte* p) {
   FrameHeader h;

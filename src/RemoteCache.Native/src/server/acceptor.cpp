@@ -29,8 +29,12 @@ ConnectionTicket::~ConnectionTicket() {
   if (it != counts_->per_peer.end() && --it->second == 0) counts_->per_peer.erase(it);
 }
 
-Acceptor::Acceptor(Registry& registry, AcceptorLimits limits, Deliver deliver)
-    : registry_(registry), limits_(limits), deliver_(std::move(deliver)), counts_(std::make_shared<ConnectionCounts>()) {}
+Acceptor::Acceptor(Registry& registry, AcceptorLimits limits, Deliver deliver, transport::AdminHandoff admin)
+    : registry_(registry),
+      limits_(limits),
+      deliver_(std::move(deliver)),
+      admin_(std::move(admin)),
+      counts_(std::make_shared<ConnectionCounts>()) {}
 
 Acceptor::~Acceptor() { stop(); }
 
@@ -143,7 +147,12 @@ void Acceptor::run(std::shared_ptr<Handshake> slot, std::unique_ptr<transport::P
   };
   try {
     Status st = RC_OK;
-    std::unique_ptr<transport::ServerConnection> link = pending->handshake(admit, slot->evict, st);
+    const transport::HandshakeHandlers handlers{admit, [&](std::unique_ptr<transport::MessageLink> link,
+                                                           std::span<const std::byte> hello) {
+                                                  slot->admitting.store(true);
+                                                  admin_(std::move(link), hello);
+                                                }};
+    std::unique_ptr<transport::ServerConnection> link = pending->handshake(handlers, slot->evict, st);
     pending.reset();
     if (link && !stopping_.load()) deliver_(std::move(link), std::move(cache), std::move(ticket));
   } catch (const std::exception& e) {

@@ -6,7 +6,9 @@
 //    silent peers cannot keep others out;
 //  - established connections: at most max_connections in all and max_connections_per_peer from one
 //    peer (IP address for tcp and verbs, uid for shm); beyond that RC_E_LIMIT names the limit;
-//  - admission proper (capability, cache, memory) is the registry's.
+//  - admission proper (capability, cache, memory) is the registry's;
+//  - a connection that opens with an AdminHello goes to the admin service (admin_service.h), which
+//    keeps its own limit: admin connections count against neither limit above.
 #pragma once
 
 #include <cstdint>
@@ -52,7 +54,7 @@ class Acceptor {
   using Deliver = std::function<void(std::unique_ptr<transport::ServerConnection>, std::shared_ptr<CacheState>,
                                      std::unique_ptr<ConnectionTicket>)>;
 
-  Acceptor(Registry& registry, AcceptorLimits limits, Deliver deliver);
+  Acceptor(Registry& registry, AcceptorLimits limits, Deliver deliver, transport::AdminHandoff admin);
   ~Acceptor();
   Acceptor(const Acceptor&) = delete;
   Acceptor& operator=(const Acceptor&) = delete;
@@ -77,6 +79,7 @@ class Acceptor {
   Registry& registry_;
   const AcceptorLimits limits_;
   const Deliver deliver_;
+  const transport::AdminHandoff admin_;
   std::shared_ptr<ConnectionCounts> counts_;
   std::vector<std::thread> accept_threads_;
   std::vector<transport::Listener*> listeners_;

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 
 #include "common/capability.h"
 #include "common/log.h"
@@ -87,6 +88,7 @@ transport::Grant Registry::attach(const wire::ConnectRequest& request, std::shar
     std::lock_guard cache_lock(cache->mutex);
     ++cache->connections;
   }
+  ++connections_;
   g.regions = cache->regions;
   g.region_size = region_size_;
   return g;
@@ -123,6 +125,7 @@ transport::Grant Registry::create(const Key& key, const wire::ConnectRequest& re
                                       std::to_string(memory_limit_) + " bytes lent)");
   auto fresh = std::make_shared<CacheState>();
   fresh->id = request.cache_id;
+  fresh->serial = next_serial_++;
   fresh->token = key.token;
   fresh->server_threads.store(request.server_threads);
   fresh->thread_base = next_thread_base_++;
@@ -142,6 +145,7 @@ transport::Grant Registry::create(const Key& key, const wire::ConnectRequest& re
   in_use_ += want;
   regions_by_id_[request.cache_id] += request.regions;
   caches_.emplace(key, fresh);
+  by_serial_.emplace(fresh->serial, fresh);
   cache = fresh;
   RC_LOG_INFO("%s created: %u regions of %llu bytes%s", cache_name(request.cache_id).c_str(), request.regions,
               static_cast<unsigned long long>(region_size_), fresh->exclusive ? ", exclusive" : "");
@@ -150,12 +154,14 @@ transport::Grant Registry::create(const Key& key, const wire::ConnectRequest& re
 
 void Registry::detach(const std::shared_ptr<CacheState>& cache) {
   std::lock_guard lock(mutex_);
+  --connections_;
   {
     std::lock_guard cache_lock(cache->mutex);
     if (--cache->connections > 0) return;
   }
   auto it = caches_.find(Key{cache->id, cache->token});
   if (it != caches_.end() && it->second == cache) caches_.erase(it);
+  by_serial_.erase(cache->serial);  // a no-op for a dropped cache, which left it then
   in_use_ -= cache->regions.size() * region_size_;
   auto held = regions_by_id_.find(cache->id);
   if (held != regions_by_id_.end() && (held->second -= cache->regions.size()) == 0) regions_by_id_.erase(held);
@@ -170,9 +176,9 @@ std::size_t Registry::expire(uint64_t now_unix_ms, uint64_t& next_end_ms) {
   for (auto it = caches_.begin(); it != caches_.end();) {
     CacheState& c = *it->second;
     if (c.lease_end_ms != 0 && c.lease_end_ms <= now_unix_ms) {
-      c.dropped.store(RC_E_EXPIRED, std::memory_order_release);
       RC_LOG_WARN("%s: its lease ended; dropping it", cache_name(c.id).c_str());
-      it = caches_.erase(it);  // no new connection joins it; memory goes with its last connection
+      retire(it->second, DropCause::LeaseEnded);
+      it = caches_.erase(it);
       ++dropped;
       continue;
     }
@@ -180,6 +186,50 @@ std::size_t Registry::expire(uint64_t now_unix_ms, uint64_t& next_end_ms) {
     ++it;
   }
   return dropped;
+}
+
+std::size_t Registry::drop(uint64_t cache_id) {
+  std::lock_guard lock(mutex_);
+  std::size_t dropped = 0;
+  for (auto it = caches_.begin(); it != caches_.end();) {
+    if (it->second->id != cache_id) {
+      ++it;
+      continue;
+    }
+    RC_LOG_WARN("%s: dropped by its manager", cache_name(cache_id).c_str());
+    retire(it->second, DropCause::ByManager);
+    it = caches_.erase(it);
+    ++dropped;
+  }
+  return dropped;
+}
+
+void Registry::retire(const std::shared_ptr<CacheState>& cache, DropCause cause) {
+  cache->dropped.store(cause, std::memory_order_release);
+  by_serial_.erase(cache->serial);
+}
+
+std::vector<CacheInfo> Registry::list(uint64_t after, uint32_t max, uint32_t& more) const {
+  std::lock_guard lock(mutex_);
+  std::vector<CacheInfo> out;
+  auto it = by_serial_.upper_bound(after);
+  for (; it != by_serial_.end() && out.size() < max; ++it) {
+    CacheState& c = *it->second;
+    uint32_t connections = 0;
+    {
+      std::lock_guard cache_lock(c.mutex);
+      connections = c.connections;
+    }
+    out.push_back(CacheInfo{c.id, c.serial, c.lease_end_ms, static_cast<uint32_t>(c.regions.size()), connections,
+                            c.server_threads.load(std::memory_order_relaxed), c.exclusive});
+  }
+  more = static_cast<uint32_t>(std::distance(it, by_serial_.end()));
+  return out;
+}
+
+RegistryStats Registry::stats() const {
+  std::lock_guard lock(mutex_);
+  return RegistryStats{in_use_, static_cast<uint32_t>(caches_.size()), connections_};
 }
 
 uint64_t Registry::memory_in_use() const {

@@ -2,7 +2,8 @@
 // another token is another cache, so nobody can squat an id, lock its owner out or probe which ids
 // exist. A cache is created by its first Connect and freed when its last connection closes
 // (RemoteCache is a cache: a crashed client must not leak the memory it rented), or dropped when
-// its lease (the latest expiry of the capabilities it was opened with) ends.
+// its lease (the latest expiry of the capabilities it was opened with) ends or its manager drops it
+// through the admin interface.
 //
 // Admission: with an admission key, a Connect needs a capability signed by it for this server and
 // this cache id; the regions of all caches with that id stay within what the capability grants.
@@ -10,6 +11,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -24,15 +26,20 @@
 
 namespace rc::server {
 
+// Why a cache was dropped before its last connection closed: its connections then close with a
+// Notice that says so (RC_E_EXPIRED either way).
+enum class DropCause : uint8_t { None, LeaseEnded, ByManager };
+
 struct CacheState {
   uint64_t id = 0;
+  uint64_t serial = 0;     // creation order on this server, from 1 (the admin listing's cursor)
   crypto::Digest token{};  // keyed digest of the token, never the token itself
   std::vector<transport::RegionMemory> regions;
   std::vector<RegionView> views;
   uint32_t thread_base = 0;                 // first server thread this cache's connections go to
   std::atomic<uint32_t> server_threads{0};  // s; connections follow it to their threads
-  // RC_OK while the cache lives; RC_E_EXPIRED once its lease ended: its connections close.
-  std::atomic<int32_t> dropped{RC_OK};
+  // None while the cache lives; once dropped its connections close.
+  std::atomic<DropCause> dropped{DropCause::None};
   std::mutex mutex;  // guards the counters below
   uint32_t connections = 0;
   uint32_t next_connection_index = 0;
@@ -41,6 +48,24 @@ struct CacheState {
   std::array<uint8_t, 16> first_client{};  // the client id of the first connection
   bool shared = false;                      // another client id has connected too
   uint64_t lease_end_ms = 0;                // 0: no lease (open mode)
+};
+
+// What the admin interface reports of a cache.
+struct CacheInfo {
+  uint64_t id;
+  uint64_t serial;
+  uint64_t lease_end_ms;
+  uint32_t regions;
+  uint32_t connections;
+  uint32_t server_threads;
+  bool exclusive;
+};
+
+// What the admin interface reports of the registry as a whole, as one snapshot.
+struct RegistryStats {
+  uint64_t memory_lent;   // dropped caches included until their last connection closes
+  uint32_t caches;        // live ones (joinable: not dropped)
+  uint32_t connections;   // attached connections of every cache, dropped ones included
 };
 
 struct Admission {
@@ -62,9 +87,17 @@ class Registry {
   // its memory is freed with the last of them). Returns how many, and the next lease end (or 0).
   std::size_t expire(uint64_t now_unix_ms, uint64_t& next_end_ms);
 
+  // Drops every live cache with this id, as expire() does for ended leases. Returns how many.
+  std::size_t drop(uint64_t cache_id);
+  // Up to `max` live caches created after the one with serial `after`, in creation order; `more`:
+  // how many live caches come after the last of them.
+  std::vector<CacheInfo> list(uint64_t after, uint32_t max, uint32_t& more) const;
+  RegistryStats stats() const;
+
   bool open_mode() const { return admission_.key.empty(); }
   const std::string& server_id() const { return admission_.server_id; }
   uint64_t region_size() const { return region_size_; }
+  uint64_t memory_limit() const { return memory_limit_; }
   uint64_t memory_in_use() const;
 
  private:
@@ -81,6 +114,10 @@ class Registry {
   transport::Grant join(CacheState& cache, const wire::ConnectRequest& request);
   transport::Grant create(const Key& key, const wire::ConnectRequest& request, std::shared_ptr<CacheState>& cache);
   static void free_regions(CacheState& cache);
+  // Marks a live cache dropped (its connections close) and takes it out of the listing; the caller,
+  // which iterates caches_, takes it out of there so that no Connect joins it. Its memory goes with
+  // its last connection. Called with mutex_ held.
+  void retire(const std::shared_ptr<CacheState>& cache, DropCause cause);
 
   const uint64_t region_size_;
   const uint64_t memory_limit_;
@@ -89,7 +126,11 @@ class Registry {
   mutable std::mutex mutex_;
   uint64_t in_use_ = 0;
   uint32_t next_thread_base_ = 0;
+  uint64_t next_serial_ = 1;
+  uint32_t connections_ = 0;
+  // The live caches, by name and in creation order.
   std::unordered_map<Key, std::shared_ptr<CacheState>, KeyHash> caches_;
+  std::map<uint64_t, std::shared_ptr<CacheState>> by_serial_;
   std::unordered_map<uint64_t, uint64_t> regions_by_id_;  // regions held by all caches of an id
 };
 

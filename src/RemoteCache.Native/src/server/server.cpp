@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "common/notifier.h"
 #include "server/acceptor.h"
+#include "server/admin_service.h"
 #include "server/executor.h"
 #include "server/registry.h"
 #include "transport/connect_codec.h"
@@ -38,7 +39,7 @@ enum class CloseReason {
   PeerSentBytes,  // bytes on a socket the client must keep silent (shm)
   Malformed,      // a frame that does not parse, or out of sequence
   OutOfMemory,    // the server could not allocate for this connection
-  LeaseExpired,   // the cache's lease ended (the client gets a Notice)
+  CacheDropped,   // the cache's lease ended or its manager dropped it (the client gets a Notice)
 };
 
 const char* describe(CloseReason reason) {
@@ -47,9 +48,17 @@ const char* describe(CloseReason reason) {
     case CloseReason::PeerSentBytes: return "the client wrote to its shm socket, which must stay silent";
     case CloseReason::Malformed: return "malformed frame";
     case CloseReason::OutOfMemory: return "the server ran out of memory for this connection";
-    case CloseReason::LeaseExpired: return "the cache's lease ended";
+    case CloseReason::CacheDropped: return "its cache was dropped";
   }
   return "?";
+}
+
+// The Notice a dropped cache's connections get before they close.
+std::vector<std::byte> drop_notice(const CacheState& cache) {
+  const std::string name = "cache " + std::to_string(cache.id);
+  const bool by_manager = cache.dropped.load(std::memory_order_acquire) == DropCause::ByManager;
+  return transport::encode_notice(RC_E_EXPIRED, by_manager ? name + " was dropped by its manager; the server freed it"
+                                                           : "the lease of " + name + " ended; the server dropped it");
 }
 
 struct Closing {
@@ -77,6 +86,8 @@ struct Server::Impl {
   std::vector<std::string> endpoints;
   std::vector<std::unique_ptr<transport::Listener>> listeners;
   std::unique_ptr<Acceptor> acceptor;
+  std::unique_ptr<AdminService> admin;
+  const uint64_t started_ns = now_ns();
   std::vector<std::unique_ptr<ServerThread>> pool;
   std::unique_ptr<ServerThread> housekeeping;
   std::atomic<bool> stopping{false};
@@ -211,7 +222,7 @@ class ServerThread {
   // Whether the connection must close before it is served: its cache was dropped, or the probe
   // of a peer whose fds reported an event says it is gone or misbehaving.
   static std::optional<Closing> check(Conn& c) {
-    if (c.cache->dropped.load(std::memory_order_relaxed) != RC_OK) return Closing{CloseReason::LeaseExpired};
+    if (c.cache->dropped.load(std::memory_order_relaxed) != DropCause::None) return Closing{CloseReason::CacheDropped};
     if (!c.probe) return std::nullopt;
     c.probe = false;
     const Status alive = c.link->check_alive();
@@ -288,15 +299,11 @@ class ServerThread {
     if (!c) return;
     if (closing) {
       // A client hanging up is routine; anything else is worth a warning.
-      const bool routine = closing->reason == CloseReason::PeerClosed || closing->reason == CloseReason::LeaseExpired;
+      const bool routine = closing->reason == CloseReason::PeerClosed || closing->reason == CloseReason::CacheDropped;
       log(routine ? LogLevel::Info : LogLevel::Warn, "closing connection %s of cache %llu: %s%s%s",
           c->link->peer().c_str(), static_cast<unsigned long long>(c->cache->id), describe(closing->reason),
           closing->detail != nullptr ? ": " : "", closing->detail != nullptr ? closing->detail : "");
-      if (closing->reason == CloseReason::LeaseExpired) {
-        const auto notice = transport::encode_notice(RC_E_EXPIRED, "the lease of cache " + std::to_string(c->cache->id) +
-                                                                       " ended; the server dropped it");
-        c->link->send_notice(notice);
-      }
+      if (closing->reason == CloseReason::CacheDropped) c->link->send_notice(drop_notice(*c->cache));
     }
     unwatch(*c);  // before the fds close, so that epoll never reports a recycled descriptor
     auto cache = c->cache;
@@ -415,10 +422,16 @@ std::unique_ptr<Server> Server::start(const ServerOptions& options, Status& stat
     impl->pool.push_back(std::make_unique<ServerThread>(*impl, static_cast<int>(i), true));
   impl->housekeeping = std::make_unique<ServerThread>(*impl, kHousekeeping, false);
   Impl* self = impl.get();
+  impl->admin = std::make_unique<AdminService>(
+      AdminContext{&*impl->registry, threads, impl->started_ns, nullptr, [self] { self->wake_all(); }},
+      options.admission_key);
   impl->acceptor = std::make_unique<Acceptor>(
       *impl->registry, AcceptorLimits{options.max_connections, options.max_connections_per_peer},
       [self](std::unique_ptr<transport::ServerConnection> link, std::shared_ptr<CacheState> cache,
-             std::unique_ptr<ConnectionTicket> ticket) { self->deliver(std::move(link), std::move(cache), std::move(ticket)); });
+             std::unique_ptr<ConnectionTicket> ticket) { self->deliver(std::move(link), std::move(cache), std::move(ticket)); },
+      [self](std::unique_ptr<transport::MessageLink> link, std::span<const std::byte> hello) {
+        self->admin->accept(std::move(link), hello);
+      });
   impl->acceptor->start(impl->listeners);
   impl->lease_thread = std::thread([self] { self->lease_loop(); });
   status = RC_OK;
@@ -442,7 +455,8 @@ void Server::stop() {
     impl_->lease_cv.notify_all();
   }
   impl_->lease_thread.join();
-  impl_->acceptor->stop();
+  impl_->acceptor->stop();  // no handshake hands over an admin connection after this
+  impl_->admin->stop();     // before the threads it wakes after a drop halt
   for (auto& t : impl_->pool) t->halt();
   impl_->housekeeping->halt();
   impl_->pool.clear();

@@ -4,7 +4,9 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 
 #include "common/clock.h"
 
@@ -18,16 +20,32 @@ void set_timeouts(int fd, uint32_t timeout_ms) {
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 }
 
+int poll_timeout_ms(uint64_t deadline_ns) {
+  const uint64_t now = now_ns();
+  if (now >= deadline_ns) return 0;
+  return static_cast<int>(std::min<uint64_t>((deadline_ns - now) / 1'000'000 + 1, INT_MAX));
+}
+
 bool wait_readable(int fd, const EventFd* stop, uint64_t deadline_ns) {
   for (;;) {
-    const uint64_t now = now_ns();
-    if (now >= deadline_ns) return false;
+    if (now_ns() >= deadline_ns) return false;
     pollfd fds[2] = {{fd, POLLIN, 0}, {stop != nullptr ? stop->fd() : -1, POLLIN, 0}};
-    const int n = poll(fds, 2, static_cast<int>((deadline_ns - now) / 1'000'000 + 1));
+    const int n = poll(fds, 2, poll_timeout_ms(deadline_ns));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return false;
     if (fds[0].revents != 0) return true;
     if ((fds[1].revents & POLLIN) != 0) return false;
+  }
+}
+
+bool wait_writable(int fd, uint64_t deadline_ns) {
+  for (;;) {
+    if (now_ns() >= deadline_ns) return false;
+    pollfd p{fd, POLLOUT, 0};
+    const int n = poll(&p, 1, poll_timeout_ms(deadline_ns));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return false;
+    if (p.revents != 0) return true;  // writable, or an error the next send reports
   }
 }
 

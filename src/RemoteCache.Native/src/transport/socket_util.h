@@ -58,6 +58,11 @@ inline constexpr uint32_t kHandshakeTimeoutMs = 1000;
 // Waits until `fd` is readable (true), or the deadline passes or `stop` fires (false). Data that
 // has arrived wins over `stop`, so an evicted handshake still reads a Connect already there.
 bool wait_readable(int fd, const EventFd* stop, uint64_t deadline_ns);
+// Waits until `fd` can take more bytes (true), or the deadline passes (false).
+bool wait_writable(int fd, uint64_t deadline_ns);
+// Milliseconds from now to `deadline_ns` (now_ns() clock), rounded up, for poll(): 0 once it has
+// passed, at most INT_MAX (a deadline of UINT64_MAX waits as long as poll can).
+int poll_timeout_ms(uint64_t deadline_ns);
 
 // Liveness of a stream whose peer has nothing to say after the handshake (shm's socket): RC_OK
 // while it is open and silent, RC_E_DISCONNECTED once closed, RC_E_PROTOCOL when bytes arrived

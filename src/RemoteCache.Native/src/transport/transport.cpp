@@ -42,4 +42,14 @@ std::unique_ptr<Listener> listen(const Endpoint& endpoint, const ListenOptions& 
   return nullptr;
 }
 
+std::unique_ptr<MessageLink> connect_admin(const Endpoint& endpoint, uint64_t deadline_ns, Status& status) {
+  switch (endpoint.kind) {
+    case TransportKind::Shm: return shm::connect_admin(endpoint, deadline_ns, status);
+    case TransportKind::Tcp: return tcp::connect_admin(endpoint, deadline_ns, status);
+    case TransportKind::Verbs: break;
+  }
+  status = fail(RC_E_UNSUPPORTED, "the admin interface runs over a server's tcp or shm endpoints, not verbs: use one of those");
+  return nullptr;
+}
+
 }  // namespace rc::transport

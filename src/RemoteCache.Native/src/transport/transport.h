@@ -25,6 +25,37 @@
 
 namespace rc::transport {
 
+// ---- admin connections ----------------------------------------------------------------------
+//
+// The admin interface (remotecache_admin.h) shares the data path's listeners: its connections open
+// with an AdminHello instead of a Connect. Its exchange is small and strictly one request, one reply,
+// so both ends drive it through a blocking link with deadlines rather than the polled data path.
+
+class MessageLink {
+ public:
+  virtual ~MessageLink() = default;
+  // Sends one whole frame. RC_E_TIMEOUT when the peer has not taken it by `deadline_ns` (now_ns()),
+  // RC_E_DISCONNECTED once it is gone; either way the link is then unusable.
+  virtual Status send(std::span<const std::byte> frame, uint64_t deadline_ns) = 0;
+  // RC_OK with the next frame (one of kMessageLinkKinds, of this wire version; its size is the
+  // caller's to check), valid until the next call. RC_E_TIMEOUT at the deadline, RC_E_CLOSED once
+  // `stop` (may be null) is signalled, RC_E_DISCONNECTED when the peer hung up, RC_E_PROTOCOL for
+  // bytes that are not such a frame.
+  virtual Status receive(std::span<const std::byte>& frame, uint64_t deadline_ns, const EventFd* stop) = 0;
+  // Who is at the other end, for logs.
+  virtual std::string peer() const = 0;
+};
+
+// The kinds a MessageLink delivers: the admin frames, a Notice, and the ConnectReply with which a
+// server refuses any connection before its first frame (a handshake limit).
+inline constexpr wire::Kind kMessageLinkKinds[] = {wire::Kind::AdminHello,   wire::Kind::AdminChallenge,
+                                                   wire::Kind::AdminRequest, wire::Kind::AdminReply,
+                                                   wire::Kind::Notice,       wire::Kind::ConnectReply};
+
+// Connects to a server for the admin interface (the caller then sends the AdminHello). On failure
+// null with `status` set: RC_E_UNSUPPORTED for verbs endpoints.
+std::unique_ptr<MessageLink> connect_admin(const Endpoint& endpoint, uint64_t deadline_ns, Status& status);
+
 // ---- client side ----------------------------------------------------------------------------
 
 struct WorkCompletion {
@@ -97,6 +128,16 @@ struct Grant {
 };
 using Admit = std::function<Grant(const wire::ConnectRequest&)>;
 
+// Takes over a connection whose first frame was an AdminHello (`hello`, valid during the call).
+using AdminHandoff = std::function<void(std::unique_ptr<MessageLink> link, std::span<const std::byte> hello)>;
+
+// What a handshake does with the first frame: a Connect goes to `admit`; an AdminHello goes to
+// `admin` on the transports that carry admin connections (tcp, shm), and is refused on the others.
+struct HandshakeHandlers {
+  Admit admit;
+  AdminHandoff admin;
+};
+
 class ServerConnection {
  public:
   virtual ~ServerConnection() = default;
@@ -133,9 +174,10 @@ class PendingConnection {
   virtual std::string peer_key() const = 0;
   // Refuses before any handshake (a limit, a uid not allowed): best effort, never blocks.
   virtual void refuse(Status status, const std::string& message) = 0;
-  // Reads the Connect, asks `admit`, replies. Gives up after a short deadline or once `stop` is
-  // signalled; null with the status on failure.
-  virtual std::unique_ptr<ServerConnection> handshake(const Admit& admit, const EventFd& stop,
+  // Reads the Connect, asks `handlers.admit`, replies. Gives up after a short deadline or once
+  // `stop` is signalled; null with the status on failure. An AdminHello instead goes to
+  // `handlers.admin` with the connection: null with RC_OK.
+  virtual std::unique_ptr<ServerConnection> handshake(const HandshakeHandlers& handlers, const EventFd& stop,
                                                       Status& status) = 0;
 };
 

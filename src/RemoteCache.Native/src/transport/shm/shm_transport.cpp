@@ -116,6 +116,55 @@ struct Mapping {
   }
 };
 
+// ---- admin connections (either end) -------------------------------------------------------------
+
+// The whole admin exchange runs over the SOCK_SEQPACKET socket (no rings, no fds): one frame per
+// message, so a message is sent or received whole or not at all.
+class ShmMessageLink final : public MessageLink {
+ public:
+  ShmMessageLink(UniqueFd sock, std::string peer)
+      : sock_(std::move(sock)), peer_(std::move(peer)), buf_(wire::kMaxAdminFrame) {}
+
+  Status send(std::span<const std::byte> frame, uint64_t deadline_ns) override {
+    for (;;) {
+      if (::send(sock_.get(), frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT) ==
+          static_cast<ssize_t>(frame.size()))
+        return RC_OK;
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) return RC_E_DISCONNECTED;
+      if (!wait_writable(sock_.get(), deadline_ns)) return RC_E_TIMEOUT;
+    }
+  }
+
+  Status receive(std::span<const std::byte>& frame, uint64_t deadline_ns, const EventFd* stop) override {
+    for (;;) {
+      // MSG_TRUNC: the real length of a message longer than the buffer, which is then refused.
+      const ssize_t n = recv(sock_.get(), buf_.data(), buf_.size(), MSG_DONTWAIT | MSG_TRUNC);
+      if (n == 0) return RC_E_DISCONNECTED;
+      if (n > 0) {
+        const std::size_t size = static_cast<std::size_t>(n);
+        if (size > buf_.size() || size < sizeof(wire::FrameHeader)) return RC_E_PROTOCOL;
+        const auto h = wire::read_header(buf_.data());
+        const bool ok = std::any_of(std::begin(kMessageLinkKinds), std::end(kMessageLinkKinds),
+                                    [&](wire::Kind kind) { return wire::header_ok(h, kind, size); });
+        if (!ok || h.bytes != size) return RC_E_PROTOCOL;
+        frame = {buf_.data(), size};
+        return RC_OK;
+      }
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) return RC_E_DISCONNECTED;
+      if (!wait_readable(sock_.get(), stop, deadline_ns)) return now_ns() >= deadline_ns ? RC_E_TIMEOUT : RC_E_CLOSED;
+    }
+  }
+
+  std::string peer() const override { return peer_; }
+
+ private:
+  UniqueFd sock_;
+  std::string peer_;
+  std::vector<std::byte> buf_;
+};
+
 // ---- client -----------------------------------------------------------------------------------
 
 class ShmClientConnection final : public ClientConnection {
@@ -375,7 +424,8 @@ class ShmPending final : public PendingConnection {
     send_with_fds(conn_.get(), encode_connect_reply(Grant{status, message, {}, 0}, {}), {}, MSG_DONTWAIT);
   }
 
-  std::unique_ptr<ServerConnection> handshake(const Admit& admit, const EventFd& stop, Status& status) override {
+  std::unique_ptr<ServerConnection> handshake(const HandshakeHandlers& handlers, const EventFd& stop,
+                                              Status& status) override {
     std::byte buf[sizeof(wire::FrameHeader) + sizeof(wire::ConnectRequest)];
     std::vector<UniqueFd> ignored;
     wire::ConnectRequest request{};
@@ -386,13 +436,20 @@ class ShmPending final : public PendingConnection {
       return nullptr;
     }
     const ssize_t n = recv_with_fds(conn_.get(), buf, sizeof buf, ignored);
-    status = decode_connect_request({buf, n > 0 ? std::size_t(n) : 0}, request);
+    const std::span<const std::byte> first{buf, n > 0 ? std::size_t(n) : 0};
+    if (first.size() >= sizeof(wire::FrameHeader) &&
+        wire::read_header(first.data()).kind == static_cast<uint8_t>(wire::Kind::AdminHello)) {
+      handlers.admin(std::make_unique<ShmMessageLink>(std::move(conn_), "shm admin " + peer_key()), first);
+      status = RC_OK;
+      return nullptr;
+    }
+    status = decode_connect_request(first, request);
     if (status != RC_OK) {
       RC_LOG_WARN("shm: refusing %s: %s", peer_key().c_str(), last_error());
       refuse(status, last_error());
       return nullptr;
     }
-    return answer(admit(request), status);
+    return answer(handlers.admit(request), status);
   }
 
  private:
@@ -568,6 +625,24 @@ std::unique_ptr<Listener> listen(const Endpoint& endpoint, const ListenOptions& 
   }
   status = RC_OK;
   return std::make_unique<ShmListener>(std::move(sock), endpoint.path, options.allowed_uids);
+}
+
+std::unique_ptr<MessageLink> connect_admin(const Endpoint& endpoint, uint64_t deadline_ns, Status& status) {
+  sockaddr_un addr{};
+  socklen_t len = 0;
+  UniqueFd sock = open_socket(endpoint, addr, len, status);
+  if (!sock) return nullptr;
+  // A full accept queue makes a blocking connect wait: SO_SNDTIMEO bounds it.
+  set_timeouts(sock.get(), static_cast<uint32_t>(std::max(1, poll_timeout_ms(deadline_ns))));
+  if (::connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+    const bool timed_out = errno == EAGAIN || errno == EINPROGRESS;
+    status = fail(timed_out ? RC_E_TIMEOUT : RC_E_DISCONNECTED,
+                  "cannot connect to " + endpoint.to_string() + ": " + std::strerror(errno));
+    return nullptr;
+  }
+  set_timeouts(sock.get(), 0);
+  status = RC_OK;
+  return std::make_unique<ShmMessageLink>(std::move(sock), endpoint.to_string());
 }
 
 }  // namespace rc::transport::shm

@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -10,13 +11,18 @@ namespace rc::transport::tcp {
 FrameReader::FrameReader() : buf_(2 * std::size_t{wire::kMaxFrame}) {}
 
 Status FrameReader::next(int fd, wire::Kind kind, std::span<const std::byte>& frame, bool allow_notice) {
+  const wire::Kind kinds[] = {kind, wire::Kind::Notice};
+  return next_of(fd, std::span<const wire::Kind>(kinds, allow_notice ? 2 : 1), frame);
+}
+
+Status FrameReader::next_of(int fd, std::span<const wire::Kind> kinds, std::span<const std::byte>& frame) {
   consume();
   for (;;) {
     const std::size_t have = end_ - begin_;
     if (have >= sizeof(wire::FrameHeader)) {
       const auto h = wire::read_header(buf_.data() + begin_);
-      const bool ok = wire::header_ok(h, kind, wire::kMaxFrame) ||
-                      (allow_notice && wire::header_ok(h, wire::Kind::Notice, wire::kMaxFrame));
+      const bool ok = std::any_of(kinds.begin(), kinds.end(),
+                                  [&](wire::Kind kind) { return wire::header_ok(h, kind, wire::kMaxFrame); });
       if (!ok) return RC_E_PROTOCOL;
       if (have >= h.bytes) {
         frame = {buf_.data() + begin_, h.bytes};

@@ -27,6 +27,9 @@ class FrameReader {
   // RC_E_BUSY when incomplete; RC_E_DISCONNECTED on end of stream; RC_E_PROTOCOL when the stream
   // is not frames.
   Status next(int fd, wire::Kind kind, std::span<const std::byte>& frame, bool allow_notice = false);
+  // Like next(), for a stream whose next frame may be of any of `kinds` (a connection's first
+  // frame: a Connect or an AdminHello; the frames of an admin connection).
+  Status next_of(int fd, std::span<const wire::Kind> kinds, std::span<const std::byte>& frame);
   void consume();
 
  private:

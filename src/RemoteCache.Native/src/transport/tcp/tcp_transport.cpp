@@ -56,16 +56,55 @@ std::string describe_peer(int fd) {
   return "tcp:" + host + ":" + std::to_string(port);
 }
 
-// Blocking exchange with a deadline (and, on the server, a stop signal), for the handshake only.
-Status read_frame_blocking(int fd, FrameReader& reader, wire::Kind kind, uint32_t timeout_ms, const EventFd* stop,
-                           std::span<const std::byte>& frame) {
-  const uint64_t deadline = now_ns() + uint64_t{timeout_ms} * 1'000'000;
+// Blocking read of the next frame (of one of `kinds`) with a deadline and, optionally, a stop signal:
+// for handshakes and admin connections. RC_E_TIMEOUT at the deadline, RC_E_CLOSED on `stop`.
+Status read_frame_blocking(int fd, FrameReader& reader, std::span<const wire::Kind> kinds, uint64_t deadline_ns,
+                           const EventFd* stop, std::span<const std::byte>& frame) {
   for (;;) {
-    const Status st = reader.next(fd, kind, frame);
+    const Status st = reader.next_of(fd, kinds, frame);
     if (st != RC_E_BUSY) return st;
-    if (!wait_readable(fd, stop, deadline)) return RC_E_TIMEOUT;
+    if (!wait_readable(fd, stop, deadline_ns)) return now_ns() >= deadline_ns ? RC_E_TIMEOUT : RC_E_CLOSED;
   }
 }
+
+uint64_t deadline_in(uint32_t timeout_ms) { return now_ns() + uint64_t{timeout_ms} * 1'000'000; }
+
+// ---- admin connections (either end) -------------------------------------------------------------
+
+// Blocking sends and receives with deadlines on the non-blocking socket: admin frames are small and
+// travel one at a time, so nothing needs to be queued.
+class TcpMessageLink final : public MessageLink {
+ public:
+  TcpMessageLink(UniqueFd sock, FrameReader reader)
+      : sock_(std::move(sock)), reader_(std::move(reader)), peer_(describe_peer(sock_.get())) {}
+
+  Status send(std::span<const std::byte> frame, uint64_t deadline_ns) override {
+    while (!frame.empty()) {
+      const ssize_t n = ::send(sock_.get(), frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        frame = frame.subspan(static_cast<std::size_t>(n));
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        if (!wait_writable(sock_.get(), deadline_ns)) return RC_E_TIMEOUT;
+      } else {
+        return RC_E_DISCONNECTED;
+      }
+    }
+    return RC_OK;
+  }
+
+  Status receive(std::span<const std::byte>& frame, uint64_t deadline_ns, const EventFd* stop) override {
+    return read_frame_blocking(sock_.get(), reader_, kMessageLinkKinds, deadline_ns, stop, frame);
+  }
+
+  std::string peer() const override { return peer_; }
+
+ private:
+  UniqueFd sock_;
+  FrameReader reader_;
+  std::string peer_;
+};
 
 // ---- client -----------------------------------------------------------------------------------
 
@@ -158,15 +197,25 @@ class TcpPending final : public PendingConnection {
     (void)!send(conn_.get(), reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   }
 
-  std::unique_ptr<ServerConnection> handshake(const Admit& admit, const EventFd& stop, Status& status) override {
+  std::unique_ptr<ServerConnection> handshake(const HandshakeHandlers& handlers, const EventFd& stop,
+                                              Status& status) override {
+    static constexpr wire::Kind kFirstFrame[] = {wire::Kind::Connect, wire::Kind::AdminHello};
     FrameReader reader;
     std::span<const std::byte> frame;
-    status = read_frame_blocking(conn_.get(), reader, wire::Kind::Connect, kHandshakeTimeoutMs, &stop, frame);
+    status = read_frame_blocking(conn_.get(), reader, kFirstFrame, deadline_in(kHandshakeTimeoutMs), &stop, frame);
     if (status != RC_OK) {
-      const char* why = status == RC_E_TIMEOUT    ? "sent no Connect in time (or was evicted by newer connections)"
+      const char* why = status == RC_E_TIMEOUT || status == RC_E_CLOSED
+                            ? "sent no Connect in time (or was evicted by newer connections)"
                         : status == RC_E_PROTOCOL ? "sent bytes that are not a frame of this wire version"
                                                   : "hung up before its Connect";
       RC_LOG_WARN("tcp: dropping %s: it %s", describe_peer(conn_.get()).c_str(), why);
+      return nullptr;
+    }
+    if (wire::read_header(frame.data()).kind == static_cast<uint8_t>(wire::Kind::AdminHello)) {
+      const std::vector<std::byte> hello(frame.begin(), frame.end());
+      reader.consume();
+      handlers.admin(std::make_unique<TcpMessageLink>(std::move(conn_), std::move(reader)), hello);
+      status = RC_OK;
       return nullptr;
     }
     wire::ConnectRequest request{};
@@ -177,7 +226,7 @@ class TcpPending final : public PendingConnection {
       return nullptr;
     }
     reader.consume();
-    const Grant grant = admit(request);
+    const Grant grant = handlers.admit(request);
     std::vector<wire::RegionDescriptor> descriptors;
     if (grant.status == RC_OK)
       for (std::size_t i = 0; i < grant.regions.size(); ++i) descriptors.push_back({0, i});
@@ -235,21 +284,19 @@ addrinfo* resolve(const Endpoint& endpoint, bool passive, Status& status) {
   return result;
 }
 
-}  // namespace
-
-std::unique_ptr<ClientConnection> connect(const Endpoint& endpoint, const ConnectParams& params,
-                                          Status& status) {
+// A connected non-blocking socket with TCP_NODELAY, or an invalid one with `status` set.
+UniqueFd connect_socket(const Endpoint& endpoint, uint64_t deadline_ns, Status& status) {
   addrinfo* ai = resolve(endpoint, false, status);
-  if (ai == nullptr) return nullptr;
+  if (ai == nullptr) return UniqueFd();
   UniqueFd sock(socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   int rc = sock ? ::connect(sock.get(), ai->ai_addr, ai->ai_addrlen) : -1;
   const int err = errno;
   freeaddrinfo(ai);
   if (rc != 0 && err == EINPROGRESS) {
     pollfd p{sock.get(), POLLOUT, 0};
-    if (poll(&p, 1, static_cast<int>(params.timeout_ms)) != 1) {
+    if (poll(&p, 1, poll_timeout_ms(deadline_ns)) != 1) {
       status = fail(RC_E_TIMEOUT, "timed out connecting to " + endpoint.to_string());
-      return nullptr;
+      return UniqueFd();
     }
     int so_error = 0;
     socklen_t len = sizeof so_error;
@@ -259,9 +306,19 @@ std::unique_ptr<ClientConnection> connect(const Endpoint& endpoint, const Connec
   }
   if (rc != 0) {
     status = fail(RC_E_DISCONNECTED, "cannot connect to " + endpoint.to_string() + ": " + std::strerror(errno));
-    return nullptr;
+    return UniqueFd();
   }
   set_nodelay(sock.get());
+  status = RC_OK;
+  return sock;
+}
+
+}  // namespace
+
+std::unique_ptr<ClientConnection> connect(const Endpoint& endpoint, const ConnectParams& params,
+                                          Status& status) {
+  UniqueFd sock = connect_socket(endpoint, deadline_in(params.timeout_ms), status);
+  if (!sock) return nullptr;
   const auto request = encode_connect_request(params.request);
   Outbox out;
   if (!out.push(sock.get(), request) || !out.flush(sock.get()) || !out.empty()) {
@@ -270,7 +327,8 @@ std::unique_ptr<ClientConnection> connect(const Endpoint& endpoint, const Connec
   }
   FrameReader reader;
   std::span<const std::byte> frame;
-  status = read_frame_blocking(sock.get(), reader, wire::Kind::ConnectReply, params.timeout_ms, nullptr, frame);
+  static constexpr wire::Kind kReply[] = {wire::Kind::ConnectReply};
+  status = read_frame_blocking(sock.get(), reader, kReply, deadline_in(params.timeout_ms), nullptr, frame);
   if (status != RC_OK) {
     status = fail(status == RC_E_TIMEOUT ? RC_E_TIMEOUT : RC_E_DISCONNECTED,
                   "no Connect reply from " + endpoint.to_string());
@@ -305,6 +363,12 @@ std::unique_ptr<Listener> listen(const Endpoint& endpoint, Status& status) {
                                                  : reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port);
   status = RC_OK;
   return std::make_unique<TcpListener>(std::move(sock), actual.to_string());
+}
+
+std::unique_ptr<MessageLink> connect_admin(const Endpoint& endpoint, uint64_t deadline_ns, Status& status) {
+  UniqueFd sock = connect_socket(endpoint, deadline_ns, status);
+  if (!sock) return nullptr;
+  return std::make_unique<TcpMessageLink>(std::move(sock), FrameReader());
 }
 
 }  // namespace rc::transport::tcp

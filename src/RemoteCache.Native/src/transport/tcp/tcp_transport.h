@@ -12,5 +12,7 @@ namespace rc::transport::tcp {
 std::unique_ptr<ClientConnection> connect(const Endpoint& endpoint, const ConnectParams& params,
                                           Status& status);
 std::unique_ptr<Listener> listen(const Endpoint& endpoint, Status& status);
+// An admin connection (MessageLink) to the server at `endpoint`.
+std::unique_ptr<MessageLink> connect_admin(const Endpoint& endpoint, uint64_t deadline_ns, Status& status);
 
 }  // namespace rc::transport::tcp

@@ -605,7 +605,9 @@ class VerbsPending final : public PendingConnection {
     }
   }
 
-  std::unique_ptr<ServerConnection> handshake(const Admit& admit, const EventFd& stop, Status& status) override {
+  // Admin connections are not carried over verbs: an AdminHello fails to decode as a Connect.
+  std::unique_ptr<ServerConnection> handshake(const HandshakeHandlers& handlers, const EventFd& stop,
+                                              Status& status) override {
     const uint64_t deadline = now_ns() + uint64_t{kHandshakeTimeoutMs} * 1'000'000;
     rdma_event_channel* ec = rdma_create_event_channel();
     if (ec == nullptr || rdma_migrate_id(id_, ec) != 0) {
@@ -661,7 +663,7 @@ class VerbsPending final : public PendingConnection {
       return nullptr;
     }
 
-    Grant grant = admit(request);
+    Grant grant = handlers.admit(request);
     std::vector<wire::RegionDescriptor> descriptors;
     if (grant.status == RC_OK) {
       for (const RegionMemory& r : grant.regions) {

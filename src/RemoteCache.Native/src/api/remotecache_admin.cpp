@@ -1,0 +1,88 @@
+// The C boundary of the admin interface: argument checks and handle conversion around
+// client::AdminClient.
+#include <remotecache/remotecache_admin.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "api/api_guard.h"
+#include "client/admin_client.h"
+#include "common/status.h"
+
+struct rc_admin {
+  std::unique_ptr<rc::client::AdminClient> impl;
+};
+
+namespace {
+
+using rc::api::guarded;
+using rc::api::null_argument;
+
+// The size of the first version of rc_server_stats: a caller that knows less is refused.
+constexpr uint32_t kStatsFirstSize = sizeof(rc_server_stats);
+
+}  // namespace
+
+extern "C" {
+
+rc_status rc_admin_connect(const char* endpoint, const uint8_t* key, size_t key_length, uint32_t timeout_ms,
+                           rc_admin** out_admin) {
+  if (out_admin == nullptr) return null_argument("out_admin");
+  *out_admin = nullptr;
+  if (endpoint == nullptr) return null_argument("endpoint");
+  if (key == nullptr) return null_argument("key");
+  if (key_length < RC_MIN_ADMISSION_KEY_BYTES)
+    return rc::fail(RC_E_INVALID_ARGUMENT, "an admission key has at least " + std::to_string(RC_MIN_ADMISSION_KEY_BYTES) +
+                                               " bytes, this one " + std::to_string(key_length));
+  return guarded([&] {
+    rc_status st = RC_OK;
+    auto impl = rc::client::AdminClient::connect(endpoint, {key, key_length},
+                                                 timeout_ms != 0 ? timeout_ms : RC_DEFAULT_ADMIN_TIMEOUT_MS, st);
+    if (!impl) return st;
+    auto handle = std::make_unique<rc_admin>();
+    handle->impl = std::move(impl);
+    *out_admin = handle.release();
+    return RC_OK;
+  });
+}
+
+rc_status rc_admin_stats(rc_admin* admin, rc_server_stats* out_stats) {
+  if (admin == nullptr) return null_argument("admin");
+  if (out_stats == nullptr) return null_argument("out_stats");
+  if (out_stats->size < kStatsFirstSize)
+    return rc::fail(RC_E_INVALID_ARGUMENT, "rc_server_stats.size is " + std::to_string(out_stats->size) +
+                                               "; set it to sizeof(rc_server_stats) (" + std::to_string(kStatsFirstSize) +
+                                               ")");
+  return guarded([&] {
+    rc_server_stats stats{};
+    const rc_status st = admin->impl->stats(stats);
+    if (st != RC_OK) return st;
+    // A caller built against a later header passes a larger struct; this library fills what it knows.
+    std::memcpy(out_stats, &stats, sizeof stats);
+    return RC_OK;
+  });
+}
+
+rc_status rc_admin_list_caches(rc_admin* admin, rc_admin_cache* out, uint32_t max, uint32_t* out_count) {
+  if (admin == nullptr) return null_argument("admin");
+  if (out_count == nullptr) return null_argument("out_count");
+  if (out == nullptr && max > 0) return null_argument("out");
+  return guarded([&] { return admin->impl->list_caches(out, max, *out_count); });
+}
+
+rc_status rc_admin_drop_cache(rc_admin* admin, uint64_t cache_id, uint32_t* out_dropped) {
+  if (admin == nullptr) return null_argument("admin");
+  if (out_dropped == nullptr) return null_argument("out_dropped");
+  return guarded([&] { return admin->impl->drop_cache(cache_id, *out_dropped); });
+}
+
+rc_status rc_admin_close(rc_admin* admin) {
+  if (admin == nullptr) return null_argument("admin");
+  return guarded([&] {
+    delete admin;
+    return RC_OK;
+  });
+}
+
+}  // extern "C"

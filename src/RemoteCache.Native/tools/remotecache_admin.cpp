@@ -1,0 +1,224 @@
+// remotecache-admin: asks a cache server what it holds, or drops caches, through its admin interface
+// (remotecache_admin.h), authenticated with the server's admission key: what the cache manager does,
+// for operators.
+//
+//   remotecache-admin --connect ENDPOINT --key FILE [--timeout MS] [--json] stats
+//   remotecache-admin --connect ENDPOINT --key FILE [--timeout MS] [--json] caches
+//   remotecache-admin --connect ENDPOINT --key FILE [--timeout MS] [--json] drop CACHE_ID
+//
+// Prints readable text, or one JSON object with --json. Exit status: 0 done, 1 the server or the
+// connection failed (the reason on stderr), 2 bad arguments.
+#include <remotecache/remotecache_admin.h>
+
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "key_file.h"
+
+namespace {
+
+int usage(const char* why) {
+  std::fprintf(stderr,
+               "remotecache-admin: %s\n"
+               "usage: remotecache-admin --connect ENDPOINT --key FILE [--timeout MS] [--json] COMMAND\n"
+               "  COMMAND: stats            what the server lends and holds\n"
+               "           caches           every cache it holds\n"
+               "           drop CACHE_ID    drops every cache with this id (their clients get RC_E_EXPIRED)\n"
+               "  ENDPOINT: one of the server's tcp:HOST:PORT or shm:PATH endpoints\n"
+               "  --key: the server's admission key file (--admission-key of remotecache-server)\n"
+               "  --timeout: bound of every step in milliseconds (default %u)\n",
+               why, RC_DEFAULT_ADMIN_TIMEOUT_MS);
+  return 2;
+}
+
+bool parse_u64(std::string_view text, uint64_t& out) {
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc{} && end == text.data() + text.size() && !text.empty();
+}
+
+std::string json_string(std::string_view text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(c));
+      out += escaped;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+std::string duration(uint64_t ms) {
+  const uint64_t s = ms / 1000;
+  char text[64];
+  if (s >= 86400)
+    std::snprintf(text, sizeof text, "%llud %02lluh %02llum", static_cast<unsigned long long>(s / 86400),
+                  static_cast<unsigned long long>(s / 3600 % 24), static_cast<unsigned long long>(s / 60 % 60));
+  else if (s >= 3600)
+    std::snprintf(text, sizeof text, "%lluh %02llum %02llus", static_cast<unsigned long long>(s / 3600),
+                  static_cast<unsigned long long>(s / 60 % 60), static_cast<unsigned long long>(s % 60));
+  else
+    std::snprintf(text, sizeof text, "%llum %02llus", static_cast<unsigned long long>(s / 60),
+                  static_cast<unsigned long long>(s % 60));
+  return text;
+}
+
+uint64_t unix_now_ms() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+// "2026-11-23T10:00:00Z (in 59m 58s)", or "none" for no lease.
+std::string lease_text(uint64_t end_ms) {
+  if (end_ms == 0) return "none";
+  const std::time_t seconds = static_cast<std::time_t>(end_ms / 1000);
+  std::tm utc{};
+  gmtime_r(&seconds, &utc);
+  char when[32];
+  std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  const uint64_t now = unix_now_ms();
+  return std::string(when) + (end_ms > now ? " (in " + duration(end_ms - now) + ")" : " (ended)");
+}
+
+int failed(const char* what, rc_status status) {
+  std::fprintf(stderr, "remotecache-admin: %s failed with %s: %s\n", what, rc_status_name(status), rc_last_error());
+  return 1;
+}
+
+int stats(rc_admin* admin, bool json) {
+  rc_server_stats s{};
+  s.size = sizeof s;
+  if (const rc_status st = rc_admin_stats(admin, &s); st != RC_OK) return failed("stats", st);
+  if (json) {
+    std::printf("{\"server_id\":%s,\"memory_limit\":%llu,\"memory_lent\":%llu,\"region_size\":%llu,\"caches\":%u,"
+                "\"regions_lent\":%u,\"data_connections\":%u,\"admin_connections\":%u,\"server_threads\":%u,"
+                "\"uptime_ms\":%llu}\n",
+                json_string(s.server_id).c_str(), static_cast<unsigned long long>(s.memory_limit),
+                static_cast<unsigned long long>(s.memory_lent), static_cast<unsigned long long>(s.region_size),
+                s.caches, s.regions_lent, s.data_connections, s.admin_connections, s.server_threads,
+                static_cast<unsigned long long>(s.uptime_ms));
+    return 0;
+  }
+  const double share = s.memory_limit == 0 ? 0.0 : 100.0 * static_cast<double>(s.memory_lent) /
+                                                         static_cast<double>(s.memory_limit);
+  std::printf("server id        %s\n", s.server_id);
+  std::printf("uptime           %s\n", duration(s.uptime_ms).c_str());
+  std::printf("memory lent      %llu of %llu bytes (%.1f %%)\n", static_cast<unsigned long long>(s.memory_lent),
+              static_cast<unsigned long long>(s.memory_limit), share);
+  std::printf("region size      %llu bytes\n", static_cast<unsigned long long>(s.region_size));
+  std::printf("caches           %u (%u regions lent)\n", s.caches, s.regions_lent);
+  std::printf("connections      %u data, %u admin (at most %u admin)\n", s.data_connections, s.admin_connections,
+              RC_MAX_ADMIN_CONNECTIONS);
+  std::printf("server threads   %u\n", s.server_threads);
+  return 0;
+}
+
+int caches(rc_admin* admin, bool json) {
+  std::vector<rc_admin_cache> list(64);
+  uint32_t count = 0;
+  for (;;) {
+    const rc_status st = rc_admin_list_caches(admin, list.data(), static_cast<uint32_t>(list.size()), &count);
+    if (st != RC_OK) return failed("listing caches", st);
+    if (count <= list.size()) break;
+    list.resize(count + count / 4);  // caches created meanwhile
+  }
+  list.resize(count);
+  if (json) {
+    std::printf("{\"caches\":[");
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const rc_admin_cache& c = list[i];
+      std::printf("%s{\"cache_id\":%llu,\"regions\":%u,\"connections\":%u,\"server_threads\":%u,\"exclusive\":%s,"
+                  "\"lease_end_unix_ms\":%llu}",
+                  i == 0 ? "" : ",", static_cast<unsigned long long>(c.cache_id), c.regions, c.connections,
+                  c.server_threads, c.exclusive != 0 ? "true" : "false",
+                  static_cast<unsigned long long>(c.lease_end_unix_ms));
+    }
+    std::printf("]}\n");
+    return 0;
+  }
+  std::printf("%-20s  %7s  %11s  %3s  %9s  %s\n", "CACHE ID", "REGIONS", "CONNECTIONS", "S", "EXCLUSIVE", "LEASE END");
+  for (const rc_admin_cache& c : list)
+    std::printf("%-20llu  %7u  %11u  %3u  %9s  %s\n", static_cast<unsigned long long>(c.cache_id), c.regions,
+                c.connections, c.server_threads, c.exclusive != 0 ? "yes" : "no",
+                lease_text(c.lease_end_unix_ms).c_str());
+  std::printf("%zu cache%s\n", list.size(), list.size() == 1 ? "" : "s");
+  return 0;
+}
+
+int drop(rc_admin* admin, uint64_t cache_id, bool json) {
+  uint32_t dropped = 0;
+  if (const rc_status st = rc_admin_drop_cache(admin, cache_id, &dropped); st != RC_OK)
+    return failed("dropping the cache", st);
+  if (json) {
+    std::printf("{\"cache_id\":%llu,\"dropped\":%u}\n", static_cast<unsigned long long>(cache_id), dropped);
+  } else {
+    std::printf("dropped %u cache%s with id %llu\n", dropped, dropped == 1 ? "" : "s",
+                static_cast<unsigned long long>(cache_id));
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string endpoint, key_path;
+  uint64_t timeout_ms = RC_DEFAULT_ADMIN_TIMEOUT_MS;
+  bool json = false;
+  std::vector<std::string> command;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (arg == "--connect" && has_value) {
+      endpoint = argv[++i];
+    } else if (arg == "--key" && has_value) {
+      key_path = argv[++i];
+    } else if (arg == "--timeout" && has_value) {
+      if (!parse_u64(argv[++i], timeout_ms) || timeout_ms == 0 || timeout_ms > UINT32_MAX)
+        return usage("bad --timeout (milliseconds, at least 1)");
+    } else if (arg == "--json") {
+      json = true;
+    } else if (arg == "--help" || arg == "-h") {
+      usage("help");
+      return 0;
+    } else if (!arg.empty() && arg[0] == '-') {
+      return usage(("unknown argument " + arg).c_str());
+    } else {
+      command.push_back(arg);
+    }
+  }
+  if (endpoint.empty() || key_path.empty()) return usage("--connect and --key are required");
+  uint64_t cache_id = 0;
+  if (command.empty()) return usage("no command (stats, caches or drop CACHE_ID)");
+  if (command[0] == "drop") {
+    if (command.size() != 2 || !parse_u64(command[1], cache_id)) return usage("drop needs one CACHE_ID (a number)");
+  } else if ((command[0] != "stats" && command[0] != "caches") || command.size() != 1) {
+    return usage(("unknown command '" + command[0] + "'").c_str());
+  }
+  std::string why;
+  const std::vector<uint8_t> key = rc::tools::read_key_file(key_path, why);
+  if (key.empty()) {
+    std::fprintf(stderr, "remotecache-admin: %s\n", why.c_str());
+    return 1;
+  }
+  rc_admin* admin = nullptr;
+  if (const rc_status st =
+          rc_admin_connect(endpoint.c_str(), key.data(), key.size(), static_cast<uint32_t>(timeout_ms), &admin);
+      st != RC_OK)
+    return failed(("connecting to " + endpoint).c_str(), st);
+  const int rc = command[0] == "stats"    ? stats(admin, json)
+                 : command[0] == "caches" ? caches(admin, json)
+                                          : drop(admin, cache_id, json);
+  rc_admin_close(admin);
+  return rc;
+}

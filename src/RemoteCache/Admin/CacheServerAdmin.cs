@@ -1,0 +1,257 @@
+using System;
+using System.Collections.Generic;
+using System.Text;
+using System.Threading;
+using System.Threading.Tasks;
+using RemoteCache.Interop;
+
+namespace RemoteCache.Admin;
+
+/// <summary>
+/// An admin connection to one cache server (<c>remotecache_admin.h</c>): what a cache manager uses to see what a
+/// server really holds and to drop caches it deallocates. The server authenticates it with its admission key, which
+/// never travels (a challenge and HMAC-SHA256 on every request and reply; docs/admin.md).
+/// </summary>
+/// <remarks>
+/// <para>
+/// Thread-safe: calls on one instance run one at a time, in the order they were made. The native calls block (each
+/// bounded by <see cref="Timeout"/>), so they run on the thread pool, never on the caller's thread.
+/// </para>
+/// <para>
+/// Cancelling a call returns at once with <see cref="OperationCanceledException"/>; a request already sent still
+/// completes or times out in the background (within <see cref="Timeout"/>), and the next call waits for it. A
+/// cancelled <see cref="DropCacheAsync"/> may therefore have dropped the caches.
+/// </para>
+/// <para>
+/// A call that times out or gets a reply that does not verify breaks the connection: later calls fail with
+/// <see cref="RemoteCacheStatus.Disconnected"/>. Dispose the instance and connect again.
+/// </para>
+/// </remarks>
+public sealed class CacheServerAdmin : IAsyncDisposable, IDisposable
+{
+    /// <summary>Admin connections a server holds at once, apart from its data connections (RC_MAX_ADMIN_CONNECTIONS).</summary>
+    public const int MaxConnectionsPerServer = NativeLimits.MaxAdminConnections;
+
+    /// <summary>The timeout the native library uses when given none (RC_DEFAULT_ADMIN_TIMEOUT_MS).</summary>
+    public static readonly TimeSpan DefaultTimeout = TimeSpan.FromMilliseconds(NativeLimits.DefaultAdminTimeoutMs);
+
+    private readonly AdminHandle _handle;
+    // Held from the start of a native call to its end, even when its caller stopped waiting: calls never overlap.
+    // Never disposed: a call finishing in the background releases it after the instance was disposed.
+    private readonly SemaphoreSlim _gate = new(1, 1);
+    private int _disposed;
+
+    private CacheServerAdmin(AdminHandle handle, string endpoint, TimeSpan timeout)
+    {
+        _handle = handle;
+        Endpoint = endpoint;
+        Timeout = timeout;
+    }
+
+    /// <summary>The server endpoint this instance is connected to.</summary>
+    public string Endpoint { get; }
+
+    /// <summary>The bound of every call (and of the connect).</summary>
+    public TimeSpan Timeout { get; }
+
+    /// <summary>
+    /// Connects to a server's <c>tcp:</c> or <c>shm:</c> endpoint and authenticates with its admission key.
+    /// </summary>
+    /// <param name="endpoint">One of the server's endpoints: "tcp:HOST:PORT" or "shm:PATH" (verbs endpoints carry no admin connections).</param>
+    /// <param name="admissionKey">The server's admission key (its <c>--admission-key</c> file's bytes), at least <see cref="RemoteCacheCapability.MinAdmissionKeyBytes"/> bytes.</param>
+    /// <param name="timeout">Bounds the connect and every later call, 1 ms to <see cref="uint.MaxValue"/> ms.</param>
+    /// <param name="cancellationToken">Cancels the wait; a connect under way then finishes in the background and is closed.</param>
+    /// <returns>The connected, authenticated instance.</returns>
+    /// <exception cref="ArgumentNullException"><paramref name="endpoint"/> is null.</exception>
+    /// <exception cref="ArgumentException">The endpoint is malformed or the key too short (thrown before anything starts, or from the task).</exception>
+    /// <exception cref="ArgumentOutOfRangeException"><paramref name="timeout"/> is out of range.</exception>
+    /// <exception cref="RemoteCacheException">
+    /// <see cref="RemoteCacheStatus.Auth"/>: the key is not the server's, or the server runs in open mode (no admission
+    /// key: nobody can authenticate); <see cref="RemoteCacheStatus.Limit"/>: the server holds
+    /// <see cref="MaxConnectionsPerServer"/> authenticated admin connections; <see cref="RemoteCacheStatus.Timeout"/> or
+    /// <see cref="RemoteCacheStatus.Disconnected"/>: no server answered in time; <see cref="RemoteCacheStatus.Unsupported"/>:
+    /// a verbs endpoint.
+    /// </exception>
+    /// <exception cref="OperationCanceledException"><paramref name="cancellationToken"/> was cancelled.</exception>
+    /// <exception cref="InvalidOperationException">The native library is not the version this assembly needs.</exception>
+    public static async Task<CacheServerAdmin> ConnectAsync(string endpoint, ReadOnlyMemory<byte> admissionKey, TimeSpan timeout,
+                                                            CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(endpoint);
+        if (endpoint.Length == 0)
+            throw new ArgumentException("the endpoint is empty", nameof(endpoint));
+        if (admissionKey.Length < RemoteCacheCapability.MinAdmissionKeyBytes)
+            throw new ArgumentException(
+                $"an admission key has at least {RemoteCacheCapability.MinAdmissionKeyBytes} bytes; this one has {admissionKey.Length}",
+                nameof(admissionKey));
+        if (timeout < TimeSpan.FromMilliseconds(1) || timeout.TotalMilliseconds > uint.MaxValue)
+            throw new ArgumentOutOfRangeException(nameof(timeout), timeout, $"from 1 ms to {uint.MaxValue} ms");
+        NativeMethods.EnsureCompatible();
+        cancellationToken.ThrowIfCancellationRequested();
+        var key = admissionKey.ToArray();  // the caller may reuse its memory once this returns
+        var connecting = Task.Run(() => Connect(endpoint, key, timeout), CancellationToken.None);
+        try
+        {
+            return await connecting.WaitAsync(cancellationToken).ConfigureAwait(false);
+        }
+        catch (OperationCanceledException) when (cancellationToken.IsCancellationRequested && !connecting.IsCompleted)
+        {
+            _ = connecting.ContinueWith(static t =>
+            {
+                if (t.IsCompletedSuccessfully)
+                    t.Result.Dispose();
+                else
+                    _ = t.Exception;  // observed: the caller has gone
+            }, CancellationToken.None, TaskContinuationOptions.ExecuteSynchronously, TaskScheduler.Default);
+            throw;
+        }
+    }
+
+    private static unsafe CacheServerAdmin Connect(string endpoint, byte[] key, TimeSpan timeout)
+    {
+        RemoteCacheStatus status;
+        AdminHandle handle;
+        fixed (byte* k = key)
+            status = NativeMethods.AdminConnect(endpoint, k, (nuint)key.Length, (uint)timeout.TotalMilliseconds, out handle);
+        if (status != RemoteCacheStatus.Ok)
+        {
+            handle.Dispose();
+            throw Errors.For(status, Describe(endpoint), -1, 0);
+        }
+        return new CacheServerAdmin(handle, endpoint, timeout);
+    }
+
+    /// <summary>What the server lends and holds now.</summary>
+    /// <param name="cancellationToken">Cancels the wait (see the remarks of <see cref="CacheServerAdmin"/>).</param>
+    /// <returns>The server's stats.</returns>
+    /// <exception cref="RemoteCacheException">The server failed to answer in time, refused, or went away.</exception>
+    /// <exception cref="ObjectDisposedException">This instance was disposed.</exception>
+    /// <exception cref="OperationCanceledException"><paramref name="cancellationToken"/> was cancelled.</exception>
+    public Task<CacheServerStats> GetStatsAsync(CancellationToken cancellationToken = default) =>
+        CallAsync(GetStats, cancellationToken);
+
+    private unsafe CacheServerStats GetStats()
+    {
+        var stats = new RcServerStats { Size = (uint)sizeof(RcServerStats) };
+        ThrowIfFailed(NativeMethods.AdminStats(_handle, &stats));
+        var id = new ReadOnlySpan<byte>(stats.ServerId, NativeLimits.MaxServerIdBytes + 1);
+        int end = id.IndexOf((byte)0);
+        return new CacheServerStats
+        {
+            ServerId = Encoding.UTF8.GetString(end < 0 ? id : id[..end]),
+            MemoryLimit = (long)stats.MemoryLimit,
+            MemoryLent = (long)stats.MemoryLent,
+            RegionSize = (long)stats.RegionSize,
+            Caches = (int)stats.Caches,
+            RegionsLent = (int)stats.RegionsLent,
+            DataConnections = (int)stats.DataConnections,
+            AdminConnections = (int)stats.AdminConnections,
+            ServerThreads = (int)stats.ServerThreads,
+            Uptime = TimeSpan.FromMilliseconds(stats.UptimeMs),
+        };
+    }
+
+    /// <summary>Every cache the server holds, oldest first.</summary>
+    /// <param name="cancellationToken">Cancels the wait (see the remarks of <see cref="CacheServerAdmin"/>).</param>
+    /// <returns>The caches; caches created or dropped while a long list is fetched may or may not appear.</returns>
+    /// <exception cref="RemoteCacheException">The server failed to answer in time, refused, or went away.</exception>
+    /// <exception cref="ObjectDisposedException">This instance was disposed.</exception>
+    /// <exception cref="OperationCanceledException"><paramref name="cancellationToken"/> was cancelled.</exception>
+    public Task<IReadOnlyList<ServerCacheInfo>> ListCachesAsync(CancellationToken cancellationToken = default) =>
+        CallAsync(ListCaches, cancellationToken);
+
+    private unsafe IReadOnlyList<ServerCacheInfo> ListCaches()
+    {
+        var buffer = new RcAdminCache[64];
+        for (;;)
+        {
+            uint count;
+            fixed (RcAdminCache* caches = buffer)
+                ThrowIfFailed(NativeMethods.AdminListCaches(_handle, caches, (uint)buffer.Length, out count));
+            if (count <= (uint)buffer.Length)
+            {
+                var list = new List<ServerCacheInfo>((int)count);
+                for (int i = 0; i < (int)count; i++)
+                    list.Add(ToInfo(buffer[i]));
+                return list;
+            }
+            buffer = new RcAdminCache[count + count / 4];  // room for caches created before the next try
+        }
+    }
+
+    private static ServerCacheInfo ToInfo(in RcAdminCache c) => new()
+    {
+        CacheId = c.CacheId,
+        Regions = (int)c.Regions,
+        Connections = (int)c.Connections,
+        ServerThreads = (int)c.ServerThreads,
+        Exclusive = c.Exclusive != 0,
+        LeaseEnd = c.LeaseEndUnixMs == 0 ? null : DateTimeOffset.FromUnixTimeMilliseconds((long)c.LeaseEndUnixMs),
+    };
+
+    /// <summary>
+    /// Drops every cache with this id (what a manager does when it deallocates one): their clients' operations fail
+    /// with <see cref="RemoteCacheStatus.Expired"/>, and their memory is lent back once their connections have closed.
+    /// </summary>
+    /// <param name="cacheId">The id; every cache with it is dropped, whatever its token.</param>
+    /// <param name="cancellationToken">Cancels the wait (see the remarks of <see cref="CacheServerAdmin"/>).</param>
+    /// <returns>How many caches were dropped (0 when the server holds none with this id).</returns>
+    /// <exception cref="RemoteCacheException">The server failed to answer in time, refused, or went away.</exception>
+    /// <exception cref="ObjectDisposedException">This instance was disposed.</exception>
+    /// <exception cref="OperationCanceledException"><paramref name="cancellationToken"/> was cancelled.</exception>
+    public Task<int> DropCacheAsync(ulong cacheId, CancellationToken cancellationToken = default) =>
+        CallAsync(() =>
+        {
+            ThrowIfFailed(NativeMethods.AdminDropCache(_handle, cacheId, out uint dropped));
+            return (int)dropped;
+        }, cancellationToken);
+
+    private async Task<T> CallAsync<T>(Func<T> call, CancellationToken cancellationToken)
+    {
+        ObjectDisposedException.ThrowIf(Volatile.Read(ref _disposed) != 0, this);
+        await _gate.WaitAsync(cancellationToken).ConfigureAwait(false);
+        Task<T> running;
+        try
+        {
+            ObjectDisposedException.ThrowIf(Volatile.Read(ref _disposed) != 0, this);
+            running = Task.Run(call, CancellationToken.None);
+        }
+        catch
+        {
+            _gate.Release();
+            throw;
+        }
+        _ = running.ContinueWith(static (t, gate) =>
+        {
+            _ = t.Exception;  // observed here too: a cancelled caller no longer waits for it
+            ((SemaphoreSlim)gate!).Release();
+        }, _gate, CancellationToken.None, TaskContinuationOptions.ExecuteSynchronously, TaskScheduler.Default);
+        return await running.WaitAsync(cancellationToken).ConfigureAwait(false);
+    }
+
+    // On the thread of the native call: the native error text belongs to it.
+    private void ThrowIfFailed(RemoteCacheStatus status)
+    {
+        if (status != RemoteCacheStatus.Ok)
+            throw Errors.For(status, Describe(Endpoint), -1, 0);
+    }
+
+    private static string Describe(string endpoint) => $"admin connection to {endpoint}";
+
+    /// <summary>Closes the connection; a call still running finishes first (within <see cref="Timeout"/>).</summary>
+    public void Dispose()
+    {
+        if (Interlocked.Exchange(ref _disposed, 1) != 0)
+            return;
+        // The handle's reference count keeps it open until a native call in flight returns.
+        _handle.Dispose();
+    }
+
+    /// <summary>Closes the connection, as <see cref="Dispose"/> does.</summary>
+    /// <returns>A completed task.</returns>
+    public ValueTask DisposeAsync()
+    {
+        Dispose();
+        return default;
+    }
+}

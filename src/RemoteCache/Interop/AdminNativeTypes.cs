@@ -1,0 +1,49 @@
+using System.Runtime.InteropServices;
+
+namespace RemoteCache.Interop;
+
+/// <summary><c>rc_server_stats</c>: what a server holds, as one snapshot.</summary>
+[StructLayout(LayoutKind.Sequential)]
+internal unsafe struct RcServerStats
+{
+    /// <summary>In: the size of this struct; out: the bytes the library filled.</summary>
+    public uint Size;
+    /// <summary>Server threads polling connections.</summary>
+    public uint ServerThreads;
+    /// <summary>Bytes the server may lend in all.</summary>
+    public ulong MemoryLimit;
+    /// <summary>Bytes lent now, dropped caches included until their connections close.</summary>
+    public ulong MemoryLent;
+    /// <summary>Bytes per region.</summary>
+    public ulong RegionSize;
+    /// <summary>Milliseconds since the server started.</summary>
+    public ulong UptimeMs;
+    /// <summary>Live caches.</summary>
+    public uint Caches;
+    /// <summary><see cref="MemoryLent"/> in regions.</summary>
+    public uint RegionsLent;
+    /// <summary>Established data-path connections.</summary>
+    public uint DataConnections;
+    /// <summary>Admin connections, the caller's included.</summary>
+    public uint AdminConnections;
+    /// <summary>The server id, NUL-terminated UTF-8.</summary>
+    public fixed byte ServerId[NativeLimits.MaxServerIdBytes + 1];
+}
+
+/// <summary><c>rc_admin_cache</c>: one cache a server holds.</summary>
+[StructLayout(LayoutKind.Sequential)]
+internal struct RcAdminCache
+{
+    /// <summary>The cache id (several caches may share one: caches are named by id and token).</summary>
+    public ulong CacheId;
+    /// <summary>When its lease ends, in milliseconds since 1970; 0 = no lease.</summary>
+    public ulong LeaseEndUnixMs;
+    /// <summary>Regions lent to it.</summary>
+    public uint Regions;
+    /// <summary>Its data connections.</summary>
+    public uint Connections;
+    /// <summary>Its s: server threads polling its connections.</summary>
+    public uint ServerThreads;
+    /// <summary>1 when opened exclusively, else 0.</summary>
+    public uint Exclusive;
+}
