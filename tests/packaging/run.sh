@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The NuGet packages as a user gets them (scripts/test.sh runs this as the `packaging` suite):
-#   1. `dotnet pack RemoteCache.sln -c Release` into a temporary folder: exactly RemoteCache, RemoteCache.Device and
-#      the remotecache tool, RemoteCache.Cli (.nupkg + .snupkg) come out;
+#   1. `dotnet pack RemoteCache.sln -c Release` into a temporary folder: exactly RemoteCache, RemoteCache.Device,
+#      the remotecache tool (RemoteCache.Cli), the manager's contract (RemoteCache.Manager.Contract) and the
+#      remotecache-manager tool (RemoteCache.Manager) (.nupkg + .snupkg) come out;
 #   2. the listings: RemoteCache holds lib/net8.0/RemoteCache.dll and runtimes/linux-x64/native/libremotecache.so,
 #      remotecache-server, remotecache-capability and remotecache-admin (ELF files) and not remotecache-bench or
 #      remotecache-abi;
@@ -85,7 +86,7 @@ import os, sys, zipfile, xml.etree.ElementTree as ET
 
 feed, version, remote = sys.argv[1], sys.argv[2], sys.argv[3]
 errors = []
-expected = {f"{i}.{version}.{ext}" for i in ("RemoteCache", "RemoteCache.Device", "RemoteCache.Cli") for ext in ("nupkg", "snupkg")}
+expected = {f"{i}.{version}.{ext}" for i in ("RemoteCache", "RemoteCache.Device", "RemoteCache.Cli", "RemoteCache.Manager.Contract", "RemoteCache.Manager") for ext in ("nupkg", "snupkg")}
 present = set(os.listdir(feed))
 if present != expected:
     errors.append(f"the pack produced {sorted(present)}; expected exactly {sorted(expected)}")
@@ -161,6 +162,11 @@ tool = "tools/net8.0/any/"
 check("RemoteCache.Cli",
       [tool + "RemoteCache.Cli.dll", tool + "DotnetToolSettings.xml", tool + "RemoteCache.dll",
        tool + native + "libremotecache.so"],
+      [], {}, assemblies="tools/net8.0/any")
+check("RemoteCache.Manager.Contract", ["lib/net8.0/RemoteCache.Manager.Contract.dll"], [], {"Google.Protobuf": None, "Grpc.Core.Api": None})
+check("RemoteCache.Manager",
+      [tool + "RemoteCache.Manager.dll", tool + "DotnetToolSettings.xml", tool + "RemoteCache.Manager.Contract.dll",
+       tool + native + "remotecache-server", tool + "models/shm-8.json", tool + "models/tcp-8.json"],
       [], {}, assemblies="tools/net8.0/any")
 if not remote:
     print("packaging: note: the repository has no git remote, so the packages name no repository url and the PDBs "
@@ -307,4 +313,24 @@ if (( rc != 0 )); then
   echo "packaging: the installed remotecache tool failed (exit $rc)" >&2
   exit 1
 fi
+
+# ---- 6. the remotecache-manager tool: installs, starts with no configuration, serves ---------------------
+(cd "$CONSUMER" && dotnet tool install RemoteCache.Manager --tool-path "$WORK/tool" --version "$VERSION" \
+   --configfile "$CONSUMER/nuget.config")
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$WORK/tool/remotecache-manager" --state-dir "$WORK/manager-state" --listen "http://127.0.0.1:$port" >"$WORK/manager.log" 2>&1 &
+manager=$!
+for _ in $(seq 1 150); do
+  grep -q "serving on" "$WORK/manager.log" && break
+  kill -0 "$manager" 2>/dev/null || break
+  sleep 0.2
+done
+kill "$manager" 2>/dev/null || true
+wait "$manager" 2>/dev/null || true
+if ! grep -q "serving on" "$WORK/manager.log" || ! grep -q "generated .*keys.json" "$WORK/manager.log"; then
+  echo "packaging: the installed remotecache-manager did not start:" >&2
+  cat "$WORK/manager.log" >&2
+  exit 1
+fi
+echo "packaging: remotecache-manager started and served (log: $WORK/manager.log)"
 echo "packaging: passed"

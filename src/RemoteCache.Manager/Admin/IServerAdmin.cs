@@ -1,0 +1,32 @@
+using System;
+using System.Threading;
+using System.Threading.Tasks;
+using RemoteCache.Manager.Store;
+
+namespace RemoteCache.Manager.Admin;
+
+/// <summary>What a server says about itself when probed.</summary>
+/// <param name="ServerId">Its identity (must be the one the manager knows it by).</param>
+/// <param name="MemoryLimit">Bytes it may lend.</param>
+/// <param name="MemoryLent">Bytes lent right now.</param>
+/// <param name="RegionBytes">Its region size.</param>
+/// <param name="Caches">Caches it holds.</param>
+/// <param name="Connections">Data connections.</param>
+public sealed record ServerProbe(string ServerId, long MemoryLimit, long MemoryLent, long RegionBytes, int Caches, int Connections)
+{
+    /// <summary>When the manager received it.</summary>
+    public DateTimeOffset At { get; init; }
+}
+
+/// <summary>
+/// The manager's side of the servers' native admin interface (remotecache_admin.h): probe a server, drop a cache.
+/// Authenticated with the admission key the manager shares with its servers.
+/// </summary>
+public interface IServerAdmin
+{
+    /// <summary>Probes <paramref name="server"/>; throws <see cref="RemoteCacheException"/> when it does not answer in time.</summary>
+    Task<ServerProbe> ProbeAsync(ServerRecord server, CancellationToken cancellationToken);
+
+    /// <summary>Drops every cache with <paramref name="cacheId"/> on <paramref name="server"/>; returns how many.</summary>
+    Task<int> DropAsync(ServerRecord server, ulong cacheId, CancellationToken cancellationToken);
+}

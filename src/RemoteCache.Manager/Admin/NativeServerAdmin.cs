@@ -1,0 +1,35 @@
+using System;
+using System.Threading;
+using System.Threading.Tasks;
+using RemoteCache.Admin;
+using RemoteCache.Manager.Store;
+
+namespace RemoteCache.Manager.Admin;
+
+/// <summary>
+/// <see cref="IServerAdmin"/> over the servers' native admin interface (<see cref="CacheServerAdmin"/>, on the
+/// server's tcp endpoint): one authenticated connection per call, so a server that restarted or a connection that
+/// timed out never leaves a handle in an unknown state behind.
+/// </summary>
+public sealed class NativeServerAdmin : IServerAdmin
+{
+    /// <summary>Bounds each native call; the caller's token bounds the whole probe.</summary>
+    private static readonly TimeSpan s_callTimeout = TimeSpan.FromSeconds(2);
+
+    private readonly byte[] _admissionKey;
+
+    public NativeServerAdmin(byte[] admissionKey) => _admissionKey = admissionKey;
+
+    public async Task<ServerProbe> ProbeAsync(ServerRecord server, CancellationToken cancellationToken)
+    {
+        await using var admin = await CacheServerAdmin.ConnectAsync(server.AdminEndpoint, _admissionKey, s_callTimeout, cancellationToken).ConfigureAwait(false);
+        var stats = await admin.GetStatsAsync(cancellationToken).ConfigureAwait(false);
+        return new ServerProbe(stats.ServerId, stats.MemoryLimit, stats.MemoryLent, stats.RegionSize, stats.Caches, stats.DataConnections);
+    }
+
+    public async Task<int> DropAsync(ServerRecord server, ulong cacheId, CancellationToken cancellationToken)
+    {
+        await using var admin = await CacheServerAdmin.ConnectAsync(server.AdminEndpoint, _admissionKey, s_callTimeout, cancellationToken).ConfigureAwait(false);
+        return await admin.DropCacheAsync(cacheId, cancellationToken).ConfigureAwait(false);
+    }
+}

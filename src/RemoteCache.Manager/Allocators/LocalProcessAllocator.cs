@@ -1,0 +1,226 @@
+using System;
+using System.Collections.Concurrent;
+using System.Collections.Generic;
+using System.Diagnostics;
+using System.Globalization;
+using System.IO;
+using System.Linq;
+using System.Runtime.InteropServices;
+using System.Security.Cryptography;
+using System.Threading;
+using System.Threading.Tasks;
+using Microsoft.Extensions.Logging;
+using RemoteCache.Manager.Catalogue;
+using RemoteCache.Manager.Placement;
+using RemoteCache.Manager.Store;
+
+namespace RemoteCache.Manager.Allocators;
+
+/// <summary>
+/// "VMs" that are remotecache-server processes on this host, shaped by their VM type (memory limit, threads), with the
+/// manager's admission key. Each listens on loopback tcp and on an abstract shm socket. A server runs in its own
+/// session with its output in a log file, so it outlives the manager: caches keep serving while the manager restarts,
+/// and the next manager adopts the processes again.
+/// </summary>
+public sealed partial class LocalProcessAllocator : IServerAllocator
+{
+    public const string AllocatorName = "local";
+
+    private const int SigKill = 9, SigTerm = 15;
+    private static readonly TimeSpan s_startTimeout = TimeSpan.FromSeconds(15);
+    private static readonly TimeSpan s_stopGrace = TimeSpan.FromSeconds(3);
+
+    private readonly VmCatalogue _catalogue;
+    private readonly string _serverPath;
+    private readonly string _directory;
+    private readonly string _admissionKeyFile;
+    private readonly int _warm;
+    private readonly ILogger _logger;
+    private readonly ConcurrentDictionary<string, Process> _children = new();
+
+    public LocalProcessAllocator(VmCatalogue catalogue, string serverPath, string directory, string admissionKeyFile, int warm, ILogger logger)
+    {
+        _catalogue = catalogue;
+        _serverPath = serverPath;
+        _directory = directory;
+        _admissionKeyFile = admissionKeyFile;
+        _warm = warm;
+        _logger = logger;
+        Directory.CreateDirectory(directory);
+    }
+
+    /// <summary>Raised (on a thread-pool thread) when a server process this manager started ends.</summary>
+    public event Action<string>? ServerExited;
+
+    public string Name => AllocatorName;
+
+    public IReadOnlyList<VmOffer> Offers(IReadOnlyCollection<ServerRecord> servers)
+    {
+        var offers = new List<VmOffer>();
+        foreach (var type in _catalogue.VmTypes)
+            foreach (bool spot in new[] { false, true })
+            {
+                int busy = servers.Count(s => s.Allocator == AllocatorName && s.VmType == type.Name && s.Spot == spot &&
+                                              (s.CacheId != 0 || s.Status != ServerStatus.Ready));
+                int free = type.Count(spot) - busy;
+                if (free > 0)
+                    offers.Add(new VmOffer(type, spot, free));
+            }
+        return offers;
+    }
+
+    public async Task<ServerRecord> AcquireAsync(VmType type, bool spot, IReadOnlyCollection<ServerRecord> servers, CancellationToken cancellationToken)
+    {
+        var idle = servers.FirstOrDefault(s => s.Allocator == AllocatorName && s.VmType == type.Name && s.Spot == spot &&
+                                               s.CacheId == 0 && s.Status == ServerStatus.Ready);
+        return idle ?? await StartAsync(type, spot, cancellationToken).ConfigureAwait(false);
+    }
+
+    public async Task<ServerRecord?> ReleaseAsync(ServerRecord server, IReadOnlyCollection<ServerRecord> servers, CancellationToken cancellationToken)
+    {
+        int idle = servers.Count(s => s.Allocator == AllocatorName && s.VmType == server.VmType && s.Spot == server.Spot && s.CacheId == 0 &&
+                                      s.Status == ServerStatus.Ready && s.ServerId != server.ServerId);
+        if (server.Status == ServerStatus.Ready && idle < _warm)
+            return server with { CacheId = 0 };
+        await StopAsync(server, SigTerm).ConfigureAwait(false);
+        return null;
+    }
+
+    public Task RetireAsync(ServerRecord server, CancellationToken cancellationToken) => StopAsync(server, SigKill);
+
+    public Task<IReadOnlyList<ServerRecord>> RecoverAsync(IReadOnlyList<ServerRecord> stored, CancellationToken cancellationToken)
+    {
+        var recovered = new List<ServerRecord>();
+        foreach (var server in stored)
+        {
+            if (server.Allocator != AllocatorName)
+            {
+                recovered.Add(server);
+                continue;
+            }
+            if (IsOurs(server))
+            {
+                _logger.LogInformation("Adopted local server {ServerId} (pid {Pid})", server.ServerId, server.ProcessId);
+                recovered.Add(server);
+            }
+            else if (server.CacheId != 0)
+            {
+                recovered.Add(server with { Status = ServerStatus.Failed, FailureReason = $"its process (pid {server.ProcessId}) ended while the manager was down" });
+            }
+        }
+        return Task.FromResult<IReadOnlyList<ServerRecord>>(recovered);
+    }
+
+    public async Task ShutdownAsync(IReadOnlyCollection<ServerRecord> servers, CancellationToken cancellationToken)
+    {
+        foreach (var server in servers.Where(s => s.Allocator == AllocatorName && s.CacheId == 0))
+            await StopAsync(server, SigTerm).ConfigureAwait(false);
+    }
+
+    /// <summary>The log file of a server.</summary>
+    public string LogPath(string serverId) => Path.Combine(_directory, serverId + ".log");
+
+    private async Task<ServerRecord> StartAsync(VmType type, bool spot, CancellationToken cancellationToken)
+    {
+        string serverId = "local-" + Convert.ToHexString(RandomNumberGenerator.GetBytes(4)).ToLowerInvariant();
+        string log = LogPath(serverId);
+        long memory = _catalogue.RegionsOf(type) * _catalogue.RegionBytes;
+        var start = new ProcessStartInfo("setsid") { UseShellExecute = false };
+        // setsid: a session of its own, so a Ctrl+C aimed at the manager does not stop the servers; the shell only
+        // redirects the output to the log (a pipe would break, and the server with it, when the manager exits).
+        foreach (string a in new[] { "sh", "-c", "exec \"$0\" \"$@\" >>\"$RC_SERVER_LOG\" 2>&1", _serverPath,
+                                     "--listen", "tcp:127.0.0.1:0", "--listen", $"shm:@remotecache-{serverId}",
+                                     "--memory-limit", memory.ToString(CultureInfo.InvariantCulture),
+                                     "--region-size", _catalogue.RegionBytes.ToString(CultureInfo.InvariantCulture),
+                                     "--threads", type.Cores.ToString(CultureInfo.InvariantCulture),
+                                     "--admission-key", _admissionKeyFile, "--server-id", serverId })
+            start.ArgumentList.Add(a);
+        start.Environment["RC_SERVER_LOG"] = log;
+        Process process;
+        try
+        {
+            process = Process.Start(start) ?? throw new AllocatorException($"could not start {_serverPath}");
+        }
+        catch (System.ComponentModel.Win32Exception e)
+        {
+            throw new AllocatorException($"could not start {_serverPath}: {e.Message}", e);
+        }
+        var endpoints = new Dictionary<string, string>();
+        var deadline = Stopwatch.StartNew();
+        while (true)
+        {
+            string text = File.Exists(log) ? await File.ReadAllTextAsync(log, cancellationToken).ConfigureAwait(false) : "";
+            var lines = text.Split('\n', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries);
+            if (lines.Contains("ready"))
+            {
+                foreach (string line in lines.Where(l => l.StartsWith("listening ", StringComparison.Ordinal)))
+                {
+                    string endpoint = line["listening ".Length..];
+                    endpoints[endpoint[..endpoint.IndexOf(':', StringComparison.Ordinal)]] = endpoint;
+                }
+                break;
+            }
+            if (process.HasExited || deadline.Elapsed > s_startTimeout || cancellationToken.IsCancellationRequested)
+            {
+                if (!process.HasExited)
+                    Kill(process.Id, SigKill);
+                string tail = string.Join("\n", lines.TakeLast(5));
+                process.Dispose();
+                cancellationToken.ThrowIfCancellationRequested();
+                throw new AllocatorException($"the local server {serverId} ({type.Name}) did not start: " +
+                                             (process.HasExited ? "it exited" : $"not ready within {s_startTimeout.TotalSeconds:0} s") + (tail.Length > 0 ? $": {tail}" : ""));
+            }
+            await Task.Delay(10, cancellationToken).ConfigureAwait(false);
+        }
+        process.EnableRaisingEvents = true;
+        process.Exited += (_, _) =>
+        {
+            if (_children.TryRemove(serverId, out _))
+                ServerExited?.Invoke(serverId);
+        };
+        _children[serverId] = process;
+        if (process.HasExited && _children.TryRemove(serverId, out _))
+            ServerExited?.Invoke(serverId);
+        _logger.LogInformation("Started local server {ServerId} ({VmType}{Spot}, pid {Pid}) on {Endpoints}", serverId, type.Name, spot ? ", spot" : "",
+                               process.Id, string.Join(" ", endpoints.Values));
+        return new ServerRecord(serverId, endpoints, type.Name, spot, AllocatorName) { ProcessId = process.Id };
+    }
+
+    private async Task StopAsync(ServerRecord server, int signal)
+    {
+        if (server.ProcessId <= 0 || !IsOurs(server))
+            return;
+        _children.TryRemove(server.ServerId, out var child);
+        Kill(server.ProcessId, signal);
+        var waited = Stopwatch.StartNew();
+        while (IsOurs(server) && waited.Elapsed < s_stopGrace)
+            await Task.Delay(20).ConfigureAwait(false);
+        if (IsOurs(server))
+            Kill(server.ProcessId, SigKill);
+        if (child is not null)
+        {
+            await child.WaitForExitAsync().ConfigureAwait(false);
+            child.Dispose();
+        }
+        _logger.LogInformation("Stopped local server {ServerId} (pid {Pid})", server.ServerId, server.ProcessId);
+    }
+
+    // The process is still the server it was started as (a pid may be reused once it is gone).
+    private static bool IsOurs(ServerRecord server)
+    {
+        try
+        {
+            string cmdline = File.ReadAllText($"/proc/{server.ProcessId}/cmdline");
+            return cmdline.Split('\0').Contains(server.ServerId) && !File.ReadAllText($"/proc/{server.ProcessId}/stat").Contains(") Z ", StringComparison.Ordinal);
+        }
+        catch (Exception e) when (e is IOException or UnauthorizedAccessException)
+        {
+            return false;
+        }
+    }
+
+    private static void Kill(int pid, int signal) => _ = NativeKill(pid, signal);
+
+    [LibraryImport("libc", EntryPoint = "kill")]
+    private static partial int NativeKill(int pid, int signal);
+}

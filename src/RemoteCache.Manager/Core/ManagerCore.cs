@@ -1,0 +1,837 @@
+using System;
+using System.Collections.Generic;
+using System.Diagnostics.Metrics;
+using System.Linq;
+using System.Security.Cryptography;
+using System.Threading;
+using System.Threading.Tasks;
+using Google.Protobuf;
+using Google.Protobuf.WellKnownTypes;
+using Grpc.Core;
+using Microsoft.Extensions.Logging;
+using RemoteCache.Manager.Admin;
+using RemoteCache.Manager.Allocators;
+using RemoteCache.Manager.Catalogue;
+using RemoteCache.Manager.Placement;
+using RemoteCache.Manager.Security;
+using RemoteCache.Manager.Slo;
+using RemoteCache.Manager.Store;
+using RemoteCache.Manager.V1;
+using RemoteCache.Slo;
+using PlacementResult = RemoteCache.Manager.Placement.Placement;
+
+namespace RemoteCache.Manager.Core;
+
+/// <summary>
+/// The manager's state and every change to it: caches, servers, leases and the event log. Changes run one at a time
+/// (a lock), are committed to the store before they are visible, and publish their events after the commit. A refused
+/// request changes nothing: servers it acquired are released and nothing is written. The maps of caches and servers
+/// change only under both the async lock and their monitor, so readers need either.
+/// </summary>
+public sealed class ManagerCore : IAsyncDisposable
+{
+    private readonly IManagerStore _store;
+    private readonly IServerAllocator _allocator;
+    private readonly IServerAdmin _admin;
+    private readonly VmCatalogue _catalogue;
+    private readonly ModelLibrary _models;
+    private readonly ManagerOptions _options;
+    private readonly byte[] _admissionKey;
+    private readonly ApiKeyStore _keys;
+    private readonly TimeProvider _time;
+    private readonly ILogger _logger;
+    private readonly ManagerMetrics _metrics;
+    private readonly SemaphoreSlim _lock = new(1, 1);
+    private readonly Dictionary<ulong, CacheRecord> _caches = new();
+    private readonly Dictionary<string, ServerRecord> _servers = new(StringComparer.Ordinal);
+    private readonly System.Collections.Concurrent.ConcurrentDictionary<string, ServerProbe> _probes = new(StringComparer.Ordinal);
+
+    public ManagerCore(IManagerStore store, IServerAllocator allocator, IServerAdmin admin, VmCatalogue catalogue, ModelLibrary models,
+                       ManagerOptions options, byte[] admissionKey, ApiKeyStore keys, TimeProvider time, ILogger<ManagerCore> logger, ManagerMetrics metrics)
+    {
+        _store = store;
+        _allocator = allocator;
+        _admin = admin;
+        _catalogue = catalogue;
+        _models = models;
+        _options = options;
+        _admissionKey = admissionKey;
+        _keys = keys;
+        _time = time;
+        _logger = logger;
+        _metrics = metrics;
+        metrics.Observe(() => CacheCount, () => Events.Count, ServerMemory);
+    }
+
+    /// <summary>Live events to watchers.</summary>
+    public EventHub Events { get; } = new();
+
+    public VmCatalogue Catalogue => _catalogue;
+
+    public IServerAllocator Allocator => _allocator;
+
+    private int CacheCount
+    {
+        get
+        {
+            lock (_caches)
+                return _caches.Count;
+        }
+    }
+
+    /// <summary>Loads the state of the last run, adopts its servers, and tells the watchers of caches that lost a server meanwhile.</summary>
+    public async Task StartAsync(CancellationToken cancellationToken)
+    {
+        var snapshot = await _store.LoadAsync(cancellationToken).ConfigureAwait(false);
+        var recovered = await _allocator.RecoverAsync(snapshot.Servers, cancellationToken).ConfigureAwait(false);
+        var change = new StoreChange();
+        foreach (var old in snapshot.Servers.Where(o => recovered.All(r => r.ServerId != o.ServerId)))
+            change.DeleteServers.Add(old.ServerId);
+        foreach (var cache in snapshot.Caches)
+            _caches[cache.CacheId] = cache;
+        foreach (var server in recovered)
+        {
+            _servers[server.ServerId] = server;
+            var before = snapshot.Servers.First(s => s.ServerId == server.ServerId);
+            if (before != server)
+                change.PutServers.Add(server);
+            if (server.Status == ServerStatus.Failed && before.Status != ServerStatus.Failed && _caches.TryGetValue(server.CacheId, out var cache))
+                AddFailureEvent(change, cache, server, server.FailureReason ?? "failed");
+        }
+        await CommitAsync(change, cancellationToken).ConfigureAwait(false);
+        _logger.LogInformation("Recovered {Caches} caches and {Servers} servers; last event sequence {Sequence}", _caches.Count, _servers.Count, snapshot.LastSequence);
+    }
+
+    // ---- tenants ---------------------------------------------------------------------------------------------
+
+    public async Task<(CacheRecord Cache, long Sequence)> AllocateAsync(string tenant, AllocateRequest request, CancellationToken cancellationToken)
+    {
+        var clock = ManagerMetrics.Time();
+        try
+        {
+            var result = await AllocateCoreAsync(tenant, request, cancellationToken).ConfigureAwait(false);
+            _metrics.Allocated("ok", clock.Elapsed);
+            return result;
+        }
+        catch (ManagerException e)
+        {
+            _metrics.Allocated(e.Code.ToString(), clock.Elapsed);
+            _logger.LogInformation("Refused an Allocate of tenant {Tenant}: {Code} {Reason}", tenant, e.Code, e.Message);
+            throw;
+        }
+    }
+
+    private async Task<(CacheRecord, long)> AllocateCoreAsync(string tenant, AllocateRequest request, CancellationToken cancellationToken)
+    {
+        if (request.Capacity == 0)
+            throw new ManagerException(StatusCode.InvalidArgument, "capacity must be at least 1 byte");
+        if (request.Capacity > long.MaxValue / 2)
+            throw new ManagerException(StatusCode.InvalidArgument, $"capacity {request.Capacity} is beyond what any catalogue holds");
+        long capacity = (long)request.Capacity;
+        var slo = ToSlo(request.Slo, request.RecordSize == 0 ? 8 : (int)request.RecordSize);
+        TimeSpan? duration = request.Duration is null ? null : Positive(request.Duration, "duration");
+        var lease = request.Lease is null ? _options.DefaultLease : Positive(request.Lease, "lease");
+        if (lease < _options.MinLease || lease > _options.MaxLease)
+            throw new ManagerException(StatusCode.InvalidArgument, $"lease {lease} must be between {_options.MinLease} and {_options.MaxLease}");
+        if (request.Name.Length > 200)
+            throw new ManagerException(StatusCode.InvalidArgument, "name is longer than 200 characters");
+        var transports = string.IsNullOrEmpty(request.Transport) ? _options.Transports : new List<string> { request.Transport };
+        if (!string.IsNullOrEmpty(request.Transport) && !_options.Transports.Contains(request.Transport))
+            throw new ManagerException(StatusCode.InvalidArgument, $"transport '{request.Transport}' is not offered (offered: {string.Join(", ", _options.Transports)})");
+
+        await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
+        try
+        {
+            long used = _caches.Values.Where(c => c.Tenant == tenant).Sum(c => c.CapacityBytes);
+            if (_keys.QuotaOf(tenant) is { } quota && used + capacity > quota)
+                throw new ManagerException(StatusCode.ResourceExhausted,
+                    $"tenant '{tenant}' holds {used} bytes of its quota of {quota}; {capacity} more would exceed it");
+
+            var search = ManagerMetrics.Time();
+            var (choice, placement) = Choose(slo, capacity, duration, transports);
+            _metrics.Searched(search.Elapsed);
+
+            var acquired = new List<ServerRecord>();
+            ulong id = NewCacheId();
+            try
+            {
+                foreach (var vm in placement.Vms)
+                {
+                    var server = await _allocator.AcquireAsync(vm.Type, vm.Spot, _servers.Values.Where(s => acquired.All(a => a.ServerId != s.ServerId)).ToList(), cancellationToken)
+                                                 .ConfigureAwait(false);
+                    acquired.Add(server);
+                    lock (_caches)
+                        _servers[server.ServerId] = server;  // a new local server must not be offered again in this loop
+                }
+                if (acquired.Any(s => !s.Endpoints.ContainsKey(choice.Transport)))
+                    throw new ManagerException(StatusCode.ResourceExhausted, $"a server of the placement does not listen on {choice.Transport}");
+                var now = _time.GetUtcNow();
+                var cache = new CacheRecord
+                {
+                    CacheId = id, Tenant = tenant, Name = request.Name,
+                    Token = Convert.ToBase64String(RandomNumberGenerator.GetBytes(24)),
+                    RequestedBytes = capacity, Slo = ToRecord(slo), Config = choice.Config, Transport = choice.Transport,
+                    RecordSize = slo.RecordSize, Servers = acquired.Select(s => s.ServerId).ToList(),
+                    RegionsPerServer = placement.RegionsPerServer, RegionBytes = placement.RegionBytes,
+                    Created = now, LeaseExpires = now + lease, LeaseLength = lease, Duration = duration,
+                    PricePerHour = placement.PricePerHour, PredictedLatencyUs = choice.PredictedLatencyUs, PredictedThroughput = choice.PredictedThroughput,
+                };
+                var change = new StoreChange();
+                change.PutCaches.Add(cache);
+                foreach (var s in acquired)
+                    change.PutServers.Add(s with { CacheId = id });
+                AddEvent(change, cache, e => e.CacheAllocated = new CacheAllocated { Capacity = (ulong)cache.CapacityBytes });
+                var events = await CommitAsync(change, cancellationToken).ConfigureAwait(false);
+                acquired.Clear();
+                _logger.LogInformation("Allocated cache {CacheId} ({Name}) for {Tenant}: {Capacity} bytes on {Servers} ({Transport}, {Config}), ${Price:0.####}/h",
+                                       id, cache.Name, tenant, cache.CapacityBytes, string.Join(", ", cache.Servers), cache.Transport, cache.Config, cache.PricePerHour);
+                return (cache, events[0].Sequence);
+            }
+            catch (AllocatorException e)
+            {
+                throw new ManagerException(StatusCode.ResourceExhausted, $"cannot rent the VMs of the placement: {e.Message}");
+            }
+            finally
+            {
+                // All or nothing: whatever was acquired for a refused request goes back.
+                foreach (var server in acquired)
+                {
+                    lock (_caches)
+                        _servers.Remove(server.ServerId);
+                    var kept = await _allocator.ReleaseAsync(server, _servers.Values.ToList(), CancellationToken.None).ConfigureAwait(false);
+                    if (kept is not null)
+                        lock (_caches)
+                            _servers[kept.ServerId] = kept;
+                }
+            }
+        }
+        finally
+        {
+            _lock.Release();
+        }
+    }
+
+    // The cheapest (configuration, placement) over the transports, ties to the first transport listed.
+    private (ConfigChoice, PlacementResult) Choose(RemoteCacheSlo slo, long capacity, TimeSpan? duration, IReadOnlyList<string> transports)
+    {
+        var reasons = new List<string>();
+        (ConfigChoice Choice, PlacementResult Placement)? best = null;
+        bool anyConfig = false;
+        var offers = _allocator.Offers(_servers.Values.ToList());
+        foreach (string transport in transports)
+        {
+            var (choice, reason) = _models.Choose(transport, slo);
+            if (choice is null)
+            {
+                reasons.Add(reason!);
+                continue;
+            }
+            anyConfig = true;
+            var (placement, refusal) = Placer.Place(new PlacementRequest(capacity, choice.Config.ServerThreads, duration), offers, _catalogue);
+            if (placement is null)
+            {
+                reasons.Add($"{transport} ({choice.Config}): {refusal!.Reason}");
+                continue;
+            }
+            if (best is null || placement.PricePerHour < best.Value.Placement.PricePerHour - 1e-12)
+                best = (choice, placement);
+        }
+        if (best is { } found)
+            return found;
+        throw new ManagerException(anyConfig ? StatusCode.ResourceExhausted : StatusCode.FailedPrecondition,
+            (anyConfig ? "no VMs can hold the cache: " : $"no configuration meets the SLO ({slo}): ") + string.Join("; ", reasons));
+    }
+
+    public async Task DeallocateAsync(string tenant, ulong cacheId, CancellationToken cancellationToken)
+    {
+        await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
+        try
+        {
+            var cache = Owned(tenant, cacheId);
+            await RemoveCacheAsync(cache, "deallocated by its tenant", CancellationToken.None).ConfigureAwait(false);
+        }
+        finally
+        {
+            _lock.Release();
+        }
+    }
+
+    public CacheRecord Get(string tenant, ulong cacheId)
+    {
+        lock (_caches)
+            return Owned(tenant, cacheId);
+    }
+
+    public IReadOnlyList<CacheRecord> List(string tenant)
+    {
+        lock (_caches)
+            return _caches.Values.Where(c => c.Tenant == tenant).OrderBy(c => c.Created).ToList();
+    }
+
+    public async Task<CacheRecord> RenewLeaseAsync(string tenant, ulong cacheId, Duration? extendBy, CancellationToken cancellationToken)
+    {
+        var by = extendBy is null ? (TimeSpan?)null : Positive(extendBy, "extend_by");
+        await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
+        try
+        {
+            var cache = Owned(tenant, cacheId);
+            var length = by ?? cache.LeaseLength;
+            if (length > _options.MaxLease)
+                throw new ManagerException(StatusCode.InvalidArgument, $"extend_by {length} is longer than the longest lease, {_options.MaxLease}");
+            var renewed = cache with { LeaseExpires = _time.GetUtcNow() + length, ExpiryWarned = false };
+            var change = new StoreChange();
+            change.PutCaches.Add(renewed);
+            AddEvent(change, renewed, e => e.LeaseRenewed = new LeaseRenewed { Expires = Timestamp.FromDateTimeOffset(renewed.LeaseExpires) });
+            await CommitAsync(change, cancellationToken).ConfigureAwait(false);
+            return renewed;
+        }
+        finally
+        {
+            _lock.Release();
+        }
+    }
+
+    public async Task<(CacheRecord Cache, bool ConfigChanged, IReadOnlyList<string> Added, IReadOnlyList<string> Removed)> ReallocateAsync(
+        string tenant, ReallocateRequest request, CancellationToken cancellationToken)
+    {
+        await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
+        try
+        {
+            var cache = Owned(tenant, request.CacheId);
+            var updated = cache;
+            if (request.Slo is not null)
+            {
+                var slo = ToSlo(request.Slo, cache.RecordSize);
+                var (choice, reason) = _models.Choose(cache.Transport, slo);
+                if (choice is null)
+                    throw new ManagerException(StatusCode.FailedPrecondition, $"no configuration meets the SLO ({slo}): {reason}");
+                int cores = cache.Servers.Min(id => _catalogue.Find(_servers[id].VmType)?.Cores ?? 0);
+                if (choice.Config.ServerThreads > cores)
+                    throw new ManagerException(StatusCode.FailedPrecondition,
+                        $"the SLO ({slo}) needs {choice.Config} with {choice.Config.ServerThreads} server threads; the cache's VMs have {cores} core(s)");
+                updated = updated with { Slo = ToRecord(slo), Config = choice.Config, PredictedLatencyUs = choice.PredictedLatencyUs, PredictedThroughput = choice.PredictedThroughput };
+            }
+            var added = new List<ServerRecord>();
+            var removed = new List<string>();
+            if (request.Capacity != 0 && (long)request.Capacity != cache.RequestedBytes)
+            {
+                long share = cache.RegionsPerServer * cache.RegionBytes;
+                int servers = (int)Math.Min(int.MaxValue, ((long)request.Capacity + share - 1) / share);
+                long growth = (long)request.Capacity - cache.CapacityBytes;
+                if (_keys.QuotaOf(tenant) is { } quota && growth > 0)
+                {
+                    long used = _caches.Values.Where(c => c.Tenant == tenant).Sum(c => c.CapacityBytes);
+                    if (used + (servers - cache.Servers.Count) * share > quota)
+                        throw new ManagerException(StatusCode.ResourceExhausted, $"tenant '{tenant}' holds {used} bytes of its quota of {quota}; growing to {request.Capacity} would exceed it");
+                }
+                if (servers > cache.Servers.Count)
+                    added.AddRange(await AcquireSharesAsync(updated, servers - cache.Servers.Count, cancellationToken).ConfigureAwait(false));
+                else
+                    removed.AddRange(cache.Servers.Skip(servers));
+                var kept = cache.Servers.Take(Math.Min(servers, cache.Servers.Count)).Select(id => _servers[id]).Concat(added).ToList();
+                updated = updated with
+                {
+                    RequestedBytes = (long)request.Capacity,
+                    Servers = kept.Select(s => s.ServerId).ToList(),
+                    PricePerHour = kept.Sum(PriceOf),
+                };
+            }
+            bool configChanged = updated.Config != cache.Config;
+            var change = new StoreChange();
+            change.PutCaches.Add(updated);
+            foreach (var s in added)
+                change.PutServers.Add(s with { CacheId = cache.CacheId });
+            foreach (string id in removed)
+            {
+                await DropQuietlyAsync(_servers[id], cache.CacheId).ConfigureAwait(false);
+                var kept = await _allocator.ReleaseAsync(_servers[id], _servers.Values.ToList(), CancellationToken.None).ConfigureAwait(false);
+                if (kept is null)
+                    change.DeleteServers.Add(id);
+                else
+                    change.PutServers.Add(kept);
+            }
+            if (configChanged)
+                AddEvent(change, updated, e => e.ConfigChanged = new ConfigChanged { Config = Protos.ToProto(updated.Config) });
+            try
+            {
+                await CommitAsync(change, cancellationToken).ConfigureAwait(false);
+            }
+            catch
+            {
+                foreach (var s in added)
+                    await _allocator.ReleaseAsync(s, _servers.Values.ToList(), CancellationToken.None).ConfigureAwait(false);
+                throw;
+            }
+            return (updated, configChanged, added.Select(s => s.ServerId).ToList(), removed);
+        }
+        finally
+        {
+            _lock.Release();
+        }
+    }
+
+    // More servers for a cache at its share (regions per server), cheapest first.
+    private async Task<List<ServerRecord>> AcquireSharesAsync(CacheRecord cache, int count, CancellationToken cancellationToken)
+    {
+        var request = new PlacementRequest(count * (long)cache.RegionsPerServer * cache.RegionBytes, cache.Config.ServerThreads, cache.Duration);
+        var offers = _allocator.Offers(_servers.Values.ToList())
+            .Where(o => _catalogue.RegionsOf(o.Type) >= cache.RegionsPerServer).ToList();
+        var eligible = offers.Where(o => o.Type.Cores >= Math.Max(1, cache.Config.ServerThreads) &&
+                                         (!o.Spot || _catalogue.SpotPolicy.Allows(cache.Duration, cache.RegionsPerServer * cache.RegionBytes)))
+                             .OrderBy(o => o.Type.PricePerHour(o.Spot)).ToList();
+        if (eligible.Sum(o => o.Count) < count)
+            throw new ManagerException(StatusCode.ResourceExhausted,
+                $"growing the cache needs {count} more VM(s) with {cache.RegionsPerServer} regions and {Math.Max(1, cache.Config.ServerThreads)} core(s); {eligible.Sum(o => o.Count)} are available ({request.CapacityBytes} bytes)");
+        var acquired = new List<ServerRecord>();
+        try
+        {
+            foreach (var offer in eligible)
+                for (int i = 0; i < offer.Count && acquired.Count < count; i++)
+                {
+                    var s = await _allocator.AcquireAsync(offer.Type, offer.Spot, _servers.Values.Where(v => acquired.All(a => a.ServerId != v.ServerId)).ToList(), cancellationToken)
+                                            .ConfigureAwait(false);
+                    acquired.Add(s);
+                }
+            return acquired;
+        }
+        catch (AllocatorException e)
+        {
+            foreach (var s in acquired)
+                await _allocator.ReleaseAsync(s, _servers.Values.ToList(), CancellationToken.None).ConfigureAwait(false);
+            throw new ManagerException(StatusCode.ResourceExhausted, $"cannot rent more VMs: {e.Message}");
+        }
+    }
+
+    private double PriceOf(ServerRecord server) =>
+        _catalogue.Find(server.VmType) is { } type ? type.PricePerHour(server.Spot && type.SpotPerHour is not null) : 0;
+
+    /// <summary>The servers of <paramref name="cache"/> as a client needs them: endpoint, regions and a capability valid until the lease ends.</summary>
+    public IReadOnlyList<CacheServer> ServersOf(CacheRecord cache)
+    {
+        var list = new List<CacheServer>();
+        lock (_caches)
+        {
+            foreach (string id in cache.Servers)
+            {
+                if (!_servers.TryGetValue(id, out var server))
+                    continue;
+                list.Add(new CacheServer
+                {
+                    ServerId = id,
+                    Endpoint = server.Endpoints.TryGetValue(cache.Transport, out var e) ? e : "",
+                    Regions = (uint)cache.RegionsPerServer,
+                    RegionSize = (ulong)cache.RegionBytes,
+                    Capability = RemoteCacheCapability.Mint(_admissionKey, cache.CacheId, id, cache.RegionsPerServer, cache.LeaseExpires),
+                    VmType = server.VmType,
+                    Spot = server.Spot,
+                });
+            }
+        }
+        return list;
+    }
+
+    // ---- watchers --------------------------------------------------------------------------------------------
+
+    /// <summary>
+    /// The stored events of a cache of <paramref name="tenant"/> from <paramref name="fromSequence"/> on, and whether the
+    /// cache still exists (a deleted one's events stay readable by its tenant).
+    /// </summary>
+    public async Task<(IReadOnlyList<StoredEvent> Events, bool Live)> BacklogAsync(string tenant, ulong cacheId, long fromSequence, CancellationToken cancellationToken)
+    {
+        bool live;
+        lock (_caches)
+            live = _caches.TryGetValue(cacheId, out var c) && c.Tenant == tenant;
+        var events = await _store.EventsAsync(cacheId, Math.Max(fromSequence, 1), cancellationToken).ConfigureAwait(false);
+        if (!live && (events.Count == 0 || events.Any(e => e.Tenant != tenant)))
+        {
+            // A deleted cache's events stay readable by its tenant (a watcher resuming after the deletion gets it).
+            var all = events.Count > 0 ? events : await _store.EventsAsync(cacheId, 1, cancellationToken).ConfigureAwait(false);
+            if (all.Count == 0 || all[0].Tenant != tenant)
+                throw NotFound(cacheId);
+        }
+        return (events, live);
+    }
+
+    // ---- operators -------------------------------------------------------------------------------------------
+
+    /// <summary>Every server, with what its last probe said.</summary>
+    public IReadOnlyList<ServerRecord> Servers()
+    {
+        lock (_caches)
+            return _servers.Values.OrderBy(s => s.ServerId, StringComparer.Ordinal)
+                .Select(s => _probes.TryGetValue(s.ServerId, out var p) ? s with { MemoryLent = p.MemoryLent, LastProbe = p.At } : s).ToList();
+    }
+
+    public async Task<ServerRecord> AddServerAsync(IReadOnlyDictionary<string, string> endpoints, string vmType, bool spot, CancellationToken cancellationToken)
+    {
+        if (_allocator.Name != StaticPoolAllocator.AllocatorName)
+            throw new ManagerException(StatusCode.FailedPrecondition, $"this manager runs the {_allocator.Name} allocator; servers are added to a static pool only (--allocator static)");
+        var type = _catalogue.Find(vmType) ?? throw new ManagerException(StatusCode.InvalidArgument, $"vm_type '{vmType}' is not in the catalogue");
+        if (spot && type.SpotPerHour is null)
+            throw new ManagerException(StatusCode.InvalidArgument, $"vm_type '{vmType}' has no spot price");
+        if (!endpoints.ContainsKey("tcp"))
+            throw new ManagerException(StatusCode.InvalidArgument, "endpoints must include a tcp one (the admin interface is reached there)");
+        var probeTarget = new ServerRecord("", endpoints, vmType, spot, StaticPoolAllocator.AllocatorName);
+        ServerProbe probe;
+        try
+        {
+            using var timeout = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
+            timeout.CancelAfter(_options.ProbeTimeout * 3);
+            probe = await _admin.ProbeAsync(probeTarget, timeout.Token).ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is RemoteCacheException or OperationCanceledException && !cancellationToken.IsCancellationRequested)
+        {
+            throw new ManagerException(StatusCode.FailedPrecondition, $"the server at {endpoints["tcp"]} did not answer the admin interface with this manager's admission key: {e.Message}");
+        }
+        if (probe.RegionBytes != _catalogue.RegionBytes)
+            throw new ManagerException(StatusCode.FailedPrecondition, $"the server {probe.ServerId} lends regions of {probe.RegionBytes} bytes; the catalogue's are {_catalogue.RegionBytes} (--region-size)");
+        long needed = _catalogue.RegionsOf(type) * _catalogue.RegionBytes;
+        if (probe.MemoryLimit < needed)
+            throw new ManagerException(StatusCode.FailedPrecondition, $"the server {probe.ServerId} may lend {probe.MemoryLimit} bytes; a {vmType} lends {needed} (--memory-limit)");
+        await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
+        try
+        {
+            if (_servers.ContainsKey(probe.ServerId))
+                throw new ManagerException(StatusCode.AlreadyExists, $"server {probe.ServerId} is already in the pool");
+            var server = probeTarget with { ServerId = probe.ServerId, LastProbe = _time.GetUtcNow(), MemoryLent = probe.MemoryLent };
+            var change = new StoreChange();
+            change.PutServers.Add(server);
+            await CommitAsync(change, cancellationToken).ConfigureAwait(false);
+            return server;
+        }
+        finally
+        {
+            _lock.Release();
+        }
+    }
+
+    public async Task RemoveServerAsync(string serverId, CancellationToken cancellationToken)
+    {
+        await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
+        try
+        {
+            var server = Server(serverId);
+            if (server.CacheId != 0)
+                throw new ManagerException(StatusCode.FailedPrecondition, $"server {serverId} holds cache {server.CacheId}; drain it and wait for the cache to leave");
+            await _allocator.RetireAsync(server, cancellationToken).ConfigureAwait(false);
+            var change = new StoreChange();
+            change.DeleteServers.Add(serverId);
+            await CommitAsync(change, cancellationToken).ConfigureAwait(false);
+        }
+        finally
+        {
+            _lock.Release();
+        }
+    }
+
+    public Task<ServerRecord> DrainServerAsync(string serverId, CancellationToken cancellationToken) =>
+        UpdateServerAsync(serverId, s => s.Status == ServerStatus.Ready ? s with { Status = ServerStatus.Draining } : s, null, cancellationToken);
+
+    public async Task<DateTimeOffset> ReclaimServerAsync(string serverId, TimeSpan notice, CancellationToken cancellationToken)
+    {
+        if (notice <= TimeSpan.Zero || notice > TimeSpan.FromDays(1))
+            throw new ManagerException(StatusCode.InvalidArgument, $"notice {notice} must be positive and at most a day");
+        var deadline = _time.GetUtcNow() + notice;
+        var server = await UpdateServerAsync(serverId, s =>
+        {
+            if (s.Status == ServerStatus.Failed)
+                throw new ManagerException(StatusCode.FailedPrecondition, $"server {serverId} has failed; there is nothing left to reclaim");
+            return s with { Status = ServerStatus.Reclaiming, ReclaimDeadline = s.ReclaimDeadline is { } d && d < deadline ? d : deadline };
+        }, (change, s, cache) => AddEvent(change, cache, e => e.ReclaimNotice = new ReclaimNotice
+        {
+            ServerId = s.ServerId, FirstRegion = (uint)(cache.Servers.ToList().IndexOf(s.ServerId) * cache.RegionsPerServer),
+            Regions = (uint)cache.RegionsPerServer, Deadline = Timestamp.FromDateTimeOffset(s.ReclaimDeadline!.Value),
+        }), cancellationToken).ConfigureAwait(false);
+        return server.ReclaimDeadline!.Value;
+    }
+
+    private async Task<ServerRecord> UpdateServerAsync(string serverId, Func<ServerRecord, ServerRecord> update,
+                                                       Action<StoreChange, ServerRecord, CacheRecord>? cacheEvent, CancellationToken cancellationToken)
+    {
+        await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
+        try
+        {
+            var server = update(Server(serverId));
+            var change = new StoreChange();
+            change.PutServers.Add(server);
+            if (cacheEvent is not null && _caches.TryGetValue(server.CacheId, out var cache))
+                cacheEvent(change, server, cache);
+            await CommitAsync(change, cancellationToken).ConfigureAwait(false);
+            return server;
+        }
+        finally
+        {
+            _lock.Release();
+        }
+    }
+
+    // ---- background: probes, leases, deadlines ---------------------------------------------------------------
+
+    /// <summary>Probes every server once; one that does not answer (twice in a row) is declared failed and its cache's watchers are told.</summary>
+    public async Task ProbeAllAsync(CancellationToken cancellationToken)
+    {
+        List<ServerRecord> servers;
+        lock (_caches)
+            servers = _servers.Values.Where(s => s.Status != ServerStatus.Failed || s.Allocator == StaticPoolAllocator.AllocatorName).ToList();
+        var probes = servers.Select(async s => (Server: s, Result: await ProbeTwiceAsync(s, cancellationToken).ConfigureAwait(false)));
+        foreach (var (server, result) in await Task.WhenAll(probes).ConfigureAwait(false))
+        {
+            if (result.Probe is { } probe)
+            {
+                _probes[server.ServerId] = probe with { At = _time.GetUtcNow() };
+                if (server.Status == ServerStatus.Failed && server.CacheId == 0)
+                    await UpdateServerAsync(server.ServerId, s => s with { Status = ServerStatus.Ready, FailureReason = null }, null, cancellationToken).ConfigureAwait(false);
+            }
+            else if (server.Status != ServerStatus.Failed)
+            {
+                await ServerFailedAsync(server.ServerId, result.Error!, cancellationToken).ConfigureAwait(false);
+            }
+        }
+    }
+
+    private async Task<(ServerProbe? Probe, string? Error)> ProbeTwiceAsync(ServerRecord server, CancellationToken cancellationToken)
+    {
+        string? error = null;
+        for (int attempt = 0; attempt < 2; attempt++)
+        {
+            try
+            {
+                using var timeout = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
+                timeout.CancelAfter(_options.ProbeTimeout);
+                var probe = await _admin.ProbeAsync(server, timeout.Token).ConfigureAwait(false);
+                if (probe.ServerId != server.ServerId)
+                    return (null, $"{server.AdminEndpoint} is now server '{probe.ServerId}'");
+                return (probe, null);
+            }
+            catch (Exception e) when (e is RemoteCacheException or OperationCanceledException && !cancellationToken.IsCancellationRequested)
+            {
+                error = e is OperationCanceledException ? $"no answer to a probe within {_options.ProbeTimeout.TotalMilliseconds:0} ms" : e.Message;
+            }
+        }
+        return (null, error);
+    }
+
+    /// <summary>Declares <paramref name="serverId"/> failed (its process ended, or it missed its probes).</summary>
+    public async Task ServerFailedAsync(string serverId, string reason, CancellationToken cancellationToken)
+    {
+        await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
+        try
+        {
+            if (!_servers.TryGetValue(serverId, out var server) || server.Status == ServerStatus.Failed)
+                return;
+            _logger.LogWarning("Server {ServerId} failed: {Reason}", serverId, reason);
+            var change = new StoreChange();
+            var failed = server with { Status = ServerStatus.Failed, FailureReason = reason };
+            if (failed.CacheId == 0 && failed.Allocator == LocalProcessAllocator.AllocatorName)
+                change.DeleteServers.Add(serverId);
+            else
+                change.PutServers.Add(failed);
+            if (_caches.TryGetValue(server.CacheId, out var cache))
+                AddFailureEvent(change, cache, failed, reason);
+            await CommitAsync(change, cancellationToken).ConfigureAwait(false);
+        }
+        finally
+        {
+            _lock.Release();
+        }
+    }
+
+    /// <summary>Ends expired leases (the cache is freed everywhere), warns leases about to end, retires servers past their reclaim deadline.</summary>
+    public async Task TickAsync(CancellationToken cancellationToken)
+    {
+        var now = _time.GetUtcNow();
+        await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
+        try
+        {
+            foreach (var cache in _caches.Values.Where(c => c.LeaseExpires <= now).ToList())
+                await RemoveCacheAsync(cache, $"its lease ended at {cache.LeaseExpires:O}", cancellationToken).ConfigureAwait(false);
+            var warn = new StoreChange();
+            foreach (var cache in _caches.Values.Where(c => !c.ExpiryWarned && c.LeaseExpires - now <= c.LeaseLength * _options.LeaseWarningShare).ToList())
+            {
+                var warned = cache with { ExpiryWarned = true };
+                warn.PutCaches.Add(warned);
+                AddEvent(warn, warned, e => e.LeaseExpiring = new LeaseExpiring { Expires = Timestamp.FromDateTimeOffset(warned.LeaseExpires) });
+            }
+            if (warn.PutCaches.Count > 0)
+                await CommitAsync(warn, cancellationToken).ConfigureAwait(false);
+            foreach (var server in _servers.Values.Where(s => s.Status == ServerStatus.Reclaiming && s.ReclaimDeadline <= now).ToList())
+            {
+                await _allocator.RetireAsync(server, cancellationToken).ConfigureAwait(false);
+                var change = new StoreChange();
+                if (_caches.TryGetValue(server.CacheId, out var cache))
+                {
+                    var failed = server with { Status = ServerStatus.Failed, FailureReason = "reclaimed at its deadline" };
+                    change.PutServers.Add(failed);
+                    AddFailureEvent(change, cache, failed, failed.FailureReason);
+                }
+                else
+                {
+                    change.DeleteServers.Add(server.ServerId);
+                }
+                await CommitAsync(change, cancellationToken).ConfigureAwait(false);
+            }
+        }
+        finally
+        {
+            _lock.Release();
+        }
+    }
+
+    /// <summary>At shutdown: free local servers stop; the ones holding caches keep serving.</summary>
+    public async ValueTask DisposeAsync()
+    {
+        await _lock.WaitAsync().ConfigureAwait(false);
+        try
+        {
+            await _allocator.ShutdownAsync(_servers.Values.ToList(), CancellationToken.None).ConfigureAwait(false);
+        }
+        finally
+        {
+            _lock.Release();
+        }
+    }
+
+    // ---- helpers ---------------------------------------------------------------------------------------------
+
+    // Under the lock: drops the cache on its servers, returns them, deletes it, tells its watchers.
+    private async Task RemoveCacheAsync(CacheRecord cache, string reason, CancellationToken cancellationToken)
+    {
+        var change = new StoreChange();
+        foreach (string id in cache.Servers)
+        {
+            if (!_servers.TryGetValue(id, out var server))
+                continue;
+            if (server.Status != ServerStatus.Failed)
+                await DropQuietlyAsync(server, cache.CacheId).ConfigureAwait(false);
+            var free = server with { CacheId = 0 };
+            var kept = server.Status == ServerStatus.Failed && server.Allocator == LocalProcessAllocator.AllocatorName
+                ? null
+                : await _allocator.ReleaseAsync(free, _servers.Values.ToList(), cancellationToken).ConfigureAwait(false);
+            if (kept is null)
+                change.DeleteServers.Add(id);
+            else
+                change.PutServers.Add(kept);
+        }
+        change.DeleteCaches.Add(cache.CacheId);
+        AddEvent(change, cache, e => e.CacheDeleted = new CacheDeleted { Reason = reason });
+        await CommitAsync(change, cancellationToken).ConfigureAwait(false);
+        _logger.LogInformation("Deleted cache {CacheId} of {Tenant}: {Reason}", cache.CacheId, cache.Tenant, reason);
+    }
+
+    private async Task DropQuietlyAsync(ServerRecord server, ulong cacheId)
+    {
+        try
+        {
+            using var timeout = new CancellationTokenSource(_options.ProbeTimeout * 3);
+            await _admin.DropAsync(server, cacheId, timeout.Token).ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is RemoteCacheException or OperationCanceledException)
+        {
+            // The server's own lease check frees the cache when its capabilities expire.
+            _logger.LogWarning("Could not drop cache {CacheId} on {ServerId}: {Reason}; it is freed there when its lease ends", cacheId, server.ServerId, e.Message);
+        }
+    }
+
+    // Commits, then makes the change visible and tells watchers. Called under the lock (or before serving).
+    private async Task<IReadOnlyList<StoredEvent>> CommitAsync(StoreChange change, CancellationToken cancellationToken)
+    {
+        var events = await _store.ApplyAsync(change, cancellationToken).ConfigureAwait(false);
+        lock (_caches)
+        {
+            foreach (ulong id in change.DeleteCaches)
+                _caches.Remove(id);
+            foreach (var cache in change.PutCaches)
+                _caches[cache.CacheId] = cache;
+            foreach (string id in change.DeleteServers)
+                _servers.Remove(id);
+            foreach (var server in change.PutServers)
+                _servers[server.ServerId] = server;
+        }
+        Events.Publish(events);
+        return events;
+    }
+
+    private void AddEvent(StoreChange change, CacheRecord cache, Action<CacheEvent> fill)
+    {
+        var time = Timestamp.FromDateTimeOffset(_time.GetUtcNow());
+        change.Events.Add((cache.CacheId, cache.Tenant, sequence =>
+        {
+            var e = new CacheEvent { Sequence = (ulong)sequence, CacheId = cache.CacheId, Time = time };
+            fill(e);
+            return e.ToByteArray();
+        }));
+    }
+
+    private void AddFailureEvent(StoreChange change, CacheRecord cache, ServerRecord server, string reason) =>
+        AddEvent(change, cache, e => e.ServerFailed = new ServerFailed
+        {
+            ServerId = server.ServerId, FirstRegion = (uint)(cache.Servers.ToList().IndexOf(server.ServerId) * cache.RegionsPerServer),
+            Regions = (uint)cache.RegionsPerServer, Reason = reason,
+        });
+
+    private CacheRecord Owned(string tenant, ulong cacheId) =>
+        _caches.TryGetValue(cacheId, out var cache) && cache.Tenant == tenant ? cache : throw NotFound(cacheId);
+
+    // Another tenant's cache and no cache get the same answer: ids say nothing about who holds what.
+    private static ManagerException NotFound(ulong cacheId) => new(StatusCode.NotFound, $"cache {cacheId} does not exist (or is not yours)");
+
+    private ServerRecord Server(string serverId) =>
+        _servers.TryGetValue(serverId, out var s) ? s : throw new ManagerException(StatusCode.NotFound, $"server '{serverId}' is not in the pool");
+
+    private ulong NewCacheId()
+    {
+        while (true)
+        {
+            // Random, below 2^63 (SQLite integers are signed), never 0: ids of caches on a server never collide across managers' restarts.
+            ulong id = BitConverter.ToUInt64(RandomNumberGenerator.GetBytes(8)) >> 1;
+            if (id != 0 && !_caches.ContainsKey(id))
+                return id;
+        }
+    }
+
+    private IEnumerable<Measurement<long>> ServerMemory()
+    {
+        List<ServerRecord> servers;
+        lock (_caches)
+            servers = _servers.Values.ToList();
+        foreach (var s in servers)
+            yield return new Measurement<long>(_probes.TryGetValue(s.ServerId, out var p) ? p.MemoryLent : 0, new KeyValuePair<string, object?>("server", s.ServerId),
+                new KeyValuePair<string, object?>("vm_type", s.VmType), new KeyValuePair<string, object?>("state", s.Status.ToString().ToLowerInvariant()));
+    }
+
+    private static TimeSpan Positive(Duration duration, string field)
+    {
+        TimeSpan value;
+        try
+        {
+            value = duration.ToTimeSpan();
+        }
+        catch (InvalidOperationException e)
+        {
+            throw new ManagerException(StatusCode.InvalidArgument, $"{field} is not a valid duration: {e.Message}");
+        }
+        if (value <= TimeSpan.Zero)
+            throw new ManagerException(StatusCode.InvalidArgument, $"{field} {value} must be positive");
+        return value;
+    }
+
+    // An unset or empty SLO asks for nothing: the cheapest configuration (one that does any work at all).
+    private static RemoteCacheSlo ToSlo(V1.Slo? slo, int recordSize)
+    {
+        var result = new RemoteCacheSlo
+        {
+            ReadLatency = slo?.ReadLatency is { } r ? Positive(r, "slo.read_latency") : null,
+            WriteLatency = slo?.WriteLatency is { } w ? Positive(w, "slo.write_latency") : null,
+            Throughput = slo?.Throughput ?? 0,
+            RecordSize = recordSize,
+        };
+        if (result.ReadLatency is null && result.WriteLatency is null && result.Throughput == 0)
+            result.Throughput = double.Epsilon;
+        if (result.Problem() is { } problem)
+            throw new ManagerException(StatusCode.InvalidArgument, $"the SLO {problem}");
+        return result;
+    }
+
+    private static SloRecord ToRecord(RemoteCacheSlo slo) =>
+        new(slo.ReadLatency?.TotalMicroseconds, slo.WriteLatency?.TotalMicroseconds, slo.Throughput == double.Epsilon ? 0 : slo.Throughput);
+}

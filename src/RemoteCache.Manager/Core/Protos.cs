@@ -1,0 +1,60 @@
+using System;
+using System.Collections.Generic;
+using Google.Protobuf.WellKnownTypes;
+using RemoteCache.Manager.Store;
+using RemoteCache.Manager.V1;
+
+namespace RemoteCache.Manager.Core;
+
+/// <summary>Records of the manager's state as the contract's messages.</summary>
+public static class Protos
+{
+    public static V1.CacheConfig ToProto(RemoteCache.CacheConfig c) => new()
+    {
+        ClientThreads = (uint)c.ClientThreads, ServerThreads = (uint)c.ServerThreads, BatchSize = (uint)c.BatchSize, QueueDepth = (uint)c.QueueDepth,
+    };
+
+    public static V1.Slo ToProto(SloRecord slo)
+    {
+        var proto = new V1.Slo { Throughput = slo.Throughput };
+        if (slo.ReadLatencyUs is { } r)
+            proto.ReadLatency = Duration.FromTimeSpan(TimeSpan.FromMicroseconds(r));
+        if (slo.WriteLatencyUs is { } w)
+            proto.WriteLatency = Duration.FromTimeSpan(TimeSpan.FromMicroseconds(w));
+        return proto;
+    }
+
+    /// <summary>The cache with its servers (and their capabilities, minted for the current lease).</summary>
+    public static Cache ToProto(CacheRecord cache, IEnumerable<CacheServer> servers)
+    {
+        var proto = new Cache
+        {
+            CacheId = cache.CacheId, Name = cache.Name, Capacity = (ulong)cache.CapacityBytes, Slo = ToProto(cache.Slo), Config = ToProto(cache.Config),
+            Transport = cache.Transport, RecordSize = (uint)cache.RecordSize,
+            Lease = new Lease { Expires = Timestamp.FromDateTimeOffset(cache.LeaseExpires), Length = Duration.FromTimeSpan(cache.LeaseLength) },
+            Created = Timestamp.FromDateTimeOffset(cache.Created), PricePerHour = cache.PricePerHour,
+            PredictedLatency = Duration.FromTimeSpan(TimeSpan.FromMicroseconds(cache.PredictedLatencyUs)), PredictedThroughput = cache.PredictedThroughput,
+            Tenant = cache.Tenant, Token = cache.Token,
+        };
+        if (cache.Duration is { } d)
+            proto.Duration = Duration.FromTimeSpan(d);
+        proto.Servers.AddRange(servers);
+        return proto;
+    }
+
+    public static Server ToProto(ServerRecord s)
+    {
+        var proto = new Server
+        {
+            ServerId = s.ServerId, VmType = s.VmType, Spot = s.Spot, State = (ServerState)(int)s.Status, Allocator = s.Allocator, CacheId = s.CacheId,
+            MemoryLent = (ulong)s.MemoryLent,
+        };
+        foreach (var (transport, endpoint) in s.Endpoints)
+            proto.Endpoints.Add(transport, endpoint);
+        if (s.LastProbe is { } p)
+            proto.LastProbe = Timestamp.FromDateTimeOffset(p);
+        if (s.ReclaimDeadline is { } d)
+            proto.ReclaimDeadline = Timestamp.FromDateTimeOffset(d);
+        return proto;
+    }
+}

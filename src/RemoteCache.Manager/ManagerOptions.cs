@@ -1,0 +1,73 @@
+using System;
+using System.Collections.Generic;
+
+namespace RemoteCache.Manager;
+
+/// <summary>
+/// The manager's settings (configuration section "Manager"; the command line's flags map onto them, see
+/// <see cref="CommandLine"/>).
+/// </summary>
+public sealed class ManagerOptions
+{
+    /// <summary>The configuration section.</summary>
+    public const string Section = "Manager";
+
+    /// <summary>Where the manager keeps its database, admission key, generated API keys and local servers' files.</summary>
+    public string StateDirectory { get; set; } = DefaultStateDirectory();
+
+    /// <summary>The VM catalogue (JSON); null: <see cref="Catalogue.VmCatalogue.LocalDefault"/>.</summary>
+    public string? Catalogue { get; set; }
+
+    /// <summary>The directory of performance models; null: the models shipped next to the manager, else ./models.</summary>
+    public string? Models { get; set; }
+
+    /// <summary>API keys (JSON); null: a key file generated in the state directory on first start.</summary>
+    public string? Keys { get; set; }
+
+    /// <summary>The admission key shared with the servers; null: generated in the state directory on first start.</summary>
+    public string? AdmissionKey { get; set; }
+
+    /// <summary>"local" (start remotecache-server processes on this host) or "static" (an operator's pool).</summary>
+    public string Allocator { get; set; } = "local";
+
+    /// <summary>Transports offered, in order of preference when prices tie.</summary>
+    public List<string> Transports { get; set; } = new() { "tcp", "shm" };
+
+    /// <summary>How often every server is probed through its admin interface.</summary>
+    public TimeSpan ProbePeriod { get; set; } = TimeSpan.FromSeconds(2);
+
+    /// <summary>How long a probe may take before it counts as missed.</summary>
+    public TimeSpan ProbeTimeout { get; set; } = TimeSpan.FromSeconds(1);
+
+    /// <summary>The lease of an Allocate that names none.</summary>
+    public TimeSpan DefaultLease { get; set; } = TimeSpan.FromMinutes(10);
+
+    /// <summary>The longest lease (and renewal) a tenant may ask for.</summary>
+    public TimeSpan MaxLease { get; set; } = TimeSpan.FromDays(7);
+
+    /// <summary>The shortest lease: below it a client could not renew in time.</summary>
+    public TimeSpan MinLease { get; set; } = TimeSpan.FromSeconds(2);
+
+    /// <summary>A LeaseExpiring event goes out when this share of the lease is left.</summary>
+    public double LeaseWarningShare { get; set; } = 0.2;
+
+    /// <summary>Local allocator: the remotecache-server to start; null: the one shipped with the RemoteCache package.</summary>
+    public string? ServerPath { get; set; }
+
+    /// <summary>Local allocator: idle servers kept running per VM type, so that an Allocate need not start one.</summary>
+    public int Warm { get; set; }
+
+    /// <summary>A PEM certificate: the manager serves TLS with it (with <see cref="CertificateKey"/>).</summary>
+    public string? Certificate { get; set; }
+
+    /// <summary>The certificate's private key (PEM).</summary>
+    public string? CertificateKey { get; set; }
+
+    private static string DefaultStateDirectory()
+    {
+        string? state = Environment.GetEnvironmentVariable("XDG_STATE_HOME");
+        if (string.IsNullOrEmpty(state))
+            state = System.IO.Path.Combine(Environment.GetFolderPath(Environment.SpecialFolder.UserProfile), ".local", "state");
+        return System.IO.Path.Combine(state, "remotecache-manager");
+    }
+}

@@ -1,0 +1,243 @@
+using System;
+using System.CommandLine;
+using System.Globalization;
+using System.IO;
+using System.Linq;
+using System.Net;
+using System.Security.Cryptography;
+using System.Security.Cryptography.X509Certificates;
+using System.Threading;
+using System.Threading.Tasks;
+using Microsoft.AspNetCore.Authentication;
+using Microsoft.AspNetCore.Builder;
+using Microsoft.AspNetCore.Hosting;
+using Microsoft.AspNetCore.Server.Kestrel.Core;
+using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.Diagnostics.HealthChecks;
+using Microsoft.Extensions.Hosting;
+using Microsoft.Extensions.Logging;
+using Microsoft.Extensions.Options;
+using RemoteCache.Manager.Admin;
+using RemoteCache.Manager.Allocators;
+using RemoteCache.Manager.Catalogue;
+using RemoteCache.Manager.Core;
+using RemoteCache.Manager.Security;
+using RemoteCache.Manager.Services;
+using RemoteCache.Manager.Slo;
+using RemoteCache.Manager.Store;
+
+namespace RemoteCache.Manager;
+
+/// <summary><c>remotecache-manager</c>: the command line, and the service it hosts.</summary>
+public static class Program
+{
+    /// <summary>Where the manager listens by default (loopback, HTTP/2 without TLS).</summary>
+    public const string DefaultListen = "http://127.0.0.1:7400";
+
+    public static Task<int> Main(string[] args) => Command().Parse(args).InvokeAsync();
+
+    internal static RootCommand Command()
+    {
+        var listen = new Option<string>("--listen") { Description = $"Where to serve gRPC (http://HOST:PORT, or https://… with --certificate)", DefaultValueFactory = _ => DefaultListen };
+        var state = new Option<string?>("--state-dir") { Description = "Database, admission key, generated API keys, local servers' logs [default: $XDG_STATE_HOME/remotecache-manager]" };
+        var catalogue = new Option<string?>("--catalogue") { Description = "VM catalogue (JSON, docs/manager.md) [default: three local server sizes]" };
+        var models = new Option<string?>("--models") { Description = "Directory of SLO performance models [default: the models shipped with the manager]" };
+        var keys = new Option<string?>("--keys") { Description = "API keys file (JSON) [default: one key generated into the state directory]" };
+        var admission = new Option<string?>("--admission-key") { Description = "The admission key file shared with the servers [default: generated into the state directory]" };
+        var allocator = new Option<string>("--allocator") { Description = "local: start remotecache-server processes on this host; static: a pool of servers added with AddServer", DefaultValueFactory = _ => "local" };
+        allocator.AcceptOnlyFromAmong("local", "static");
+        var transports = new Option<string>("--transports") { Description = "Transports offered, preferred first when prices tie", DefaultValueFactory = _ => "tcp,shm" };
+        var warm = new Option<int>("--warm") { Description = "Local allocator: idle servers kept running per VM type (an Allocate then starts none)", DefaultValueFactory = _ => 0 };
+        var server = new Option<string?>("--server") { Description = "Local allocator: the remotecache-server to run [default: the one in the RemoteCache package]" };
+        var probe = new Option<double>("--probe-period") { Description = "Seconds between probes of each server", DefaultValueFactory = _ => 2 };
+        var lease = new Option<double>("--default-lease") { Description = "Seconds of a lease when Allocate names none", DefaultValueFactory = _ => 600 };
+        var certificate = new Option<string?>("--certificate") { Description = "PEM certificate: serve TLS (with --certificate-key)" };
+        var certificateKey = new Option<string?>("--certificate-key") { Description = "PEM private key of --certificate" };
+        var root = new RootCommand("remotecache-manager: allocates SLO-driven remote-memory caches over a priced VM catalogue, issues capabilities and leases, watches the servers")
+        {
+            listen, state, catalogue, models, keys, admission, allocator, transports, warm, server, probe, lease, certificate, certificateKey,
+        };
+        root.SetAction(async (parse, cancellationToken) =>
+        {
+            var options = new ManagerOptions
+            {
+                StateDirectory = parse.GetValue(state) ?? new ManagerOptions().StateDirectory,
+                Catalogue = parse.GetValue(catalogue),
+                Models = parse.GetValue(models),
+                Keys = parse.GetValue(keys),
+                AdmissionKey = parse.GetValue(admission),
+                Allocator = parse.GetValue(allocator)!,
+                Transports = parse.GetValue(transports)!.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).ToList(),
+                Warm = parse.GetValue(warm),
+                ServerPath = parse.GetValue(server),
+                ProbePeriod = TimeSpan.FromSeconds(parse.GetValue(probe)),
+                DefaultLease = TimeSpan.FromSeconds(parse.GetValue(lease)),
+                Certificate = parse.GetValue(certificate),
+                CertificateKey = parse.GetValue(certificateKey),
+            };
+            try
+            {
+                string address = parse.GetValue(listen)!;
+                if (!Uri.TryCreate(address, UriKind.Absolute, out var uri))
+                    throw new StartupException($"--listen {address}: not an address (http://HOST:PORT or https://HOST:PORT)");
+                await using var app = await BuildAsync(options, uri, parse.InvocationConfiguration.Output, cancellationToken).ConfigureAwait(false);
+                await app.RunAsync(cancellationToken).ConfigureAwait(false);
+                return 0;
+            }
+            catch (StartupException e)
+            {
+                await parse.InvocationConfiguration.Error.WriteLineAsync($"remotecache-manager: {e.Message}").ConfigureAwait(false);
+                return 1;
+            }
+        });
+        return root;
+    }
+
+    /// <summary>The configured service, state recovered, not yet serving.</summary>
+    /// <exception cref="StartupException">A file is missing or invalid, or the address is taken (the message says which).</exception>
+    public static async Task<WebApplication> BuildAsync(ManagerOptions options, Uri listen, TextWriter console, CancellationToken cancellationToken,
+                                                        Action<WebApplicationBuilder>? configure = null)
+    {
+        if (options.ProbePeriod <= TimeSpan.Zero || options.DefaultLease < options.MinLease || options.Warm < 0 || options.Transports.Count == 0)
+            throw new StartupException("--probe-period must be positive, --default-lease at least 2 s, --warm 0 or more, --transports not empty");
+        var endpoint = CheckListen(listen, options);
+        Directory.CreateDirectory(options.StateDirectory);
+        var catalogue = Load(() => options.Catalogue is null ? VmCatalogue.LocalDefault : VmCatalogue.Load(options.Catalogue));
+        string modelsDir = options.Models ?? Path.Combine(AppContext.BaseDirectory, "models");
+        var models = Load(() => ModelLibrary.Load(modelsDir));
+        foreach (string t in options.Transports.Where(t => !models.Transports.Contains(t)))
+            throw new StartupException($"--transports names {t}, but {modelsDir} has no {t} model");
+        string keysPath = options.Keys ?? Path.Combine(options.StateDirectory, "keys.json");
+        if (options.Keys is null && !File.Exists(keysPath))
+        {
+            string key = ApiKeyStore.Generate(keysPath, "default");
+            console.WriteLine($"generated {keysPath} with one API key (tenant 'default', roles tenant and operator): {key}");
+            console.WriteLine("  it is shown only now; clients send it as 'authorization: Bearer <key>'");
+        }
+        var keys = Load(() => ApiKeyStore.Load(keysPath));
+        string admissionPath = options.AdmissionKey ?? Path.Combine(options.StateDirectory, "admission.key");
+        if (options.AdmissionKey is null && !File.Exists(admissionPath))
+            ApiKeyStore.WritePrivate(admissionPath, RandomNumberGenerator.GetBytes(32));
+        byte[] admissionKey = Load(() => ReadAdmissionKey(admissionPath));
+
+        var builder = WebApplication.CreateBuilder(new WebApplicationOptions { Args = Array.Empty<string>(), ContentRootPath = AppContext.BaseDirectory });
+        builder.WebHost.ConfigureKestrel(kestrel => Listen(kestrel, listen, endpoint.Address, endpoint.Certificate));
+        builder.Logging.AddSimpleConsole(o => { o.SingleLine = true; o.TimestampFormat = "HH:mm:ss.fff "; });
+        var services = builder.Services;
+        services.AddSingleton(Options.Create(options));
+        services.AddSingleton(catalogue);
+        services.AddSingleton(models);
+        services.AddSingleton(keys);
+        services.AddSingleton(TimeProvider.System);
+        services.AddSingleton<ManagerMetrics>();
+        var store = await SqliteManagerStore.OpenAsync(Path.Combine(options.StateDirectory, "manager.db"), cancellationToken).ConfigureAwait(false);
+        services.AddSingleton<IManagerStore>(_ => store);  // a factory: the container disposes it (closing the database) with the app
+        services.AddSingleton<IServerAdmin>(new NativeServerAdmin(admissionKey));
+        services.AddSingleton<IServerAllocator>(sp => options.Allocator == StaticPoolAllocator.AllocatorName
+            ? new StaticPoolAllocator(catalogue)
+            : new LocalProcessAllocator(catalogue, options.ServerPath ?? RemoteCacheServer.ExecutablePath, Path.Combine(options.StateDirectory, "local"),
+                                        admissionPath, options.Warm, sp.GetRequiredService<ILoggerFactory>().CreateLogger<LocalProcessAllocator>()));
+        services.AddSingleton(sp => new ManagerCore(sp.GetRequiredService<IManagerStore>(), sp.GetRequiredService<IServerAllocator>(), sp.GetRequiredService<IServerAdmin>(), catalogue, models,
+            options, admissionKey, keys, TimeProvider.System, sp.GetRequiredService<ILogger<ManagerCore>>(), sp.GetRequiredService<ManagerMetrics>()));
+        services.AddHostedService<ManagerWorker>();
+        services.AddGrpc();
+        services.AddGrpcHealthChecks().AddAsyncCheck("store", async ct =>
+            await store.PingAsync(ct).ConfigureAwait(false) ? HealthCheckResult.Healthy() : HealthCheckResult.Unhealthy("the SQLite store does not answer"));
+        services.AddAuthentication(ApiKeyAuthenticationHandler.SchemeName)
+                .AddScheme<AuthenticationSchemeOptions, ApiKeyAuthenticationHandler>(ApiKeyAuthenticationHandler.SchemeName, null);
+        services.AddAuthorizationBuilder()
+                .AddPolicy(Roles.Tenant, p => p.RequireRole(Roles.Tenant))
+                .AddPolicy(Roles.Operator, p => p.RequireRole(Roles.Operator));
+
+        configure?.Invoke(builder);
+        var app = builder.Build();
+        app.UseAuthentication();
+        app.UseAuthorization();
+        app.MapGrpcService<CacheManagerService>();
+        app.MapGrpcService<ServerPoolService>();
+        app.MapGrpcHealthChecksService().AllowAnonymous();
+
+        var core = app.Services.GetRequiredService<ManagerCore>();
+        await core.StartAsync(cancellationToken).ConfigureAwait(false);
+        if (app.Services.GetRequiredService<IServerAllocator>() is LocalProcessAllocator local)
+            local.ServerExited += id => _ = core.ServerFailedAsync(id, "its process ended", CancellationToken.None);
+        app.Lifetime.ApplicationStarted.Register(() => console.WriteLine(string.Create(CultureInfo.InvariantCulture,
+            $"remotecache-manager serving on {listen} ({options.Allocator} allocator, {catalogue.VmTypes.Count} VM types, transports {string.Join(",", options.Transports)}, state in {options.StateDirectory})")));
+        return app;
+    }
+
+    // Checked before anything starts, so that a wrong address or certificate is a clear refusal, not a host failure.
+    private static (IPAddress? Address, X509Certificate2? Certificate) CheckListen(Uri listen, ManagerOptions options)
+    {
+        if (listen.Scheme is not ("http" or "https"))
+            throw new StartupException($"--listen {listen}: the scheme must be http or https");
+        bool tls = listen.Scheme == "https";
+        if (tls != (options.Certificate is not null))
+            throw new StartupException(tls ? "--listen https://… needs --certificate and --certificate-key" : "--certificate needs --listen https://…");
+        IPAddress? address = null;
+        if (listen.Host is not "localhost" && !IPAddress.TryParse(listen.Host, out address))
+            throw new StartupException($"--listen {listen}: the host must be an IP address or localhost");
+        X509Certificate2? certificate = null;
+        if (tls)
+            certificate = Load(() =>
+            {
+                try
+                {
+                    return X509Certificate2.CreateFromPemFile(options.Certificate!, options.CertificateKey);
+                }
+                catch (CryptographicException e)
+                {
+                    throw new FormatException($"--certificate {options.Certificate}: {e.Message}", e);
+                }
+            });
+        return (address, certificate);
+    }
+
+    private static void Listen(KestrelServerOptions kestrel, Uri listen, IPAddress? address, X509Certificate2? certificate)
+    {
+        void Configure(ListenOptions o)
+        {
+            o.Protocols = HttpProtocols.Http2;
+            if (certificate is not null)
+                o.UseHttps(certificate);
+        }
+        if (address is null)
+            kestrel.ListenLocalhost(listen.Port, Configure);
+        else
+            kestrel.Listen(address, listen.Port, Configure);
+    }
+
+    private static byte[] ReadAdmissionKey(string path)
+    {
+        if ((File.GetUnixFileMode(path) & (UnixFileMode.GroupRead | UnixFileMode.GroupWrite | UnixFileMode.OtherRead | UnixFileMode.OtherWrite)) != 0)
+            throw new FormatException($"the admission key file {path} is readable or writable by others: chmod 600 it");
+        byte[] key = File.ReadAllBytes(path);
+        if (key.Length < RemoteCacheCapability.MinAdmissionKeyBytes)
+            throw new FormatException($"the admission key in {path} has {key.Length} bytes; at least {RemoteCacheCapability.MinAdmissionKeyBytes} are needed");
+        return key;
+    }
+
+    private static T Load<T>(Func<T> load)
+    {
+        try
+        {
+            return load();
+        }
+        catch (Exception e) when (e is FormatException or IOException or UnauthorizedAccessException)
+        {
+            throw new StartupException(e.Message, e);
+        }
+    }
+}
+
+/// <summary>The manager cannot start; the message says why.</summary>
+public sealed class StartupException : Exception
+{
+    public StartupException(string message) : base(message)
+    {
+    }
+
+    public StartupException(string message, Exception inner) : base(message, inner)
+    {
+    }
+}

@@ -1,0 +1,124 @@
+using System;
+using System.Linq;
+using System.Security.Claims;
+using System.Threading.Tasks;
+using Grpc.Core;
+using Microsoft.AspNetCore.Authorization;
+using RemoteCache.Manager.Core;
+using RemoteCache.Manager.Security;
+using RemoteCache.Manager.V1;
+
+namespace RemoteCache.Manager.Services;
+
+/// <summary>The tenants' service: caches of the caller's tenant only.</summary>
+[Authorize(Policy = Roles.Tenant)]
+public sealed class CacheManagerService : CacheManager.CacheManagerBase
+{
+    private readonly ManagerCore _core;
+
+    public CacheManagerService(ManagerCore core) => _core = core;
+
+    public override Task<AllocateResponse> Allocate(AllocateRequest request, ServerCallContext context) => Guard(async () =>
+    {
+        var (cache, sequence) = await _core.AllocateAsync(Tenant(context), request, context.CancellationToken).ConfigureAwait(false);
+        return new AllocateResponse { Cache = Protos.ToProto(cache, _core.ServersOf(cache)), EventSequence = (ulong)sequence };
+    });
+
+    public override Task<ReallocateResponse> Reallocate(ReallocateRequest request, ServerCallContext context) => Guard(async () =>
+    {
+        var (cache, changed, added, removed) = await _core.ReallocateAsync(Tenant(context), request, context.CancellationToken).ConfigureAwait(false);
+        var servers = _core.ServersOf(cache);
+        var response = new ReallocateResponse { Cache = Protos.ToProto(cache, servers), ConfigChanged = changed };
+        response.Added.AddRange(servers.Where(s => added.Contains(s.ServerId)));
+        response.Removed.AddRange(removed.Select(id => new CacheServer { ServerId = id }));
+        return response;
+    });
+
+    public override Task<DeallocateResponse> Deallocate(DeallocateRequest request, ServerCallContext context) => Guard(async () =>
+    {
+        await _core.DeallocateAsync(Tenant(context), request.CacheId, context.CancellationToken).ConfigureAwait(false);
+        return new DeallocateResponse();
+    });
+
+    public override Task<Cache> GetCache(GetCacheRequest request, ServerCallContext context) => Guard(() =>
+    {
+        var cache = _core.Get(Tenant(context), request.CacheId);
+        return Task.FromResult(Protos.ToProto(cache, _core.ServersOf(cache)));
+    });
+
+    public override Task<ListCachesResponse> ListCaches(ListCachesRequest request, ServerCallContext context) => Guard(() =>
+    {
+        var response = new ListCachesResponse();
+        response.Caches.AddRange(_core.List(Tenant(context)).Select(c => Protos.ToProto(c, _core.ServersOf(c))));
+        return Task.FromResult(response);
+    });
+
+    public override Task<RenewLeaseResponse> RenewLease(RenewLeaseRequest request, ServerCallContext context) => Guard(async () =>
+    {
+        var cache = await _core.RenewLeaseAsync(Tenant(context), request.CacheId, request.ExtendBy, context.CancellationToken).ConfigureAwait(false);
+        var response = new RenewLeaseResponse { Lease = Protos.ToProto(cache, Array.Empty<CacheServer>()).Lease };
+        response.Servers.AddRange(_core.ServersOf(cache));
+        return response;
+    });
+
+    public override Task WatchEvents(WatchEventsRequest request, IServerStreamWriter<CacheEvent> responseStream, ServerCallContext context) => Guard(async () =>
+    {
+        string tenant = Tenant(context);
+        var token = context.CancellationToken;
+        // Subscribe before reading the backlog, so nothing committed in between is missed; duplicates are skipped by sequence.
+        var subscription = _core.Events.Subscribe(request.CacheId);
+        try
+        {
+            long last = 0;
+            if (request.FromSequence > 0)
+            {
+                var (backlog, live) = await _core.BacklogAsync(tenant, request.CacheId, (long)request.FromSequence, token).ConfigureAwait(false);
+                foreach (var stored in backlog)
+                {
+                    var e = CacheEvent.Parser.ParseFrom(stored.Payload);
+                    await responseStream.WriteAsync(e, token).ConfigureAwait(false);
+                    last = stored.Sequence;
+                    if (e.KindCase == CacheEvent.KindOneofCase.CacheDeleted)
+                        return true;
+                }
+                if (!live)
+                    return true;  // deleted, and its CacheDeleted was before from_sequence: nothing more will come
+            }
+            else
+            {
+                _core.Get(tenant, request.CacheId);  // NotFound unless it is the tenant's
+            }
+            await foreach (var stored in subscription.Reader.ReadAllAsync(token).ConfigureAwait(false))
+            {
+                if (stored.Sequence <= last || stored.Tenant != tenant)
+                    continue;
+                var e = CacheEvent.Parser.ParseFrom(stored.Payload);
+                await responseStream.WriteAsync(e, token).ConfigureAwait(false);
+                last = stored.Sequence;
+                if (e.KindCase == CacheEvent.KindOneofCase.CacheDeleted)
+                    break;
+            }
+            return true;
+        }
+        finally
+        {
+            _core.Events.Unsubscribe(request.CacheId, subscription);
+        }
+    });
+
+    private static string Tenant(ServerCallContext context) =>
+        context.GetHttpContext().User.FindFirstValue(ClaimTypes.Name) ?? throw new RpcException(new Status(StatusCode.Unauthenticated, "no tenant"));
+
+    /// <summary>Runs <paramref name="call"/>, turning the manager's refusals into their gRPC status.</summary>
+    internal static async Task<T> Guard<T>(Func<Task<T>> call)
+    {
+        try
+        {
+            return await call().ConfigureAwait(false);
+        }
+        catch (ManagerException e)
+        {
+            throw e.ToRpc();
+        }
+    }
+}

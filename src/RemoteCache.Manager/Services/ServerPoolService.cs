@@ -1,0 +1,61 @@
+using System;
+using System.Linq;
+using System.Threading.Tasks;
+using Google.Protobuf.WellKnownTypes;
+using Grpc.Core;
+using Microsoft.AspNetCore.Authorization;
+using RemoteCache.Manager.Core;
+using RemoteCache.Manager.Security;
+using RemoteCache.Manager.Store;
+using RemoteCache.Manager.V1;
+using static RemoteCache.Manager.Services.CacheManagerService;
+
+namespace RemoteCache.Manager.Services;
+
+/// <summary>The operators' service: the pool of servers.</summary>
+[Authorize(Policy = Roles.Operator)]
+public sealed class ServerPoolService : ServerPool.ServerPoolBase
+{
+    private static readonly TimeSpan s_defaultNotice = TimeSpan.FromSeconds(30);
+
+    private readonly ManagerCore _core;
+
+    public ServerPoolService(ManagerCore core) => _core = core;
+
+    public override Task<ListServersResponse> ListServers(ListServersRequest request, ServerCallContext context)
+    {
+        var response = new ListServersResponse();
+        response.Servers.AddRange(_core.Servers().Select(ToProto));
+        return Task.FromResult(response);
+    }
+
+    public override Task<V1.Server> AddServer(AddServerRequest request, ServerCallContext context) => Guard(async () =>
+        ToProto(await _core.AddServerAsync(request.Endpoints, request.VmType, request.Spot, context.CancellationToken).ConfigureAwait(false)));
+
+    public override Task<RemoveServerResponse> RemoveServer(RemoveServerRequest request, ServerCallContext context) => Guard(async () =>
+    {
+        await _core.RemoveServerAsync(request.ServerId, context.CancellationToken).ConfigureAwait(false);
+        return new RemoveServerResponse();
+    });
+
+    public override Task<V1.Server> DrainServer(DrainServerRequest request, ServerCallContext context) => Guard(async () =>
+        ToProto(await _core.DrainServerAsync(request.ServerId, context.CancellationToken).ConfigureAwait(false)));
+
+    public override Task<ReclaimServerResponse> ReclaimServer(ReclaimServerRequest request, ServerCallContext context) => Guard(async () =>
+    {
+        TimeSpan notice = request.Notice is null ? s_defaultNotice : request.Notice.ToTimeSpan();
+        var deadline = await _core.ReclaimServerAsync(request.ServerId, notice, context.CancellationToken).ConfigureAwait(false);
+        return new ReclaimServerResponse { Deadline = Timestamp.FromDateTimeOffset(deadline) };
+    });
+
+    private V1.Server ToProto(ServerRecord server)
+    {
+        var proto = Protos.ToProto(server);
+        if (_core.Catalogue.Find(server.VmType) is { } type)
+        {
+            proto.Memory = (ulong)(_core.Catalogue.RegionsOf(type) * _core.Catalogue.RegionBytes);
+            proto.Cores = (uint)type.Cores;
+        }
+        return proto;
+    }
+}

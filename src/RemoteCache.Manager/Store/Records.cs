@@ -1,0 +1,128 @@
+using System;
+using System.Collections.Generic;
+
+namespace RemoteCache.Manager.Store;
+
+/// <summary>The state of a server the manager knows (the protobuf ServerState without its prefix).</summary>
+public enum ServerStatus
+{
+    /// <summary>Takes new caches.</summary>
+    Ready = 1,
+
+    /// <summary>Keeps its cache, takes no new one.</summary>
+    Draining = 2,
+
+    /// <summary>A reclaim was announced; it goes at <see cref="ServerRecord.ReclaimDeadline"/>.</summary>
+    Reclaiming = 3,
+
+    /// <summary>Missed its probes (or its process ended).</summary>
+    Failed = 4,
+}
+
+/// <summary>A cache server (a VM): where it listens, what it is, and which cache rents it.</summary>
+/// <param name="ServerId">The identity capabilities name (the server's <c>--server-id</c>).</param>
+/// <param name="Endpoints">Transport → endpoint.</param>
+/// <param name="VmType">Its catalogue type.</param>
+/// <param name="Spot">Rented on the spot market.</param>
+/// <param name="Allocator">"local" (a process the manager started) or "static" (an operator's).</param>
+public sealed record ServerRecord(string ServerId, IReadOnlyDictionary<string, string> Endpoints, string VmType, bool Spot, string Allocator)
+{
+    public ServerStatus Status { get; init; } = ServerStatus.Ready;
+
+    /// <summary>The cache renting it; 0 when free.</summary>
+    public ulong CacheId { get; init; }
+
+    /// <summary>Bytes it lent when last probed.</summary>
+    public long MemoryLent { get; init; }
+
+    public DateTimeOffset? LastProbe { get; init; }
+
+    public DateTimeOffset? ReclaimDeadline { get; init; }
+
+    /// <summary>Process id of a local server (to find it again after a manager restart); 0 otherwise.</summary>
+    public int ProcessId { get; init; }
+
+    /// <summary>Why it failed, when it did.</summary>
+    public string? FailureReason { get; init; }
+
+    /// <summary>The endpoint the manager reaches its admin interface on (the tcp one).</summary>
+    public string AdminEndpoint => Endpoints.TryGetValue("tcp", out var e) ? e : throw new InvalidOperationException($"server {ServerId} has no tcp endpoint");
+}
+
+/// <summary>An SLO as stored: bounds in microseconds (null: none), throughput in operations per second.</summary>
+public sealed record SloRecord(double? ReadLatencyUs, double? WriteLatencyUs, double Throughput);
+
+/// <summary>A cache the manager allocated.</summary>
+public sealed record CacheRecord
+{
+    public required ulong CacheId { get; init; }
+
+    public required string Tenant { get; init; }
+
+    public string Name { get; init; } = "";
+
+    /// <summary>The secret its clients share (the native token).</summary>
+    public required string Token { get; init; }
+
+    public required long RequestedBytes { get; init; }
+
+    public required SloRecord Slo { get; init; }
+
+    public required CacheConfig Config { get; init; }
+
+    public required string Transport { get; init; }
+
+    public required int RecordSize { get; init; }
+
+    /// <summary>Its servers, in the order the cache maps its addresses onto them.</summary>
+    public required IReadOnlyList<string> Servers { get; init; }
+
+    public required int RegionsPerServer { get; init; }
+
+    public required long RegionBytes { get; init; }
+
+    public required DateTimeOffset Created { get; init; }
+
+    public required DateTimeOffset LeaseExpires { get; init; }
+
+    public required TimeSpan LeaseLength { get; init; }
+
+    /// <summary>Its likely lifetime; null: until deallocated.</summary>
+    public TimeSpan? Duration { get; init; }
+
+    public required double PricePerHour { get; init; }
+
+    public double PredictedLatencyUs { get; init; }
+
+    public double PredictedThroughput { get; init; }
+
+    /// <summary>Whether a LeaseExpiring event was sent for the current lease.</summary>
+    public bool ExpiryWarned { get; init; }
+
+    /// <summary>Bytes it provides: servers × regions × region size.</summary>
+    public long CapacityBytes => Servers.Count * (long)RegionsPerServer * RegionBytes;
+}
+
+/// <summary>An event as stored: its sequence, whose cache and tenant, and the serialized protobuf CacheEvent.</summary>
+public sealed record StoredEvent(long Sequence, ulong CacheId, string Tenant, byte[] Payload);
+
+/// <summary>What the manager recovers at start.</summary>
+public sealed record StoreSnapshot(IReadOnlyList<CacheRecord> Caches, IReadOnlyList<ServerRecord> Servers, long LastSequence);
+
+/// <summary>
+/// One atomic change of the durable state: caches and servers written or removed, events appended (their sequence
+/// numbers are given by the store, in order).
+/// </summary>
+public sealed class StoreChange
+{
+    public List<CacheRecord> PutCaches { get; } = new();
+
+    public List<ulong> DeleteCaches { get; } = new();
+
+    public List<ServerRecord> PutServers { get; } = new();
+
+    public List<string> DeleteServers { get; } = new();
+
+    /// <summary>Events to append: cache, tenant and a payload built from the sequence the store assigns.</summary>
+    public List<(ulong CacheId, string Tenant, Func<long, byte[]> Payload)> Events { get; } = new();
+}

@@ -1,0 +1,96 @@
+using System;
+using System.Collections.Generic;
+using System.IO;
+using System.Linq;
+using System.Text;
+using System.Threading;
+using System.Threading.Tasks;
+using RemoteCache.Manager.Store;
+using Xunit;
+
+namespace RemoteCache.Manager.Tests;
+
+public sealed class StoreTests : IDisposable
+{
+    private readonly string _dir = Directory.CreateTempSubdirectory("manager-store-").FullName;
+
+    public void Dispose() => Directory.Delete(_dir, recursive: true);
+
+    private static CacheRecord Cache(ulong id, string tenant) => new()
+    {
+        CacheId = id, Tenant = tenant, Name = "c" + id, Token = "t", RequestedBytes = 100, Slo = new SloRecord(10, null, 1e6),
+        Config = new CacheConfig(0, 1, 8, 4), Transport = "tcp", RecordSize = 8, Servers = new[] { "s1", "s2" }, RegionsPerServer = 2,
+        RegionBytes = 1 << 26, Created = DateTimeOffset.UnixEpoch, LeaseExpires = DateTimeOffset.UnixEpoch.AddHours(1), LeaseLength = TimeSpan.FromHours(1),
+        Duration = TimeSpan.FromMinutes(5), PricePerHour = 0.5,
+    };
+
+    [Fact]
+    public async Task ChangesSurviveReopeningAndSequencesAreNeverReused()
+    {
+        string path = Path.Combine(_dir, "m.db");
+        var server = new ServerRecord("s1", new Dictionary<string, string> { ["tcp"] = "tcp:127.0.0.1:1" }, "local-small", true, "local") { CacheId = 5, ProcessId = 42 };
+        await using (var store = await SqliteManagerStore.OpenAsync(path, CancellationToken.None))
+        {
+            var change = new StoreChange();
+            change.PutCaches.Add(Cache(5, "a"));
+            change.PutCaches.Add(Cache(6, "b"));
+            change.PutServers.Add(server);
+            change.Events.Add((5, "a", seq => Encoding.UTF8.GetBytes($"first {seq}")));
+            change.Events.Add((6, "b", seq => Encoding.UTF8.GetBytes($"second {seq}")));
+            var events = await store.ApplyAsync(change, CancellationToken.None);
+            Assert.Equal(new long[] { 1, 2 }, events.Select(e => e.Sequence));
+            var delete = new StoreChange();
+            delete.DeleteCaches.Add(6);
+            await store.ApplyAsync(delete, CancellationToken.None);
+        }
+        await using (var store = await SqliteManagerStore.OpenAsync(path, CancellationToken.None))
+        {
+            var snapshot = await store.LoadAsync(CancellationToken.None);
+            var cache = Assert.Single(snapshot.Caches);
+            Assert.Equal(Cache(5, "a") with { Servers = cache.Servers }, cache);
+            Assert.Equal(new[] { "s1", "s2" }, cache.Servers);
+            var loaded = Assert.Single(snapshot.Servers);
+            Assert.Equal(server.Endpoints, loaded.Endpoints);
+            Assert.Equal(server with { Endpoints = loaded.Endpoints }, loaded);
+            Assert.Equal(2, snapshot.LastSequence);
+            var mine = await store.EventsAsync(5, 1, CancellationToken.None);
+            Assert.Equal("first 1", Encoding.UTF8.GetString(Assert.Single(mine).Payload));
+            Assert.Empty(await store.EventsAsync(5, 2, CancellationToken.None));
+            var more = new StoreChange();
+            more.Events.Add((5, "a", seq => Encoding.UTF8.GetBytes($"third {seq}")));
+            Assert.Equal(3, (await store.ApplyAsync(more, CancellationToken.None)).Single().Sequence);
+            Assert.True(await store.PingAsync(CancellationToken.None));
+        }
+    }
+
+    [Fact]
+    public async Task AFailedChangeWritesNothing()
+    {
+        await using var store = await SqliteManagerStore.OpenAsync(Path.Combine(_dir, "m.db"), CancellationToken.None);
+        var change = new StoreChange();
+        change.PutCaches.Add(Cache(1, "a"));
+        change.Events.Add((1, "a", _ => throw new InvalidOperationException("payload failed")));
+        await Assert.ThrowsAsync<InvalidOperationException>(() => store.ApplyAsync(change, CancellationToken.None));
+        var snapshot = await store.LoadAsync(CancellationToken.None);
+        Assert.Empty(snapshot.Caches);
+        Assert.Empty(await store.EventsAsync(1, 1, CancellationToken.None));
+    }
+
+    [Fact]
+    public async Task AFileOfAnotherSchemaIsRefused()
+    {
+        string path = Path.Combine(_dir, "other.db");
+        await using (var store = await SqliteManagerStore.OpenAsync(path, CancellationToken.None))
+        {
+        }
+        using (var connection = new Microsoft.Data.Sqlite.SqliteConnection($"Data Source={path};Pooling=False"))
+        {
+            connection.Open();
+            using var command = connection.CreateCommand();
+            command.CommandText = "UPDATE meta SET value = '99' WHERE key = 'schema'";
+            command.ExecuteNonQuery();
+        }
+        var e = await Assert.ThrowsAsync<InvalidOperationException>(() => SqliteManagerStore.OpenAsync(path, CancellationToken.None));
+        Assert.Contains("schema version 99", e.Message);
+    }
+}

@@ -1,0 +1,215 @@
+using System;
+using System.Collections.Generic;
+using System.IO;
+using System.Linq;
+using System.Security.Cryptography;
+using System.Security.Cryptography.X509Certificates;
+using System.Text;
+using System.Threading;
+using System.Threading.Tasks;
+using Grpc.Core;
+using Grpc.Core.Interceptors;
+using Grpc.Net.Client;
+using Microsoft.AspNetCore.Builder;
+using Microsoft.AspNetCore.Hosting.Server;
+using Microsoft.AspNetCore.Hosting.Server.Features;
+using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.Logging;
+using RemoteCache.Manager.Catalogue;
+using RemoteCache.Manager.Security;
+using RemoteCache.Manager.V1;
+using RemoteCache.Slo;
+
+namespace RemoteCache.Manager.Tests;
+
+/// <summary>
+/// A manager in this process over a temporary state directory, with the local allocator (real remotecache-server
+/// processes), three API keys (tenants alice and bob, operator ops), a small catalogue and synthetic SLO models.
+/// Stop and start it again over the same state to test a restart.
+/// </summary>
+public sealed class TestManager : IAsyncDisposable
+{
+    public const string AliceKey = "alice-key-0123456789", BobKey = "bob-key-0123456789", OpsKey = "ops-key-0123456789";
+    public const long AliceQuota = 2L << 30;
+    public const long MiB = 1L << 20;
+
+    private readonly string _dir = Directory.CreateTempSubdirectory("manager-").FullName;
+    private WebApplication? _app;
+    private GrpcChannel? _channel;
+
+    public TestManager(int warm = 2, string allocator = "local", TimeSpan? probePeriod = null)
+    {
+        Options = new ManagerOptions
+        {
+            StateDirectory = Path.Combine(_dir, "state"),
+            Catalogue = Path.Combine(_dir, "catalogue.json"),
+            Models = Path.Combine(_dir, "models"),
+            Keys = Path.Combine(_dir, "keys.json"),
+            Allocator = allocator,
+            Warm = warm,
+            ProbePeriod = probePeriod ?? TimeSpan.FromMilliseconds(500),
+            ProbeTimeout = TimeSpan.FromMilliseconds(500),
+        };
+        File.WriteAllText(Options.Catalogue, Catalogue.ToJson());
+        Directory.CreateDirectory(Options.Models);
+        foreach (string transport in new[] { "tcp", "shm" })
+            Model(transport).Save(Path.Combine(Options.Models, $"{transport}-8.json"));
+        File.WriteAllText(Options.Keys, $$"""
+            { "keys": [
+              { "tenant": "alice", "sha256": "{{Hash(AliceKey)}}", "roles": ["tenant"], "quotaBytes": {{AliceQuota}} },
+              { "tenant": "bob", "sha256": "{{Hash(BobKey)}}", "roles": ["tenant"] },
+              { "tenant": "ops", "sha256": "{{Hash(OpsKey)}}", "roles": ["operator"] } ] }
+            """);
+    }
+
+    /// <summary>small: 256 MiB, 1 core, 0.02/h (spot 0.006); medium: 1 GiB, 2 cores, 0.10/h; regions of 64 MiB.</summary>
+    public static VmCatalogue Catalogue { get; } = new()
+    {
+        RegionBytes = 64 * MiB,
+        VmTypes = new[]
+        {
+            new VmType("small", 256 * MiB, 1, 0.02, 0.006, 4, 2),
+            new VmType("medium", 1024 * MiB, 2, 0.10, null, 2, 0),
+        },
+    };
+
+    public ManagerOptions Options { get; }
+
+    public string StateDirectory => Options.StateDirectory;
+
+    public byte[] AdmissionKey => File.ReadAllBytes(Path.Combine(StateDirectory, "admission.key"));
+
+    public Uri Address { get; private set; } = null!;
+
+    public WebApplication App => _app ?? throw new InvalidOperationException("not started");
+
+    /// <summary>Serves TLS with a self-signed certificate (for 127.0.0.1) written into the test's directory; clients trust only it.</summary>
+    public X509Certificate2 UseTls()
+    {
+        using var key = ECDsa.Create(ECCurve.NamedCurves.nistP256);
+        var request = new CertificateRequest("CN=127.0.0.1", key, HashAlgorithmName.SHA256);
+        var names = new SubjectAlternativeNameBuilder();
+        names.AddIpAddress(System.Net.IPAddress.Loopback);
+        request.CertificateExtensions.Add(names.Build());
+        var certificate = request.CreateSelfSigned(DateTimeOffset.UtcNow.AddMinutes(-5), DateTimeOffset.UtcNow.AddDays(1));
+        Options.Certificate = Path.Combine(_dir, "manager.pem");
+        Options.CertificateKey = Path.Combine(_dir, "manager.key");
+        File.WriteAllText(Options.Certificate, certificate.ExportCertificatePem());
+        File.WriteAllText(Options.CertificateKey, key.ExportPkcs8PrivateKeyPem());
+        _trusted = certificate;
+        return certificate;
+    }
+
+    private X509Certificate2? _trusted;
+
+    public async Task StartAsync()
+    {
+        var listen = new Uri(_trusted is null ? "http://127.0.0.1:0" : "https://127.0.0.1:0");
+        _app = await Program.BuildAsync(Options, listen, TextWriter.Null, CancellationToken.None,
+                                        b => b.Logging.SetMinimumLevel(LogLevel.Warning));
+        await _app.StartAsync();
+        Address = new Uri(_app.Services.GetRequiredService<IServer>().Features.Get<IServerAddressesFeature>()!.Addresses.First());
+        var handler = new System.Net.Http.SocketsHttpHandler();
+        if (_trusted is { } trusted)
+            handler.SslOptions.RemoteCertificateValidationCallback = (_, presented, _, _) => presented is not null && presented.GetCertHashString() == trusted.GetCertHashString();
+        _channel = GrpcChannel.ForAddress(Address, new GrpcChannelOptions { HttpHandler = handler });
+    }
+
+    public async Task StopAsync()
+    {
+        if (_channel is not null)
+            await _channel.ShutdownAsync();
+        _channel = null;
+        if (_app is not null)
+        {
+            await _app.StopAsync();
+            await _app.DisposeAsync();
+        }
+        _app = null;
+    }
+
+    public CacheManager.CacheManagerClient Tenant(string? key) => new(Invoker(key));
+
+    public ServerPool.ServerPoolClient Operator(string? key = OpsKey) => new(Invoker(key));
+
+    private CallInvoker Invoker(string? key)
+    {
+        var invoker = (_channel ?? throw new InvalidOperationException("not started")).CreateCallInvoker();
+        return key is null ? invoker : invoker.Intercept(m =>
+        {
+            m.Add("authorization", "Bearer " + key);
+            return m;
+        });
+    }
+
+    /// <summary>Options that open <paramref name="cache"/> as the manager allocated it.</summary>
+    public static RemoteCacheOptions ClientOptions(Cache cache) => new()
+    {
+        CacheId = cache.CacheId,
+        Token = cache.Token,
+        Capabilities = cache.Servers.Select(s => s.Capability).ToList(),
+        RegionsPerServer = (int)cache.Servers[0].Regions,
+        Config = new CacheConfig((int)cache.Config.ClientThreads, (int)cache.Config.ServerThreads, (int)cache.Config.BatchSize, (int)cache.Config.QueueDepth),
+        OperationTimeout = TimeSpan.FromSeconds(5),
+        ConnectTimeout = TimeSpan.FromSeconds(5),
+    };
+
+    public static Task<RemoteCacheClient> OpenAsync(Cache cache) =>
+        RemoteCacheClient.OpenAsync(cache.Servers.Select(s => s.Endpoint), ClientOptions(cache));
+
+    public async ValueTask DisposeAsync()
+    {
+        await StopAsync();
+        // Servers holding caches outlive a manager on purpose; the test's are stopped here.
+        foreach (string log in Directory.Exists(Path.Combine(StateDirectory, "local")) ? Directory.GetFiles(Path.Combine(StateDirectory, "local"), "*.log") : Array.Empty<string>())
+            StopServer(Path.GetFileNameWithoutExtension(log));
+        Directory.Delete(_dir, recursive: true);
+    }
+
+    /// <summary>Kills the local server <paramref name="serverId"/> (found by its command line).</summary>
+    public static bool StopServer(string serverId, bool kill = true)
+    {
+        foreach (string dir in Directory.GetDirectories("/proc"))
+        {
+            if (!int.TryParse(Path.GetFileName(dir), out int pid))
+                continue;
+            try
+            {
+                if (File.ReadAllText(Path.Combine(dir, "cmdline")).Split('\0').Contains(serverId))
+                {
+                    using var p = System.Diagnostics.Process.GetProcessById(pid);
+                    p.Kill();
+                    p.WaitForExit(5000);
+                    return true;
+                }
+            }
+            catch (Exception e) when (e is IOException or UnauthorizedAccessException or ArgumentException or InvalidOperationException)
+            {
+            }
+        }
+        return false;
+    }
+
+    private static string Hash(string key) => Convert.ToHexString(SHA256.HashData(Encoding.UTF8.GetBytes(key)));
+
+    // Reads: latency 2 µs · b · q / (s + 1) + 5 µs, throughput 1e5 · b · q · (s + 1); q ≤ 4, b ≤ 8, c = 0.
+    private static PerformanceModel Model(string transport)
+    {
+        int minS = transport == "tcp" ? 1 : 0;
+        var points = new List<ModelPoint>();
+        foreach (int s in new[] { 0, 1, 2 }.Where(s => s >= minS))
+            foreach (int b in s == 0 ? new[] { 1 } : new[] { 1, 2, 4, 8 })
+                foreach (int q in new[] { 1, 2, 4 })
+                    points.Add(new ModelPoint(0, s, b, q, 5 + 2.0 * b * q / (s + 1), 1e5 * b * q * (s + 1)));
+        return new PerformanceModel
+        {
+            Transport = transport,
+            Distance = "same-host",
+            RecordSize = 8,
+            Machine = new MachineDescription("test", 2, 1L << 30, "Linux"),
+            Measured = new MeasurementInfo("2026-11-23", "synthetic (tests)", "test", 1, 0),
+            Space = new ConfigurationSpace(0, minS, 2, 8, 4),
+            Operations = new Dictionary<SloOperation, List<ModelPoint>> { [SloOperation.Read] = points, [SloOperation.Write] = points },
+        };
+    }
+}
