@@ -83,6 +83,8 @@ inline std::string last_error() {
   return e ? std::string(e) : std::string("<null>");
 }
 
+inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
 inline std::chrono::milliseconds ms(int v) { return std::chrono::milliseconds(v); }
 
 // No completion for this long means the library hangs.

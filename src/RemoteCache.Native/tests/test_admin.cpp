@@ -37,7 +37,6 @@ std::string fresh_socket(const char* tag) {
   return "shm:" + path;
 }
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path);

@@ -1111,6 +1111,156 @@ TEST_P(Conformance, TwoServersMapInEndpointOrder) {
   EXPECT_TRUE(second.stop());
 }
 
+// ---- grow and shrink ------------------------------------------------------------------------------------
+
+rc_status grow(rc_cache* cache, const std::vector<std::string>& endpoints, const char* const* capabilities = nullptr) {
+  std::vector<const char*> eps;
+  for (const auto& e : endpoints) eps.push_back(e.c_str());
+  return rc_cache_grow(cache, eps.data(), eps.size(), capabilities);
+}
+
+// A cache grows by a server and shrinks back, again and again, while another session does verified
+// random I/O on the first server's range without pause: that I/O never fails, the added range holds
+// what is written there, and after a shrink I/O past the new capacity is refused as out of range.
+TEST_P(Conformance, GrowAndShrinkUnderVerifiedLoad) {
+  ServerProcess second;
+  ASSERT_TRUE(second.start(fresh_listen()));
+  const uint64_t kept = 2 * kRegionSize;  // regions_per_server = 2
+  for (const rc_config& config : {rc_config{0, 1, 16, 4}, rc_config{1, 1, 32, 8}, rc_config{0, 0, 1, 1}}) {
+    SCOPED_TRACE(str(config));
+    phase("open " + str(config));
+    CacheHandle cache;
+    ASSERT_TRUE(open(cache, make_options(fresh_cache_id(), config, 2)));
+    ASSERT_EQ(rc_cache_server_count(cache.c), 1u);
+    SessionHandle load, probe;
+    ASSERT_TRUE(session(cache, load));
+    ASSERT_TRUE(session(cache, probe));
+
+    std::atomic<bool> stop{false}, hung{false};
+    std::atomic<uint64_t> progress{0}, failures{0};
+    std::thread worker([&] {
+      std::vector<uint8_t> shadow(kept, 0);
+      std::mt19937_64 rng(777);
+      RandomIo p;
+      p.stop = &stop;
+      p.progress = &progress;
+      {
+        Pipeline pl(load.s, "load on the kept range");
+        const auto r = run_random_io(pl, shadow, p, rng);
+        hung = r.hung;
+        failures = pl.failures();
+      }
+      if (!hung && !verify_all(load.s, shadow, 0, "kept range after resizes")) ++failures;
+    });
+    struct Joiner {
+      std::atomic<bool>& stop;
+      std::thread& t;
+      ~Joiner() {
+        stop = true;
+        if (t.joinable()) t.join();
+      }
+    } joiner{stop, worker};
+    auto advanced = [&](const std::string& after) {
+      const uint64_t target = progress.load() + rctest::scaled(20, 5);
+      const auto deadline = Clock::now() + hang_limit();
+      while (progress.load() < target && failures.load() == 0 && !hung.load()) {
+        if (Clock::now() > deadline) return ::testing::AssertionFailure() << "no progress after " << after;
+        std::this_thread::sleep_for(1ms);
+      }
+      if (failures.load() != 0 || hung.load()) return ::testing::AssertionFailure() << "the load failed after " << after;
+      return ::testing::AssertionSuccess();
+    };
+
+    ASSERT_TRUE(advanced("open"));
+    for (int round = 0; round < 3; ++round) {
+      SCOPED_TRACE("round " + std::to_string(round));
+      phase("grow, round " + std::to_string(round));
+      ASSERT_EQ(grow(cache.c, {second.endpoint()}), RC_OK) << last_error();
+      ASSERT_EQ(rc_cache_capacity(cache.c), 2 * kept);
+      ASSERT_EQ(rc_cache_server_count(cache.c), 2u);
+      // The whole added range, up to the new server's last byte (the load owns the range below it).
+      const auto data = pattern(900 + static_cast<uint64_t>(round), kept);
+      ASSERT_EQ(sync_write(probe.s, kept, data.data(), data.size()), RC_OK) << last_error();
+      std::vector<uint8_t> back(data.size());
+      ASSERT_EQ(sync_read(probe.s, kept, back.data(), back.size()), RC_OK) << last_error();
+      ASSERT_TRUE(back == data) << "the grown range does not hold what was written";
+      ASSERT_TRUE(advanced("grow"));
+
+      phase("shrink, round " + std::to_string(round));
+      ASSERT_EQ(rc_cache_shrink(cache.c, 1), RC_OK) << last_error();
+      ASSERT_EQ(rc_cache_capacity(cache.c), kept);
+      ASSERT_EQ(rc_cache_server_count(cache.c), 1u);
+      uint8_t byte = 0;
+      EXPECT_EQ(rc_read(probe.s, kept, &byte, 1, 1), RC_E_OUT_OF_RANGE) << "a read past the shrunk cache";
+      EXPECT_TRUE(contains(last_error(), "outside the cache's " + std::to_string(kept) + " bytes")) << last_error();
+      ASSERT_TRUE(advanced("shrink"));
+    }
+    phase("stop the load");
+    stop = true;
+    worker.join();
+    if (hung) {
+      load.leak();
+      probe.leak();
+      cache.leak();
+      FAIL() << "the library hung";
+    }
+    EXPECT_EQ(failures.load(), 0u);
+    EXPECT_EQ(load.close(), RC_OK);
+    EXPECT_EQ(probe.close(), RC_OK);
+    EXPECT_EQ(cache.close(), RC_OK);
+    // Nothing keeps the dropped server's share.
+    EXPECT_EQ(second.wait_memory_in_use(0, 5000), 0u);
+  }
+  EXPECT_TRUE(second.stop());
+}
+
+// A grow that cannot be carried out changes nothing and leaves nothing behind; bad arguments are
+// refused with what was wrong.
+TEST_P(Conformance, GrowIsAllOrNothing) {
+  if (verbs()) GTEST_SKIP() << "the unreachable server is a tcp or shm path";
+  ServerProcess second;
+  ASSERT_TRUE(second.start(fresh_listen()));
+  rc_cache_options o = make_options(fresh_cache_id(), rc_config{0, 1, 8, 4}, 2);
+  o.connect_timeout_ms = 1000;
+  CacheHandle cache;
+  ASSERT_TRUE(open(cache, o));
+  SessionHandle s;
+  ASSERT_TRUE(session(cache, s));
+  const auto data = pattern(31, 4096);
+  ASSERT_EQ(sync_write(s.s, 100, data.data(), data.size()), RC_OK);
+
+  phase("grow onto a live server and a dead one");
+  const std::string dead = tcp() ? "tcp:127.0.0.1:1" : "shm:/tmp/rc-test-" + std::to_string(getpid()) + "-nobody.sock";
+  const rc_status st = grow(cache.c, {second.endpoint(), dead});
+  EXPECT_TRUE(st == RC_E_DISCONNECTED || st == RC_E_TIMEOUT) << sname(st) << ": " << last_error();
+  EXPECT_EQ(rc_cache_capacity(cache.c), 2 * kRegionSize);
+  EXPECT_EQ(rc_cache_server_count(cache.c), 1u);
+  EXPECT_EQ(second.wait_memory_in_use(0, 5000), 0u) << "the live server kept the failed grow's share";
+  std::vector<uint8_t> back(data.size());
+  ASSERT_EQ(sync_read(s.s, 100, back.data(), back.size()), RC_OK) << last_error();
+  EXPECT_TRUE(back == data);
+
+  phase("bad arguments");
+  EXPECT_EQ(rc_cache_grow(cache.c, nullptr, 1, nullptr), RC_E_INVALID_ARGUMENT);
+  EXPECT_EQ(grow(cache.c, {}), RC_E_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(last_error(), "at least one endpoint")) << last_error();
+  EXPECT_EQ(grow(cache.c, {"carrier-pigeon:somewhere"}), RC_E_INVALID_ARGUMENT);
+  const char* caps[] = {"not-a-capability"};
+  EXPECT_EQ(grow(cache.c, {second.endpoint()}, caps), RC_E_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(last_error(), "opened without capabilities")) << last_error();
+  EXPECT_EQ(rc_cache_shrink(cache.c, 0), RC_E_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(last_error(), "can keep 1..1 of them, not 0")) << last_error();
+  EXPECT_EQ(rc_cache_shrink(cache.c, 2), RC_E_INVALID_ARGUMENT);
+  EXPECT_EQ(rc_cache_shrink(nullptr, 1), RC_E_INVALID_ARGUMENT);
+  EXPECT_EQ(rc_cache_server_count(nullptr), 0u);
+  EXPECT_EQ(rc_cache_shrink(cache.c, 1), RC_OK) << "keeping every server is a no-op";
+  EXPECT_EQ(rc_cache_capacity(cache.c), 2 * kRegionSize);
+
+  EXPECT_EQ(s.close(), RC_OK);
+  EXPECT_EQ(cache.close(), RC_OK);
+  EXPECT_TRUE(second.stop());
+}
+
 // ---- embedded server ------------------------------------------------------------------------------------
 
 TEST_P(Conformance, EmbeddedServer) {

@@ -39,7 +39,6 @@ std::string fresh_socket(const char* tag) {
 
 std::string fresh_abstract(const char* tag) { return "shm:@" + fresh_name(tag); }
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // The library client speaks wire version 2 only.
 #define REQUIRE_LIBRARY_CLIENT(server)                                                                          \

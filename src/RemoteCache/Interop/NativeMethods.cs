@@ -147,6 +147,18 @@ internal static unsafe partial class NativeMethods
     [LibraryImport(Library, EntryPoint = "rc_cache_renew")]
     public static partial RemoteCacheStatus CacheRenew(CacheHandle cache, IntPtr* capabilities);
 
+    /// <summary><c>rc_cache_grow</c>: endpoints and, when the cache has them, one capability text per endpoint (else null).</summary>
+    [LibraryImport(Library, EntryPoint = "rc_cache_grow")]
+    public static partial RemoteCacheStatus CacheGrow(CacheHandle cache, IntPtr* endpoints, nuint endpointCount, IntPtr* capabilities);
+
+    /// <summary><c>rc_cache_shrink</c>.</summary>
+    [LibraryImport(Library, EntryPoint = "rc_cache_shrink")]
+    public static partial RemoteCacheStatus CacheShrink(CacheHandle cache, nuint serverCount);
+
+    /// <summary><c>rc_cache_server_count</c>.</summary>
+    [LibraryImport(Library, EntryPoint = "rc_cache_server_count")]
+    public static partial nuint CacheServerCount(CacheHandle cache);
+
     /// <summary><c>rc_cache_close</c> (use <see cref="CacheHandle"/> instead).</summary>
     [LibraryImport(Library, EntryPoint = "rc_cache_close")]
     public static partial RemoteCacheStatus CacheClose(IntPtr cache);

@@ -39,7 +39,7 @@ extern "C" {
 /* The version of this header. A binding built against one version must not drive a library built
  * from another (struct layouts, limits and semantics may differ): it compares rc_api_version() of
  * the library it loaded with the RC_API_VERSION it was built against and refuses a mismatch. */
-#define RC_API_VERSION 4 /* 4: the admin interface (remotecache_admin.h) */
+#define RC_API_VERSION 5 /* 4: the admin interface (remotecache_admin.h); 5: rc_cache_grow/shrink */
 
 /* Limits and defaults of the API, defined here once (bindings take them from this header). */
 #define RC_MAX_TOKEN_BYTES 64            /* rc_cache_options.token, UTF-8 bytes */
@@ -143,6 +143,21 @@ RC_API rc_status rc_cache_reconfigure(rc_cache* cache, const rc_config* config);
  * extends the cache's lease to the new expiry, and later connections present them. On failure the
  * cache keeps working under its old lease. */
 RC_API rc_status rc_cache_renew(rc_cache* cache, const char* const* capabilities);
+/* Appends servers to the cache (Redy §3.3's grow): each is connected with the cache's id, token and
+ * regions_per_server, and their regions extend the address space past the current capacity, in
+ * the order given. capabilities: one per new endpoint when the cache was opened with capabilities,
+ * NULL when it was not. All or nothing: on failure the cache is as it was and the new servers free
+ * what they set aside. Sessions see the new capacity at their next submission; I/O in flight is
+ * not disturbed. */
+RC_API rc_status rc_cache_grow(rc_cache* cache, const char* const* endpoints, size_t endpoint_count,
+                               const char* const* capabilities);
+/* Keeps the first server_count servers (1..rc_cache_server_count) and cuts the address space after
+ * their regions: from each session's next submission on, I/O past the new capacity fails with
+ * RC_E_OUT_OF_RANGE. Operations already in flight to the dropped servers complete (or fail if their
+ * server drops the cache first). A server's share is freed once no session uses it. */
+RC_API rc_status rc_cache_shrink(rc_cache* cache, size_t server_count);
+/* The servers the cache spans now (0 for a null handle). */
+RC_API size_t rc_cache_server_count(const rc_cache* cache);
 /* Fails with RC_E_INVALID_ARGUMENT while sessions are open, and changes nothing: the cache stays
  * open and usable, and rc_last_error() names the sessions still open (their handle addresses). */
 RC_API rc_status rc_cache_close(rc_cache* cache);

@@ -101,6 +101,15 @@ const char* rc_last_error(void) { return rc::last_error(); }
 
 const char* rc_status_name(int32_t status) { return rc::status_name(status); }
 
+// Copies a C array of endpoint strings, refusing a null entry.
+static rc_status endpoint_list(const char* const* endpoints, size_t count, std::vector<std::string>& out) {
+  for (size_t i = 0; i < count; ++i) {
+    if (endpoints[i] == nullptr) return null_argument("an endpoint");
+    out.emplace_back(endpoints[i]);
+  }
+  return RC_OK;
+}
+
 rc_status rc_cache_open(const char* const* endpoints, size_t endpoint_count, const rc_cache_options* options,
                         rc_cache** out_cache) {
   if (out_cache == nullptr) return null_argument("out_cache");
@@ -109,10 +118,7 @@ rc_status rc_cache_open(const char* const* endpoints, size_t endpoint_count, con
   if (options == nullptr) return null_argument("options");
   return guarded([&] {
     std::vector<std::string> list;
-    for (size_t i = 0; i < endpoint_count; ++i) {
-      if (endpoints[i] == nullptr) return null_argument("an endpoint");
-      list.emplace_back(endpoints[i]);
-    }
+    if (const rc_status st = endpoint_list(endpoints, endpoint_count, list); st != RC_OK) return st;
     rc_status st = RC_OK;
     auto impl = rc::client::Cache::open(list, *options, st);
     if (!impl) return st;
@@ -143,6 +149,24 @@ rc_status rc_cache_renew(rc_cache* cache, const char* const* capabilities) {
   if (capabilities == nullptr) return null_argument("capabilities");
   return guarded([&] { return cache->impl->renew(capabilities); });
 }
+
+rc_status rc_cache_grow(rc_cache* cache, const char* const* endpoints, size_t endpoint_count,
+                        const char* const* capabilities) {
+  if (cache == nullptr) return null_argument("cache");
+  if (endpoints == nullptr && endpoint_count > 0) return null_argument("endpoints");
+  return guarded([&] {
+    std::vector<std::string> list;
+    if (const rc_status st = endpoint_list(endpoints, endpoint_count, list); st != RC_OK) return st;
+    return cache->impl->grow(list, capabilities);
+  });
+}
+
+rc_status rc_cache_shrink(rc_cache* cache, size_t server_count) {
+  if (cache == nullptr) return null_argument("cache");
+  return guarded([&] { return cache->impl->shrink(server_count); });
+}
+
+size_t rc_cache_server_count(const rc_cache* cache) { return cache == nullptr ? 0 : cache->impl->server_count(); }
 
 rc_status rc_cache_close(rc_cache* cache) {
   if (cache == nullptr) return null_argument("cache");

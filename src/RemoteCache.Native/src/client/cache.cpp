@@ -152,7 +152,7 @@ std::unique_ptr<Cache> Cache::open(const std::vector<std::string>& endpoints, co
     cache->endpoints_.push_back(*ep);
   }
   if (options.capabilities != nullptr) {
-    status = cache->parse_capabilities(options.capabilities, cache->capabilities_);
+    status = parse_capabilities(cache->endpoints_, options.capabilities, cache->capabilities_);
     if (status != RC_OK) return nullptr;
   }
   const rc_config& c = options.config;
@@ -166,14 +166,9 @@ std::unique_ptr<Cache> Cache::open(const std::vector<std::string>& endpoints, co
   status = cache->connect_links(c.server_threads, cache->control_);
   if (status != RC_OK) return nullptr;
   cache->control_seq_.assign(cache->control_.size(), 0);
-  for (std::size_t i = 0; i < cache->control_.size(); ++i) {
-    const auto& reply = cache->control_[i]->reply();
-    if (reply.region_count != options.regions_per_server) {
-      status = fail(RC_E_PROTOCOL, "server granted a different region count");
-      return nullptr;
-    }
-    cache->table_.add_server(static_cast<uint16_t>(i), reply.region_count, reply.region_size);
-  }
+  status = cache->check_grants(cache->control_, 0);
+  if (status != RC_OK) return nullptr;
+  cache->publish_layout();
   if (c.client_threads > 0) {
     status = cache->make_workers(c.client_threads, cache->workers_);
     if (status != RC_OK) return nullptr;
@@ -200,14 +195,41 @@ Knobs Cache::knobs() const {
   return k;
 }
 
-Status Cache::connect_all(uint32_t server_threads, std::vector<std::unique_ptr<Channel>>& out) {
+std::size_t Cache::server_count() const {
+  std::lock_guard lock(mutex_);
+  return endpoints_.size();
+}
+
+Status Cache::connect_all(uint32_t server_threads, std::vector<std::unique_ptr<Channel>>& out, std::size_t first) {
   std::vector<std::unique_ptr<transport::ClientConnection>> links;
-  if (const Status st = connect_links(server_threads, links); st != RC_OK) return st;
+  if (const Status st = connect_links(server_threads, links, first); st != RC_OK) return st;
   for (auto& link : links) out.push_back(std::make_unique<Channel>(std::move(link)));
   return RC_OK;
 }
 
-Status Cache::connect_links(uint32_t server_threads, std::vector<std::unique_ptr<transport::ClientConnection>>& out) {
+Status Cache::check_grants(const std::vector<std::unique_ptr<transport::ClientConnection>>& links,
+                           std::size_t first) const {
+  for (std::size_t i = 0; i < links.size(); ++i) {
+    const auto& reply = links[i]->reply();
+    if (reply.region_count != options_.regions_per_server)
+      return fail(RC_E_PROTOCOL, endpoints_[first + i].to_string() + " granted " + std::to_string(reply.region_count) +
+                                     " regions where " + std::to_string(options_.regions_per_server) + " were asked for");
+  }
+  return RC_OK;
+}
+
+void Cache::publish_layout() {
+  auto table = std::make_shared<RegionTable>();
+  for (std::size_t i = 0; i < control_.size(); ++i) {
+    const auto& reply = control_[i]->reply();
+    table->add_server(static_cast<uint16_t>(i), reply.region_count, reply.region_size);
+  }
+  capacity_.store(table->capacity(), std::memory_order_release);
+  table_ = std::move(table);
+}
+
+Status Cache::connect_links(uint32_t server_threads, std::vector<std::unique_ptr<transport::ClientConnection>>& out,
+                            std::size_t first) {
   transport::ConnectParams params;
   params.timeout_ms = options_.connect_timeout_ms;
   params.request.cache_id = options_.cache_id;
@@ -217,7 +239,7 @@ Status Cache::connect_links(uint32_t server_threads, std::vector<std::unique_ptr
   params.request.flags = (options_.flags & RC_OPEN_EXCLUSIVE) != 0 ? wire::kConnectExclusive : 0;
   std::memcpy(params.request.client_id, client_id_.data(), client_id_.size());
   std::memcpy(params.request.token, token_.data(), token_.size());
-  for (std::size_t i = 0; i < endpoints_.size(); ++i) {
+  for (std::size_t i = first; i < endpoints_.size(); ++i) {
     const Endpoint& ep = endpoints_[i];
     params.request.capability_length = capabilities_.empty() ? 0 : sizeof(wire::Capability);
     params.request.capability = capabilities_.empty() ? wire::Capability{} : capabilities_[i];
@@ -229,11 +251,12 @@ Status Cache::connect_links(uint32_t server_threads, std::vector<std::unique_ptr
   return RC_OK;
 }
 
-Status Cache::parse_capabilities(const char* const* texts, std::vector<wire::Capability>& out) const {
-  for (std::size_t i = 0; i < endpoints_.size(); ++i) {
+Status Cache::parse_capabilities(const std::vector<Endpoint>& endpoints, const char* const* texts,
+                                 std::vector<wire::Capability>& out) {
+  for (std::size_t i = 0; i < endpoints.size(); ++i) {
     auto cap = texts[i] != nullptr ? capability::from_text(texts[i]) : std::nullopt;
     if (!cap)
-      return fail(RC_E_INVALID_ARGUMENT, "capabilities[" + std::to_string(i) + "] (for " + endpoints_[i].to_string() +
+      return fail(RC_E_INVALID_ARGUMENT, "capabilities[" + std::to_string(i) + "] (for " + endpoints[i].to_string() +
                                              ") is not a capability's text form");
     out.push_back(*cap);
   }
@@ -241,9 +264,9 @@ Status Cache::parse_capabilities(const char* const* texts, std::vector<wire::Cap
 }
 
 Status Cache::renew(const char* const* capabilities) {
-  std::vector<wire::Capability> parsed;
-  if (const Status st = parse_capabilities(capabilities, parsed); st != RC_OK) return st;
   std::lock_guard lock(mutex_);
+  std::vector<wire::Capability> parsed;
+  if (const Status st = parse_capabilities(endpoints_, capabilities, parsed); st != RC_OK) return st;
   capabilities_.swap(parsed);
   std::vector<std::unique_ptr<transport::ClientConnection>> fresh;
   if (const Status st = connect_links(s_.load(), fresh); st != RC_OK) {
@@ -254,6 +277,78 @@ Status Cache::renew(const char* const* capabilities) {
   // ones close with `fresh`: the caches never lose their last connection.
   control_.swap(fresh);
   control_seq_.assign(control_.size(), 0);
+  return RC_OK;
+}
+
+Status Cache::grow(const std::vector<std::string>& texts, const char* const* capabilities) {
+  std::lock_guard lock(mutex_);
+  const std::size_t first = endpoints_.size();
+  if (texts.empty()) return fail(RC_E_INVALID_ARGUMENT, "growing a cache takes at least one endpoint");
+  if (first + texts.size() > RC_MAX_ENDPOINTS)
+    return fail(RC_E_INVALID_ARGUMENT, "a cache has at most " + std::to_string(RC_MAX_ENDPOINTS) + " servers; it has " +
+                                           std::to_string(first) + " and " + std::to_string(texts.size()) +
+                                           " more were given");
+  if (capabilities_.empty() != (capabilities == nullptr))
+    return fail(RC_E_INVALID_ARGUMENT, capabilities_.empty()
+                                           ? "this cache was opened without capabilities, so its new servers take none"
+                                           : "this cache was opened with capabilities: give one for each new server");
+  std::vector<Endpoint> added;
+  for (const auto& text : texts) {
+    auto ep = parse_endpoint(text);
+    if (!ep) return RC_E_INVALID_ARGUMENT;
+    added.push_back(*ep);
+  }
+  std::vector<wire::Capability> caps;
+  if (capabilities != nullptr) {
+    if (const Status st = parse_capabilities(added, capabilities, caps); st != RC_OK) return st;
+  }
+  // Tentatively appended so that connections (and new client threads) reach the new servers; taken
+  // back if anything fails, which closes the new connections and so frees what the servers set aside.
+  endpoints_.insert(endpoints_.end(), added.begin(), added.end());
+  capabilities_.insert(capabilities_.end(), caps.begin(), caps.end());
+  const auto undo = [&](Status st) {
+    endpoints_.resize(first);
+    if (!capabilities_.empty()) capabilities_.resize(first);
+    return st;
+  };
+  std::vector<std::unique_ptr<transport::ClientConnection>> fresh;
+  if (const Status st = connect_links(s_.load(), fresh, first); st != RC_OK) return undo(st);
+  if (const Status st = check_grants(fresh, first); st != RC_OK) return undo(st);
+  std::shared_ptr<WorkerSet> workers;
+  if (c_.load() > 0) {
+    if (const Status st = make_workers(c_.load(), workers); st != RC_OK) return undo(st);
+  }
+  for (auto& link : fresh) control_.push_back(std::move(link));
+  control_seq_.resize(control_.size(), 0);
+  publish_layout();
+  if (workers) workers_ = std::move(workers);
+  epoch_.fetch_add(1, std::memory_order_acq_rel);
+  return RC_OK;
+}
+
+Status Cache::shrink(std::size_t servers) {
+  std::lock_guard lock(mutex_);
+  if (servers == 0 || servers > endpoints_.size())
+    return fail(RC_E_INVALID_ARGUMENT, "a cache of " + std::to_string(endpoints_.size()) + " servers can keep 1.." +
+                                           std::to_string(endpoints_.size()) + " of them, not " +
+                                           std::to_string(servers));
+  if (servers == endpoints_.size()) return RC_OK;
+  std::shared_ptr<WorkerSet> workers;
+  if (c_.load() > 0) {
+    // The new client threads connect to the servers kept only: made before anything changes.
+    std::vector<Endpoint> cut(endpoints_.begin() + static_cast<std::ptrdiff_t>(servers), endpoints_.end());
+    endpoints_.resize(servers);
+    const Status st = make_workers(c_.load(), workers);
+    endpoints_.insert(endpoints_.end(), cut.begin(), cut.end());
+    if (st != RC_OK) return st;
+  }
+  endpoints_.resize(servers);
+  if (!capabilities_.empty()) capabilities_.resize(servers);
+  control_.resize(servers);  // the dropped servers free their share once the sessions have moved on
+  control_seq_.resize(servers);
+  publish_layout();
+  if (workers) workers_ = std::move(workers);
+  epoch_.fetch_add(1, std::memory_order_acq_rel);
   return RC_OK;
 }
 
@@ -316,11 +411,24 @@ Status Cache::reconfigure(const rc_config& config) {
   return RC_OK;
 }
 
-Status Cache::bind(uint64_t& epoch, std::vector<std::unique_ptr<Channel>>& channels,
-                   std::shared_ptr<WorkerSet>& workers, Worker*& worker) {
+Status Cache::bind(uint64_t& epoch, std::shared_ptr<const RegionTable>& table,
+                   std::vector<std::unique_ptr<Channel>>& channels, std::shared_ptr<WorkerSet>& workers,
+                   Worker*& worker) {
   std::lock_guard lock(mutex_);
   epoch = epoch_.load();
-  if (c_.load() == 0) return connect_all(s_.load(), channels);
+  table = table_;
+  if (c_.load() == 0) {
+    if (channels.size() > endpoints_.size()) channels.resize(endpoints_.size());
+    const Status st = connect_all(s_.load(), channels, channels.size());
+    if (st != RC_OK) {
+      // Bound to nothing: the next submission tries again instead of using a partial set.
+      epoch = 0;
+      table.reset();
+      channels.clear();
+    }
+    return st;
+  }
+  channels.clear();  // a session coming from c = 0 hands its servers to the client threads
   workers = workers_;
   const uint32_t n = workers->next.fetch_add(1);
   worker = workers->workers[n % workers->workers.size()].get();

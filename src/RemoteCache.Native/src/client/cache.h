@@ -57,29 +57,44 @@ class Cache {
                                      Status& status);
   ~Cache();
 
-  uint64_t capacity() const { return table_.capacity(); }
+  uint64_t capacity() const { return capacity_.load(std::memory_order_acquire); }
+  std::size_t server_count() const;
   uint32_t session_capacity() const {
     return options_.session_capacity == 0 ? RC_DEFAULT_SESSION_CAPACITY : options_.session_capacity;
   }
-  const RegionTable& table() const { return table_; }
   rc_config config() const;
   Knobs knobs() const;
   Status reconfigure(const rc_config& config);
   // Presents new capabilities (one per server): new control connections carry them, extending the
   // caches' leases, and later connections use them.
   Status renew(const char* const* capabilities);
+  // Appends servers (Redy §3.3's grow): their regions extend the address space past the current
+  // capacity. All or nothing. Sessions see the new layout at their next submission.
+  Status grow(const std::vector<std::string>& endpoints, const char* const* capabilities);
+  // Keeps the first `servers` servers and drops the rest of the address space.
+  Status shrink(std::size_t servers);
 
-  // Configuration epoch (bumped when c changes) and what a session binds to for it.
+  // Epoch of the data path's shape (bumped when c or the servers change) and what a session binds to
+  // for it. With c = 0 the session's channels to servers still in the cache are kept and only the
+  // missing ones connected (servers are only ever appended or cut from the end).
   uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
-  Status bind(uint64_t& epoch, std::vector<std::unique_ptr<Channel>>& channels,
-              std::shared_ptr<WorkerSet>& workers, Worker*& worker);
+  Status bind(uint64_t& epoch, std::shared_ptr<const RegionTable>& table,
+              std::vector<std::unique_ptr<Channel>>& channels, std::shared_ptr<WorkerSet>& workers,
+              Worker*& worker);
 
  private:
   Cache() = default;
-  Status connect_links(uint32_t server_threads, std::vector<std::unique_ptr<transport::ClientConnection>>& out);
-  // One capability per endpoint from their text forms.
-  Status parse_capabilities(const char* const* texts, std::vector<wire::Capability>& out) const;
-  Status connect_all(uint32_t server_threads, std::vector<std::unique_ptr<Channel>>& out);
+  // Connects to endpoints_[first..] in order, appending to `out`.
+  Status connect_links(uint32_t server_threads, std::vector<std::unique_ptr<transport::ClientConnection>>& out,
+                       std::size_t first = 0);
+  // One capability per endpoint in `endpoints` from their text forms.
+  static Status parse_capabilities(const std::vector<Endpoint>& endpoints, const char* const* texts,
+                                   std::vector<wire::Capability>& out);
+  Status connect_all(uint32_t server_threads, std::vector<std::unique_ptr<Channel>>& out, std::size_t first = 0);
+  // Whether the servers behind `links` (endpoints_[first..]) granted the regions asked for.
+  Status check_grants(const std::vector<std::unique_ptr<transport::ClientConnection>>& links, std::size_t first) const;
+  // Publishes the region table the control connections' servers make, in their order.
+  void publish_layout();
   Status make_workers(uint32_t count, std::shared_ptr<WorkerSet>& out);
   Status set_server_threads(uint32_t s);
   static Status validate(const rc_config& config);
@@ -89,11 +104,12 @@ class Cache {
   std::string token_;
   std::array<uint8_t, 16> client_id_{};      // tells the servers this client's connections apart
   std::vector<wire::Capability> capabilities_;  // one per endpoint, or none
-  RegionTable table_;
+  std::shared_ptr<const RegionTable> table_;  // replaced, never changed: sessions keep their own reference
+  std::atomic<uint64_t> capacity_{0};
   std::vector<std::unique_ptr<transport::ClientConnection>> control_;  // one per server
   std::vector<uint64_t> control_seq_;
 
-  mutable std::mutex mutex_;  // reconfiguration and binding
+  mutable std::mutex mutex_;  // reconfiguration, growth and binding; guards the servers and the table
   std::atomic<uint32_t> c_{0}, s_{0}, b_{1}, q_{1};
   std::atomic<uint64_t> epoch_{1};
   std::shared_ptr<WorkerSet> workers_;

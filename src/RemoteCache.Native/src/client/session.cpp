@@ -28,7 +28,7 @@ Session::~Session() = default;
 
 Status Session::open() { return bind(); }
 
-Status Session::bind() { return cache_.bind(epoch_, channels_, workers_, worker_); }
+Status Session::bind() { return cache_.bind(epoch_, table_, channels_, workers_, worker_); }
 
 Status Session::read(uint64_t address, void* dst, uint64_t length, uint64_t tag) {
   return submit(wire::Op::Read, address, dst, length, tag);
@@ -40,13 +40,14 @@ Status Session::write(uint64_t address, const void* src, uint64_t length, uint64
 
 Status Session::submit(wire::Op kind, uint64_t address, void* buffer, uint64_t length, uint64_t tag) {
   if (length > 0 && buffer == nullptr) return fail(RC_E_INVALID_ARGUMENT, "null buffer");
-  const RegionTable& table = cache_.table();
+  if (free_slots_.empty())
+    return fail(RC_E_BUSY, "the session has " + std::to_string(capacity_) + " operations outstanding");
+  // Before the range check: a cache that grew or shrank is checked against its new layout.
+  if (const Status st = rebind_if_needed(); st != RC_OK) return st;
+  const RegionTable& table = *table_;
   if (!table.contains(address, length))
     return fail(RC_E_OUT_OF_RANGE, "[" + std::to_string(address) + ", +" + std::to_string(length) +
                                        ") is outside the cache's " + std::to_string(table.capacity()) + " bytes");
-  if (free_slots_.empty())
-    return fail(RC_E_BUSY, "the session has " + std::to_string(capacity_) + " operations outstanding");
-  if (const Status st = rebind_if_needed(); st != RC_OK) return st;
 
   const uint32_t slot = free_slots_.back();
   free_slots_.pop_back();
@@ -188,7 +189,7 @@ Status Session::rebind_if_needed() {
   // Everything already submitted must finish on the old path first, or a later request could
   // overtake it on the new one.
   wait_idle(INT32_MAX / 2);
-  channels_.clear();
+  // With c = 0 the channels to servers still in the cache are kept: bind cuts or extends them.
   workers_.reset();
   worker_ = nullptr;
   return bind();

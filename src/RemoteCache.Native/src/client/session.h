@@ -16,6 +16,7 @@
 
 #include "client/channel.h"
 #include "client/op.h"
+#include "client/region_table.h"
 #include "common/mpsc_queue.h"
 #include "common/notifier.h"
 
@@ -66,6 +67,7 @@ class Session {
   std::atomic<uint64_t> completed_{0};
 
   uint64_t epoch_ = 0;  // of the cache configuration this session is bound to
+  std::shared_ptr<const RegionTable> table_;        // the layout of that epoch
   std::vector<std::unique_ptr<Channel>> channels_;  // c = 0
   std::shared_ptr<WorkerSet> workers_;              // c > 0
   Worker* worker_ = nullptr;
