@@ -28,6 +28,9 @@ internal static partial class Log
     [LoggerMessage(6, LogLevel.Information, "Renewed the lease of {CacheName} on its {ServerCount} servers")]
     public static partial void LeaseRenewed(ILogger logger, string cacheName, int serverCount);
 
+    [LoggerMessage(14, LogLevel.Information, "Resized {CacheName} from {OldServers} servers ({OldCapacity} bytes) to {NewServers} ({NewCapacity} bytes)")]
+    public static partial void CacheResized(ILogger logger, string cacheName, int oldServers, long oldCapacity, int newServers, long newCapacity);
+
     [LoggerMessage(7, LogLevel.Warning,
         "Operations on {CacheName} fail with {Status}: {Reason} (logged once per status; the remotecache.client.errors metric counts them)")]
     public static partial void OperationsFailing(ILogger logger, string cacheName, RemoteCacheStatus status, string reason);

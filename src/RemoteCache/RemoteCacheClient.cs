@@ -24,7 +24,9 @@ namespace RemoteCache;
 public sealed class RemoteCacheClient : IAsyncDisposable, IDisposable
 {
     private readonly CacheHandle _cache;
-    private readonly int _endpointCount;
+    private int _endpointCount;         // changed by Grow and Shrink under _resize
+    private long _capacity;
+    private readonly object _resize = new();
     private readonly ILogger _logger;
     private readonly Instruments _instruments;
     private int _failuresLogged;  // bit (-status) set once a failing status was logged
@@ -48,7 +50,7 @@ public sealed class RemoteCacheClient : IAsyncDisposable, IDisposable
         CacheId = options.CacheId;
         IsExclusive = options.Exclusive;
         ConfigGiven = options.Config is not null || plan is not null;
-        Capacity = (long)NativeMethods.CacheCapacity(cache);
+        _capacity = (long)NativeMethods.CacheCapacity(cache);
         var instruments = Instruments.For(options.MeterFactory);
         Metrics = new ClientMetrics(instruments, Name);
         var lanes = new List<Lane>();
@@ -302,8 +304,11 @@ public sealed class RemoteCacheClient : IAsyncDisposable, IDisposable
     /// <summary>The name used in messages and exceptions.</summary>
     public string Name { get; }
 
-    /// <summary>Bytes in the cache.</summary>
-    public long Capacity { get; }
+    /// <summary>Bytes in the cache: its servers' regions, end to end (changed by <see cref="Grow"/> and <see cref="Shrink"/>).</summary>
+    public long Capacity => Volatile.Read(ref _capacity);
+
+    /// <summary>How many servers the cache spans (changed by <see cref="Grow"/> and <see cref="Shrink"/>).</summary>
+    public int ServerCount => Volatile.Read(ref _endpointCount);
 
     /// <summary>The current data-path configuration.</summary>
     public CacheConfig Config
@@ -340,12 +345,73 @@ public sealed class RemoteCacheClient : IAsyncDisposable, IDisposable
     {
         ArgumentNullException.ThrowIfNull(capabilities);
         ThrowIfDisposed();
-        if (capabilities.Count != _endpointCount || capabilities.Any(string.IsNullOrEmpty))
-            throw new ArgumentException(
-                $"{Name}: give one non-empty capability per endpoint ({_endpointCount}), in endpoint order", nameof(capabilities));
         using var strings = new Utf8StringArray(capabilities);
-        Errors.ThrowIfFailed(NativeMethods.CacheRenew(_cache, strings.Pointers), Name);
-        Log.LeaseRenewed(_logger, Name, _endpointCount);
+        lock (_resize)
+        {
+            if (capabilities.Count != _endpointCount || capabilities.Any(string.IsNullOrEmpty))
+                throw new ArgumentException(
+                    $"{Name}: give one non-empty capability per endpoint ({_endpointCount}), in endpoint order", nameof(capabilities));
+            Errors.ThrowIfFailed(NativeMethods.CacheRenew(_cache, strings.Pointers), Name);
+        }
+        Log.LeaseRenewed(_logger, Name, capabilities.Count);
+    }
+
+    /// <summary>
+    /// Appends servers to the cache (Redy §3.3's grow): each is connected with this cache's id and token and lends
+    /// <see cref="RemoteCacheOptions.RegionsPerServer"/> regions, which extend the address space past
+    /// <see cref="Capacity"/> in the order given. All or nothing; operations in flight are not disturbed. A cache
+    /// allocated by the manager grows with the servers and capabilities its Reallocate returns.
+    /// </summary>
+    /// <param name="endpoints">The new servers, in address order.</param>
+    /// <param name="capabilities">One per new server when the cache was opened with capabilities; otherwise null.</param>
+    /// <exception cref="ArgumentException">No endpoints, or the capabilities do not match them.</exception>
+    /// <exception cref="RemoteCacheException">A new server refused or could not be reached; the cache is as it was.</exception>
+    public unsafe void Grow(IReadOnlyList<string> endpoints, IReadOnlyList<string>? capabilities = null)
+    {
+        ArgumentNullException.ThrowIfNull(endpoints);
+        ThrowIfDisposed();
+        if (endpoints.Count == 0 || endpoints.Any(string.IsNullOrEmpty))
+            throw new ArgumentException($"{Name}: growing takes one or more non-empty endpoints", nameof(endpoints));
+        if (capabilities is not null && (capabilities.Count != endpoints.Count || capabilities.Any(string.IsNullOrEmpty)))
+            throw new ArgumentException($"{Name}: give one non-empty capability per new endpoint ({endpoints.Count})", nameof(capabilities));
+        using var endpointStrings = new Utf8StringArray(endpoints);
+        using var capabilityStrings = capabilities is null ? null : new Utf8StringArray(capabilities);
+        lock (_resize)
+        {
+            int oldServers = _endpointCount;
+            long oldCapacity = _capacity;
+            Errors.ThrowIfFailed(NativeMethods.CacheGrow(_cache, endpointStrings.Pointers, (nuint)endpoints.Count,
+                                                         capabilityStrings is null ? null : capabilityStrings.Pointers), Name);
+            Resized(oldServers, oldCapacity);
+        }
+    }
+
+    /// <summary>
+    /// Keeps the first <paramref name="serverCount"/> servers and cuts the address space after their regions: from
+    /// then on I/O past the new <see cref="Capacity"/> throws <see cref="ArgumentOutOfRangeException"/>, as any range
+    /// outside the cache does, and I/O below it is not disturbed. Operations already in flight to the dropped servers complete, or fail if their
+    /// server drops the cache first. A cache allocated by the manager shrinks to what its Reallocate kept.
+    /// </summary>
+    /// <exception cref="ArgumentOutOfRangeException"><paramref name="serverCount"/> is not 1..<see cref="ServerCount"/>.</exception>
+    public void Shrink(int serverCount)
+    {
+        ThrowIfDisposed();
+        lock (_resize)
+        {
+            ArgumentOutOfRangeException.ThrowIfLessThan(serverCount, 1);
+            ArgumentOutOfRangeException.ThrowIfGreaterThan(serverCount, _endpointCount);
+            int oldServers = _endpointCount;
+            long oldCapacity = _capacity;
+            Errors.ThrowIfFailed(NativeMethods.CacheShrink(_cache, (nuint)serverCount), Name);
+            Resized(oldServers, oldCapacity);
+        }
+    }
+
+    private void Resized(int oldServers, long oldCapacity)
+    {
+        Volatile.Write(ref _endpointCount, (int)NativeMethods.CacheServerCount(_cache));
+        Volatile.Write(ref _capacity, (long)NativeMethods.CacheCapacity(_cache));
+        Log.CacheResized(_logger, Name, oldServers, oldCapacity, _endpointCount, _capacity);
     }
 
     // ---- ValueTask API ----------------------------------------------------------------------------

@@ -121,6 +121,65 @@ public sealed class DataTests
     }
 
     /// <summary>
+    /// Grow and Shrink under verified I/O on the first server's range: a second server is appended and cut off
+    /// again three times; the I/O never fails, the added range holds what is written into it, and after a shrink
+    /// I/O past the new capacity throws out-of-range before anything is sent.
+    /// </summary>
+    [Theory]
+    [InlineData("shm")]
+    [InlineData("tcp")]
+    public async Task GrowAndShrinkWhileInUse(string transport)
+    {
+        using var second = ServerProcess.Start(transport);
+        await WithClient(transport, Options(2, CacheConfig.HighThroughput, $"resize-{transport}"), TimeSpan.FromSeconds(50), $"grow and shrink over {transport}", async client =>
+        {
+            long kept = client.Capacity;
+            Assert.Equal(1, client.ServerCount);
+            var io = new CheckedIo(client, 0, (int)kept, seed: 5000) { Label = $"{transport} resize" };
+            int stop = 0;
+            var ioTask = Task.Run(() => io.RunAsync(ops: 300, maxInFlight: 16, maxLength: 64 << 10, keepGoing: () => Volatile.Read(ref stop) == 0));
+            async Task Progress()
+            {
+                int before = io.Completed;
+                while (io.Completed < before + 20 && !ioTask.IsCompleted)
+                    await Task.Delay(1);
+            }
+            try
+            {
+                var data = new byte[kept];
+                var back = new byte[kept];
+                for (int round = 0; round < 3; round++)
+                {
+                    await Progress();
+                    client.Grow(new[] { second.Endpoint });
+                    Assert.Equal(2 * kept, client.Capacity);
+                    Assert.Equal(2, client.ServerCount);
+                    Random.Shared.NextBytes(data);
+                    await client.WriteAsync(kept, data);
+                    await client.ReadAsync(kept, back);
+                    Assert.True(data.AsSpan().SequenceEqual(back), "the added range does not hold what was written");
+
+                    await Progress();
+                    client.Shrink(1);
+                    Assert.Equal(kept, client.Capacity);
+                    Assert.Equal(1, client.ServerCount);
+                    await Assert.ThrowsAsync<ArgumentOutOfRangeException>(async () => await client.ReadAsync(kept, new byte[1]));
+                }
+                Assert.Throws<ArgumentOutOfRangeException>(() => client.Shrink(2));
+                Assert.Throws<ArgumentException>(() => client.Grow(Array.Empty<string>()));
+                Assert.Throws<ArgumentException>(() => client.Grow(new[] { second.Endpoint }, new[] { "a", "b" }));
+            }
+            finally
+            {
+                Volatile.Write(ref stop, 1);
+            }
+            await ioTask;
+            await io.VerifyAllAsync("kept range after resizing");
+        });
+        second.AssertRunning();
+    }
+
+    /// <summary>
     /// Many independent async flows, each a chain of write-then-read-back awaits, started without a
     /// SynchronizationContext: their continuations run inline on whichever thread harvested the
     /// completion (a caller driving its lane, or the client's poller), and immediately submit and
