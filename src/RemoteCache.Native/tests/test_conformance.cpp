@@ -19,6 +19,31 @@ std::string str(const rc_config& c) {
   return o.str();
 }
 
+// Stops and joins a test's background load on every way out of the test.
+struct StopAndJoin {
+  std::atomic<bool>& stop;
+  std::thread& t;
+  ~StopAndJoin() {
+    stop = true;
+    if (t.joinable()) t.join();
+  }
+};
+
+// Waits until a background load has completed a few more operations. False once `ended()` says the load
+// stopped; false with a failure added when it makes no progress for the hang limit.
+bool load_advanced(const std::atomic<uint64_t>& progress, const std::function<bool()>& ended, const std::string& after) {
+  const uint64_t target = progress.load() + rctest::scaled(20, 5);
+  const auto deadline = Clock::now() + hang_limit();
+  while (progress.load() < target && !ended()) {
+    if (Clock::now() > deadline) {
+      ADD_FAILURE() << "the load made no progress after " << after;
+      return false;
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+  return !ended();
+}
+
 bool same(const rc_config& a, const rc_config& b) {
   return a.client_threads == b.client_threads && a.server_threads == b.server_threads &&
          a.batch_size == b.batch_size && a.queue_depth == b.queue_depth;
@@ -348,26 +373,9 @@ TEST_P(Conformance, ReconfigureUnderLoad) {
     }
     worker_done = true;
   });
-  struct Joiner {
-    std::atomic<bool>& stop;
-    std::thread& t;
-    ~Joiner() {
-      stop = true;
-      if (t.joinable()) t.join();
-    }
-  } joiner{stop, worker};
-
+  StopAndJoin joiner{stop, worker};
   auto wait_progress = [&](const std::string& after) {
-    const uint64_t target = progress.load() + rctest::scaled(20, 5);
-    const auto deadline = Clock::now() + hang_limit();
-    while (progress.load() < target && !worker_done.load()) {
-      if (Clock::now() > deadline) {
-        ADD_FAILURE() << "worker made no progress after " << after;
-        return false;
-      }
-      std::this_thread::sleep_for(1ms);
-    }
-    return !worker_done.load();
+    return load_advanced(progress, [&] { return worker_done.load(); }, after);
   };
 
   rc_config last = kConfigs[0];
@@ -1152,23 +1160,9 @@ TEST_P(Conformance, GrowAndShrinkUnderVerifiedLoad) {
       }
       if (!hung && !verify_all(load.s, shadow, 0, "kept range after resizes")) ++failures;
     });
-    struct Joiner {
-      std::atomic<bool>& stop;
-      std::thread& t;
-      ~Joiner() {
-        stop = true;
-        if (t.joinable()) t.join();
-      }
-    } joiner{stop, worker};
+    StopAndJoin joiner{stop, worker};
     auto advanced = [&](const std::string& after) {
-      const uint64_t target = progress.load() + rctest::scaled(20, 5);
-      const auto deadline = Clock::now() + hang_limit();
-      while (progress.load() < target && failures.load() == 0 && !hung.load()) {
-        if (Clock::now() > deadline) return ::testing::AssertionFailure() << "no progress after " << after;
-        std::this_thread::sleep_for(1ms);
-      }
-      if (failures.load() != 0 || hung.load()) return ::testing::AssertionFailure() << "the load failed after " << after;
-      return ::testing::AssertionSuccess();
+      return load_advanced(progress, [&] { return failures.load() != 0 || hung.load(); }, after);
     };
 
     ASSERT_TRUE(advanced("open"));
