@@ -389,8 +389,9 @@ public sealed class RemoteCacheClient : IAsyncDisposable, IDisposable
     /// <summary>
     /// Keeps the first <paramref name="serverCount"/> servers and cuts the address space after their regions: from
     /// then on I/O past the new <see cref="Capacity"/> throws <see cref="ArgumentOutOfRangeException"/>, as any range
-    /// outside the cache does, and I/O below it is not disturbed. Operations already in flight to the dropped servers complete, or fail if their
-    /// server drops the cache first. A cache allocated by the manager shrinks to what its Reallocate kept.
+    /// outside the cache does, and I/O below it is not disturbed. Operations already in flight to the dropped servers
+    /// complete, or fail if their server drops the cache first. A cache allocated by the manager shrinks to what its
+    /// Reallocate kept.
     /// </summary>
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="serverCount"/> is not 1..<see cref="ServerCount"/>.</exception>
     public void Shrink(int serverCount)

@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/backoff.h"
@@ -200,9 +201,10 @@ std::size_t Cache::server_count() const {
   return endpoints_.size();
 }
 
-Status Cache::connect_all(uint32_t server_threads, std::vector<std::unique_ptr<Channel>>& out, std::size_t first) {
+Status Cache::connect_all(uint32_t server_threads, std::vector<std::unique_ptr<Channel>>& out, std::size_t first,
+                          std::size_t end) {
   std::vector<std::unique_ptr<transport::ClientConnection>> links;
-  if (const Status st = connect_links(server_threads, links, first); st != RC_OK) return st;
+  if (const Status st = connect_links(server_threads, links, first, end); st != RC_OK) return st;
   for (auto& link : links) out.push_back(std::make_unique<Channel>(std::move(link)));
   return RC_OK;
 }
@@ -229,7 +231,7 @@ void Cache::publish_layout() {
 }
 
 Status Cache::connect_links(uint32_t server_threads, std::vector<std::unique_ptr<transport::ClientConnection>>& out,
-                            std::size_t first) {
+                            std::size_t first, std::size_t end) {
   transport::ConnectParams params;
   params.timeout_ms = options_.connect_timeout_ms;
   params.request.cache_id = options_.cache_id;
@@ -239,7 +241,7 @@ Status Cache::connect_links(uint32_t server_threads, std::vector<std::unique_ptr
   params.request.flags = (options_.flags & RC_OPEN_EXCLUSIVE) != 0 ? wire::kConnectExclusive : 0;
   std::memcpy(params.request.client_id, client_id_.data(), client_id_.size());
   std::memcpy(params.request.token, token_.data(), token_.size());
-  for (std::size_t i = first; i < endpoints_.size(); ++i) {
+  for (std::size_t i = first; i < std::min(end, endpoints_.size()); ++i) {
     const Endpoint& ep = endpoints_[i];
     params.request.capability_length = capabilities_.empty() ? 0 : sizeof(wire::Capability);
     params.request.capability = capabilities_.empty() ? wire::Capability{} : capabilities_[i];
@@ -333,14 +335,9 @@ Status Cache::shrink(std::size_t servers) {
                                            std::to_string(endpoints_.size()) + " of them, not " +
                                            std::to_string(servers));
   if (servers == endpoints_.size()) return RC_OK;
-  std::shared_ptr<WorkerSet> workers;
+  std::shared_ptr<WorkerSet> workers;  // for the servers kept, made before anything changes
   if (c_.load() > 0) {
-    // The new client threads connect to the servers kept only: made before anything changes.
-    std::vector<Endpoint> cut(endpoints_.begin() + static_cast<std::ptrdiff_t>(servers), endpoints_.end());
-    endpoints_.resize(servers);
-    const Status st = make_workers(c_.load(), workers);
-    endpoints_.insert(endpoints_.end(), cut.begin(), cut.end());
-    if (st != RC_OK) return st;
+    if (const Status st = make_workers(c_.load(), workers, servers); st != RC_OK) return st;
   }
   endpoints_.resize(servers);
   if (!capabilities_.empty()) capabilities_.resize(servers);
@@ -352,12 +349,12 @@ Status Cache::shrink(std::size_t servers) {
   return RC_OK;
 }
 
-Status Cache::make_workers(uint32_t count, std::shared_ptr<WorkerSet>& out) {
+Status Cache::make_workers(uint32_t count, std::shared_ptr<WorkerSet>& out, std::size_t servers) {
   // New data connections are made before the old ones close, so the server keeps the regions.
   auto set = std::make_shared<WorkerSet>();
   for (uint32_t i = 0; i < count; ++i) {
     std::vector<std::unique_ptr<Channel>> channels;
-    const Status st = connect_all(s_.load(), channels);
+    const Status st = connect_all(s_.load(), channels, 0, servers);
     if (st != RC_OK) return st;
     set->workers.push_back(std::make_unique<Worker>(*this, std::move(channels)));
   }

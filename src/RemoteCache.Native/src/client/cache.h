@@ -3,6 +3,7 @@
 
 #include <array>
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -84,18 +85,21 @@ class Cache {
 
  private:
   Cache() = default;
-  // Connects to endpoints_[first..] in order, appending to `out`.
+  // Connects to endpoints_[first, end) in order (end kToLast: up to the last), appending to `out`.
+  static constexpr std::size_t kToLast = SIZE_MAX;
   Status connect_links(uint32_t server_threads, std::vector<std::unique_ptr<transport::ClientConnection>>& out,
-                       std::size_t first = 0);
+                       std::size_t first = 0, std::size_t end = kToLast);
   // One capability per endpoint in `endpoints` from their text forms.
   static Status parse_capabilities(const std::vector<Endpoint>& endpoints, const char* const* texts,
                                    std::vector<wire::Capability>& out);
-  Status connect_all(uint32_t server_threads, std::vector<std::unique_ptr<Channel>>& out, std::size_t first = 0);
+  Status connect_all(uint32_t server_threads, std::vector<std::unique_ptr<Channel>>& out, std::size_t first = 0,
+                     std::size_t end = kToLast);
   // Whether the servers behind `links` (endpoints_[first..]) granted the regions asked for.
   Status check_grants(const std::vector<std::unique_ptr<transport::ClientConnection>>& links, std::size_t first) const;
   // Publishes the region table the control connections' servers make, in their order.
   void publish_layout();
-  Status make_workers(uint32_t count, std::shared_ptr<WorkerSet>& out);
+  // `count` client threads, each connected to the first `servers` servers.
+  Status make_workers(uint32_t count, std::shared_ptr<WorkerSet>& out, std::size_t servers = kToLast);
   Status set_server_threads(uint32_t s);
   static Status validate(const rc_config& config);
 
