@@ -15,6 +15,8 @@ public static class Program
         slo.Add(Slo.SloSearchCommand.Create());
         slo.Add(Slo.SloBenchCommand.Create());
         slo.Add(Slo.SloAccuracyCommand.Create());
-        return new RootCommand("RemoteCache: remote-memory caches for .NET") { slo };
+        var root = new RootCommand("RemoteCache: remote-memory caches for .NET. Caches through the cache manager (caches, create, reshape, delete, watch; servers, reclaim for operators) and SLO performance models (slo)") { slo };
+        Manager.ManagerCommands.AddTo(root);
+        return root;
     }
 }

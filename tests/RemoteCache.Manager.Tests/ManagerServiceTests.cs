@@ -315,10 +315,10 @@ public sealed class ManagerTlsTests
         await using var manager = new TestManager(warm: 0);
         manager.UseTls();
         await manager.StartAsync();
-        Assert.Equal("https", manager.Address.Scheme);
+        Assert.Equal("https", manager.Address!.Scheme);
         Assert.Empty((await manager.Tenant(AliceKey).ListCachesAsync(new ListCachesRequest())).Caches);
         // Plain HTTP/2 to the TLS port gets no answer a gRPC client accepts.
-        using var plain = Grpc.Net.Client.GrpcChannel.ForAddress(new UriBuilder(manager.Address) { Scheme = "http" }.Uri);
+        using var plain = Grpc.Net.Client.GrpcChannel.ForAddress(new UriBuilder(manager.Address!) { Scheme = "http" }.Uri);
         var client = new CacheManager.CacheManagerClient(plain);
         var e = await Assert.ThrowsAsync<RpcException>(() => client.ListCachesAsync(new ListCachesRequest(), deadline: DateTime.UtcNow.AddSeconds(5)).ResponseAsync);
         Assert.NotEqual(StatusCode.OK, e.StatusCode);

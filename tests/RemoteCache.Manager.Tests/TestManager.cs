@@ -79,7 +79,7 @@ public sealed class TestManager : IAsyncDisposable
 
     public byte[] AdmissionKey => File.ReadAllBytes(Path.Combine(StateDirectory, "admission.key"));
 
-    public Uri Address { get; private set; } = null!;
+    public Uri? Address { get; private set; }
 
     public WebApplication App => _app ?? throw new InvalidOperationException("not started");
 
@@ -104,7 +104,8 @@ public sealed class TestManager : IAsyncDisposable
 
     public async Task StartAsync()
     {
-        var listen = new Uri(_trusted is null ? "http://127.0.0.1:0" : "https://127.0.0.1:0");
+        // A restart listens where the first start did, as a real manager's clients expect.
+        var listen = new Uri($"{(_trusted is null ? "http" : "https")}://127.0.0.1:{Address?.Port ?? 0}");
         _app = await Program.BuildAsync(Options, listen, TextWriter.Null, CancellationToken.None,
                                         b => b.Logging.SetMinimumLevel(LogLevel.Warning));
         await _app.StartAsync();
@@ -129,6 +130,16 @@ public sealed class TestManager : IAsyncDisposable
     }
 
     public CacheManager.CacheManagerClient Tenant(string? key) => new(Invoker(key));
+
+    /// <summary>The managed client of tenant <paramref name="key"/>, retrying a manager that is down every 100–200 ms.</summary>
+    public RemoteCacheManagerClient ManagedClient(string key = AliceKey) => new(new RemoteCacheManagerOptions
+    {
+        Address = Address ?? throw new InvalidOperationException("not started"),
+        ApiKey = key,
+        CallTimeout = TimeSpan.FromSeconds(20),
+        RetryLimit = TimeSpan.FromMilliseconds(200),
+        Cache = new RemoteCacheOptions { OperationTimeout = TimeSpan.FromSeconds(5), ConnectTimeout = TimeSpan.FromSeconds(5) },
+    });
 
     public ServerPool.ServerPoolClient Operator(string? key = OpsKey) => new(Invoker(key));
 

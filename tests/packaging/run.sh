@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The NuGet packages as a user gets them (scripts/test.sh runs this as the `packaging` suite):
 #   1. `dotnet pack RemoteCache.sln -c Release` into a temporary folder: exactly RemoteCache, RemoteCache.Device,
-#      the remotecache tool (RemoteCache.Cli), the manager's contract (RemoteCache.Manager.Contract) and the
-#      remotecache-manager tool (RemoteCache.Manager) (.nupkg + .snupkg) come out;
+#      the remotecache tool (RemoteCache.Cli), the manager's contract (RemoteCache.Manager.Contract), the managed
+#      client (RemoteCache.Manager.Client) and the remotecache-manager tool (RemoteCache.Manager) (.nupkg + .snupkg)
+#      come out;
 #   2. the listings: RemoteCache holds lib/net8.0/RemoteCache.dll and runtimes/linux-x64/native/libremotecache.so,
 #      remotecache-server, remotecache-capability and remotecache-admin (ELF files) and not remotecache-bench or
 #      remotecache-abi;
@@ -86,7 +87,7 @@ import os, sys, zipfile, xml.etree.ElementTree as ET
 
 feed, version, remote = sys.argv[1], sys.argv[2], sys.argv[3]
 errors = []
-expected = {f"{i}.{version}.{ext}" for i in ("RemoteCache", "RemoteCache.Device", "RemoteCache.Cli", "RemoteCache.Manager.Contract", "RemoteCache.Manager") for ext in ("nupkg", "snupkg")}
+expected = {f"{i}.{version}.{ext}" for i in ("RemoteCache", "RemoteCache.Device", "RemoteCache.Cli", "RemoteCache.Manager.Contract", "RemoteCache.Manager.Client", "RemoteCache.Manager") for ext in ("nupkg", "snupkg")}
 present = set(os.listdir(feed))
 if present != expected:
     errors.append(f"the pack produced {sorted(present)}; expected exactly {sorted(expected)}")

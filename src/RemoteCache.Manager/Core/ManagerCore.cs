@@ -308,7 +308,9 @@ public sealed class ManagerCore : IAsyncDisposable
                 int cores = cache.Servers.Min(id => _catalogue.Find(_servers[id].VmType)?.Cores ?? 0);
                 if (choice.Config.ServerThreads > cores)
                     throw new ManagerException(StatusCode.FailedPrecondition,
-                        $"the SLO ({slo}) needs {choice.Config} with {choice.Config.ServerThreads} server threads; the cache's VMs have {cores} core(s)");
+                        $"the SLO ({slo}) needs {choice.Config} with {choice.Config.ServerThreads} server threads; the cache's VMs have {cores} core(s): " +
+                        "it needs new servers and its content moved over, which this manager does not offer yet (migration)",
+                        Refusals.MigrationRequired);
                 updated = updated with { Slo = ToRecord(slo), Config = choice.Config, PredictedLatencyUs = choice.PredictedLatencyUs, PredictedThroughput = choice.PredictedThroughput };
             }
             var added = new List<ServerRecord>();
@@ -352,6 +354,12 @@ public sealed class ManagerCore : IAsyncDisposable
             }
             if (configChanged)
                 AddEvent(change, updated, e => e.ConfigChanged = new ConfigChanged { Config = Protos.ToProto(updated.Config) });
+            if (added.Count > 0 || removed.Count > 0)
+                AddEvent(change, updated, e =>
+                {
+                    e.CacheReshaped = new CacheReshaped { Capacity = (ulong)updated.CapacityBytes };
+                    e.CacheReshaped.ServerIds.AddRange(updated.Servers);
+                });
             try
             {
                 await CommitAsync(change, cancellationToken).ConfigureAwait(false);

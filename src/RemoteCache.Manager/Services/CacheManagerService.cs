@@ -1,9 +1,11 @@
 using System;
 using System.Linq;
 using System.Security.Claims;
+using System.Threading;
 using System.Threading.Tasks;
 using Grpc.Core;
 using Microsoft.AspNetCore.Authorization;
+using Microsoft.Extensions.Hosting;
 using RemoteCache.Manager.Core;
 using RemoteCache.Manager.Security;
 using RemoteCache.Manager.V1;
@@ -15,8 +17,13 @@ namespace RemoteCache.Manager.Services;
 public sealed class CacheManagerService : CacheManager.CacheManagerBase
 {
     private readonly ManagerCore _core;
+    private readonly IHostApplicationLifetime _lifetime;
 
-    public CacheManagerService(ManagerCore core) => _core = core;
+    public CacheManagerService(ManagerCore core, IHostApplicationLifetime lifetime)
+    {
+        _core = core;
+        _lifetime = lifetime;
+    }
 
     public override Task<AllocateResponse> Allocate(AllocateRequest request, ServerCallContext context) => Guard(async () =>
     {
@@ -64,7 +71,10 @@ public sealed class CacheManagerService : CacheManager.CacheManagerBase
     public override Task WatchEvents(WatchEventsRequest request, IServerStreamWriter<CacheEvent> responseStream, ServerCallContext context) => Guard(async () =>
     {
         string tenant = Tenant(context);
-        var token = context.CancellationToken;
+        // A stopping manager ends its streams (watchers resume from their last sequence with the next manager) instead
+        // of holding its shutdown until they go.
+        using var stopping = CancellationTokenSource.CreateLinkedTokenSource(context.CancellationToken, _lifetime.ApplicationStopping);
+        var token = stopping.Token;
         // Subscribe before reading the backlog, so nothing committed in between is missed; duplicates are skipped by sequence.
         var subscription = _core.Events.Subscribe(request.CacheId);
         try
@@ -98,6 +108,10 @@ public sealed class CacheManagerService : CacheManager.CacheManagerBase
                 if (e.KindCase == CacheEvent.KindOneofCase.CacheDeleted)
                     break;
             }
+            return true;
+        }
+        catch (OperationCanceledException) when (_lifetime.ApplicationStopping.IsCancellationRequested && !context.CancellationToken.IsCancellationRequested)
+        {
             return true;
         }
         finally

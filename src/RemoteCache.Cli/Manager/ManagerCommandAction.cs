@@ -1,0 +1,98 @@
+using System;
+using System.CommandLine;
+using System.CommandLine.Invocation;
+using System.IO;
+using System.Linq;
+using System.Threading;
+using System.Threading.Tasks;
+using Grpc.Core;
+
+using RemoteCache.Cli.Slo;
+
+namespace RemoteCache.Cli.Manager;
+
+/// <summary>Exit codes of the manager's commands (caches, create, reshape, delete, servers, reclaim, watch).</summary>
+internal static class ManagerExitCodes
+{
+    public const int Success = 0;
+
+    /// <summary>Bad arguments: nothing was sent.</summary>
+    public const int Usage = 2;
+
+    /// <summary>The manager refused (the message says why: quota, capacity, SLO, not found, key).</summary>
+    public const int Refused = 4;
+
+    /// <summary>The manager, or a server of the cache, could not be reached.</summary>
+    public const int Unreachable = 5;
+}
+
+/// <summary>
+/// The action of the manager's commands: parse errors and refusals are printed as "remotecache COMMAND: reason" and
+/// mapped to <see cref="ManagerExitCodes"/>; the manager's address and API key come from --manager and --api-key, or
+/// the environment (<see cref="RemoteCacheManagerOptions.AddressVariable"/>, <see cref="RemoteCacheManagerOptions.ApiKeyVariable"/>).
+/// </summary>
+internal sealed class ManagerCommandAction : AsynchronousCommandLineAction
+{
+    private readonly string _name;
+    private readonly Func<ParseResult, RemoteCacheManagerClient, TextWriter, CancellationToken, Task<int>> _run;
+
+    public ManagerCommandAction(string name, Func<ParseResult, RemoteCacheManagerClient, TextWriter, CancellationToken, Task<int>> run)
+    {
+        _name = name;
+        _run = run;
+    }
+
+    public override bool ClearsParseErrors => true;
+
+    public override async Task<int> InvokeAsync(ParseResult parseResult, CancellationToken cancellationToken = default)
+    {
+        var error = parseResult.InvocationConfiguration.Error;
+        var problems = parseResult.Errors.Select(e => e.Message)
+            .Concat(parseResult.UnmatchedTokens.Select(t => $"Unrecognized command or argument '{t}'."))
+            .Distinct()
+            .ToList();
+        if (problems.Count > 0)
+        {
+            foreach (var problem in problems)
+                await error.WriteLineAsync($"{_name}: {problem}").ConfigureAwait(false);
+            await error.WriteLineAsync($"(see {_name} --help)").ConfigureAwait(false);
+            return ManagerExitCodes.Usage;
+        }
+        try
+        {
+            await using var client = new RemoteCacheManagerClient(Options(parseResult));
+            return await _run(parseResult, client, parseResult.InvocationConfiguration.Output, cancellationToken).ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is UsageException or ArgumentException)
+        {
+            await error.WriteLineAsync($"{_name}: {e.Message}").ConfigureAwait(false);
+            return ManagerExitCodes.Usage;
+        }
+        catch (RemoteCacheManagerException e)
+        {
+            await error.WriteLineAsync($"{_name}: {e.Message}").ConfigureAwait(false);
+            return e.Status is StatusCode.Unavailable or StatusCode.DeadlineExceeded ? ManagerExitCodes.Unreachable : ManagerExitCodes.Refused;
+        }
+        catch (RemoteCacheException e)
+        {
+            await error.WriteLineAsync($"{_name}: {e.Message}").ConfigureAwait(false);
+            return ManagerExitCodes.Unreachable;
+        }
+    }
+
+    private static RemoteCacheManagerOptions Options(ParseResult parse)
+    {
+        string? address = parse.GetValue(ManagerCommands.Address) ?? Environment.GetEnvironmentVariable(RemoteCacheManagerOptions.AddressVariable);
+        string? key = parse.GetValue(ManagerCommands.ApiKey) ?? Environment.GetEnvironmentVariable(RemoteCacheManagerOptions.ApiKeyVariable);
+        var options = new RemoteCacheManagerOptions { ApiKey = string.IsNullOrEmpty(key) ? null : key };
+        if (!string.IsNullOrEmpty(address))
+        {
+            if (!Uri.TryCreate(address, UriKind.Absolute, out var uri))
+                throw new UsageException($"--manager '{address}' is not an address (http://HOST:PORT or https://HOST:PORT)");
+            options.Address = uri;
+        }
+        if (options.ApiKey is null)
+            throw new UsageException($"no API key: give --api-key or set {RemoteCacheManagerOptions.ApiKeyVariable} (remotecache-manager prints the key it generates on first start)");
+        return options;
+    }
+}

@@ -1,0 +1,39 @@
+using System;
+using Grpc.Core;
+using Microsoft.Extensions.Logging;
+
+namespace RemoteCache;
+
+/// <summary>The managed client's log events (structured; ids stable, 100 and up beside the SDK's).</summary>
+internal static partial class Log
+{
+    [LoggerMessage(100, LogLevel.Information, "Opened {CacheName} through the manager: {ServerCount} servers, {Capacity} bytes, config {Config}")]
+    public static partial void ManagedCacheOpened(ILogger logger, string cacheName, int serverCount, long capacity, CacheConfig config);
+
+    [LoggerMessage(101, LogLevel.Information, "Closed {CacheName}: {Reason}")]
+    public static partial void ManagedCacheClosed(ILogger logger, string cacheName, string reason);
+
+    [LoggerMessage(102, LogLevel.Information, "Reshaped {CacheName} from {OldServers} servers ({OldCapacity} bytes) to {NewServers} ({NewCapacity} bytes), config {Config}")]
+    public static partial void Reshaped(ILogger logger, string cacheName, int oldServers, long oldCapacity, int newServers, long newCapacity, CacheConfig config);
+
+    [LoggerMessage(103, LogLevel.Warning, "Reshaping {CacheName} failed after the manager granted it ({Reason}); asking the manager to undo it")]
+    public static partial void ReshapeUndone(ILogger logger, string cacheName, string reason);
+
+    [LoggerMessage(104, LogLevel.Warning, "Renewing the lease of {CacheName} (ends {LeaseExpires:O}) failed; next try in {DelayMs:0} ms: {Reason}")]
+    public static partial void RenewFailed(ILogger logger, string cacheName, DateTimeOffset leaseExpires, double delayMs, string reason);
+
+    [LoggerMessage(105, LogLevel.Information, "The event stream of {CacheName} was interrupted ({Status}: {Detail}); resuming from sequence {Next}")]
+    public static partial void WatchInterrupted(ILogger logger, string cacheName, long next, StatusCode status, string detail);
+
+    [LoggerMessage(106, LogLevel.Warning, "Could not follow a change of {CacheName} made elsewhere: {Reason}")]
+    public static partial void FollowFailed(ILogger logger, string cacheName, string reason);
+
+    [LoggerMessage(107, LogLevel.Error, "{CacheName} now spans {Wanted}, which does not extend or cut {Had}; the client keeps its servers")]
+    public static partial void CannotFollow(ILogger logger, string cacheName, string had, string wanted);
+
+    [LoggerMessage(108, LogLevel.Information, "Filled {CacheName} with {Bytes} bytes of {Path} in {ElapsedMs:0} ms")]
+    public static partial void Populated(ILogger logger, string cacheName, string path, long bytes, double elapsedMs);
+
+    [LoggerMessage(109, LogLevel.Warning, "Could not deallocate cache {CacheId}: {Reason}; it is freed when its lease ends")]
+    public static partial void DeallocateFailed(ILogger logger, ulong cacheId, string reason);
+}

@@ -1,0 +1,447 @@
+using System;
+using System.Collections.Generic;
+using System.Diagnostics;
+using System.IO;
+using System.Linq;
+using System.Threading;
+using System.Threading.Tasks;
+using Grpc.Core;
+using RemoteCache.Manager.V1;
+using RemoteCache.Slo;
+
+namespace RemoteCache;
+
+/// <summary>
+/// A cache rented through the manager and open here: <see cref="Client"/> reads and writes it; <see cref="ReshapeAsync"/>
+/// and <see cref="DeleteAsync"/> change it (Redy's Reshape and Delete). While it is open the client renews its lease
+/// (when half of it is left) and follows the manager's events (<see cref="Events"/>), resuming after a lost connection
+/// from the last event it saw; a reshape made elsewhere (another process, the command line) is followed here. A
+/// manager that is down disturbs neither: reads and writes go to the servers directly.
+/// </summary>
+public sealed class ManagedCache : IAsyncDisposable, IDisposable
+{
+    // Bytes per populate write, and writes in flight: large enough that the data path streams, small enough that the
+    // file read of one chunk overlaps the writes of the others.
+    private const int PopulateChunk = 1 << 20;
+    private const int PopulateDepth = 8;
+    private static readonly TimeSpan ProgressPeriod = TimeSpan.FromMilliseconds(250);
+
+    private readonly RemoteCacheManagerClient _manager;
+    private readonly RemoteCacheClient _client;
+    private readonly SemaphoreSlim _gate = new(1, 1);  // one change of the cache's shape, config or capabilities at a time
+    private readonly CancellationTokenSource _stop = new();
+    private readonly EventFeed _feed = new();
+    private readonly Task _renewing;
+    private readonly Task _watching;
+    private Cache _state;
+    private string? _gone;
+    private Task _populated = Task.CompletedTask;
+
+    internal ManagedCache(RemoteCacheManagerClient manager, Cache state, RemoteCacheClient client, string name, long watchFrom)
+    {
+        _manager = manager;
+        _state = state;
+        _client = client;
+        Name = name;
+        CacheId = state.CacheId;
+        _renewing = Task.Run(() => RenewLoopAsync(_stop.Token));
+        _watching = Task.Run(() => WatchLoopAsync(watchFrom, _stop.Token));
+    }
+
+    /// <summary>The manager's id of the cache.</summary>
+    public ulong CacheId { get; }
+
+    /// <summary>The name used in messages and logs: the cache's name and id.</summary>
+    public string Name { get; }
+
+    /// <summary>
+    /// The data API: reads, writes, sessions, a FASTER device. It follows reshapes (its <see cref="RemoteCacheClient.Capacity"/>
+    /// changes) and is closed when the cache is deleted or this handle disposed.
+    /// </summary>
+    /// <exception cref="ObjectDisposedException">The cache was deleted (the message says why) or this handle disposed.</exception>
+    public RemoteCacheClient Client
+    {
+        get
+        {
+            ThrowIfGone();
+            return _client;
+        }
+    }
+
+    /// <summary>The cache as last heard from the manager (servers, configuration, lease).</summary>
+    public ManagedCacheInfo Info => Contract.FromProto(Volatile.Read(ref _state));
+
+    /// <summary>When the lease ends unless it is renewed again (it is renewed while the cache is open here).</summary>
+    public DateTimeOffset LeaseExpires => Volatile.Read(ref _state).Lease.Expires.ToDateTimeOffset();
+
+    /// <summary>Completes when filling from <see cref="ManagedCacheRequest.PopulateFrom"/> is done (at once if none was asked), or faults with why it stopped.</summary>
+    public Task Populated => Volatile.Read(ref _populated);
+
+    /// <summary>
+    /// The cache's events: those received since it was opened here (the last 1024 kept), then live ones, until the
+    /// cache is deleted or this handle disposed. Each enumeration gets all of them; a slow reader loses the oldest
+    /// beyond 1024 unread.
+    /// </summary>
+    public IAsyncEnumerable<ManagedCacheEvent> Events => _feed;
+
+    /// <summary>
+    /// Changes the capacity and/or the SLO (Redy's Reshape), all or nothing. Growing appends the servers the manager
+    /// grants; shrinking cuts the address space after the kept servers first (I/O past the new capacity then fails with
+    /// <see cref="ArgumentOutOfRangeException"/>) and then releases the rest. I/O below the smaller capacity goes on
+    /// undisturbed either way. A new SLO whose configuration the cache's servers can carry is applied live.
+    /// </summary>
+    /// <param name="capacity">Bytes wanted (0: unchanged). Whole servers are added or removed: the capacity becomes the smallest multiple of a server's share that holds it.</param>
+    /// <param name="slo">The new SLO, or null to keep the current one.</param>
+    /// <param name="cancellationToken">Stops waiting for the manager; a reshape the manager already made is still followed.</param>
+    /// <exception cref="RemoteCacheManagerException">The manager refused (no capacity, quota; <see cref="RemoteCacheManagerException.MigrationRequired"/> for an SLO the servers cannot carry) or did not answer; the cache is unchanged.</exception>
+    /// <exception cref="RemoteCacheException">A new server could not be reached; the manager's change was undone.</exception>
+    /// <exception cref="ObjectDisposedException">The cache was deleted or this handle disposed.</exception>
+    public async Task ReshapeAsync(long capacity, RemoteCacheSlo? slo = null, CancellationToken cancellationToken = default)
+    {
+        ArgumentOutOfRangeException.ThrowIfNegative(capacity);
+        if (slo?.Problem() is { } problem)
+            throw new ArgumentException($"{Name}: the SLO {problem}", nameof(slo));
+        ThrowIfGone();
+        await _gate.WaitAsync(cancellationToken).ConfigureAwait(false);
+        try
+        {
+            ThrowIfGone();
+            await ReshapeLockedAsync(capacity, slo, cancellationToken).ConfigureAwait(false);
+        }
+        finally
+        {
+            _gate.Release();
+        }
+    }
+
+    private async Task ReshapeLockedAsync(long capacity, RemoteCacheSlo? slo, CancellationToken cancellationToken)
+    {
+        var before = _state;
+        long share = (long)before.Servers[0].Regions * (long)before.Servers[0].RegionSize;
+        int servers = capacity == 0 ? before.Servers.Count : (int)Math.Min(int.MaxValue, (capacity + share - 1) / share);
+        var request = new ReallocateRequest { CacheId = CacheId, Capacity = (ulong)capacity };
+        if (slo is not null)
+            request.Slo = Contract.ToProto(slo);
+
+        // Shrinking: stop using the tail before the manager frees it, so no operation reaches a server that dropped the cache.
+        bool shrinking = servers < before.Servers.Count;
+        if (shrinking)
+            _client.Shrink(servers);
+        ReallocateResponse response;
+        try
+        {
+            response = await _manager.CallAsync("Reallocate", o => _manager.Grpc.ReallocateAsync(request, o), cancellationToken).ConfigureAwait(false);
+        }
+        catch when (shrinking)
+        {
+            var tail = before.Servers.Skip(servers).ToList();
+            _client.Grow(tail.Select(s => s.Endpoint).ToList(), tail.Select(s => s.Capability).ToList());
+            throw;
+        }
+        var after = response.Cache;
+        try
+        {
+            if (response.Added.Count > 0)
+                _client.Grow(response.Added.Select(s => s.Endpoint).ToList(), response.Added.Select(s => s.Capability).ToList());
+            var config = Contract.FromProto(after.Config);
+            if (config != _client.Config)
+                _client.Reconfigure(config);
+        }
+        catch (Exception e) when (e is RemoteCacheException or ArgumentException)
+        {
+            // All or nothing: the manager takes back what it granted (its tail servers, its new configuration).
+            Log.ReshapeUndone(_manager.Logger, Name, e.Message);
+            if (response.Added.Count > 0 && _client.ServerCount > before.Servers.Count)
+                _client.Shrink(before.Servers.Count);
+            var undo = new ReallocateRequest { CacheId = CacheId, Capacity = before.Capacity, Slo = before.Slo };
+            await _manager.CallAsync("Reallocate (undoing a reshape)", o => _manager.Grpc.ReallocateAsync(undo, o), CancellationToken.None).ConfigureAwait(false);
+            throw;
+        }
+        Volatile.Write(ref _state, after);
+        Log.Reshaped(_manager.Logger, Name, before.Servers.Count, (long)before.Capacity, after.Servers.Count, (long)after.Capacity, Contract.FromProto(after.Config));
+    }
+
+    /// <summary>
+    /// Deletes the cache (Redy's Delete): the manager frees it on every server and returns its VMs. Afterwards
+    /// <see cref="Client"/>, the client it returned and this handle's methods throw <see cref="ObjectDisposedException"/>.
+    /// </summary>
+    /// <exception cref="RemoteCacheManagerException">The manager did not answer; the cache is still there (and its lease still renewed).</exception>
+    public async Task DeleteAsync(CancellationToken cancellationToken = default)
+    {
+        ThrowIfGone();
+        await _gate.WaitAsync(cancellationToken).ConfigureAwait(false);
+        try
+        {
+            ThrowIfGone();
+            await _manager.CallAsync("Deallocate", o => _manager.Grpc.DeallocateAsync(new DeallocateRequest { CacheId = CacheId }, o), cancellationToken)
+                          .ConfigureAwait(false);
+        }
+        catch (RemoteCacheManagerException e) when (e.Status == StatusCode.NotFound)
+        {
+            // Already gone (its lease ended, or another client deleted it): what Delete wants.
+        }
+        finally
+        {
+            _gate.Release();
+        }
+        Gone("it was deleted by this client");
+    }
+
+    internal async Task DeleteQuietlyAsync(string why)
+    {
+        Gone(why);
+        await StopLoopsAsync().ConfigureAwait(false);
+        await _manager.DeallocateQuietlyAsync(CacheId).ConfigureAwait(false);
+    }
+
+    // ---- lease -------------------------------------------------------------------------------------------------
+
+    private async Task RenewLoopAsync(CancellationToken stop)
+    {
+        var retry = new Backoff(_manager.Options.RetryLimit);
+        try
+        {
+            while (true)
+            {
+                var lease = Volatile.Read(ref _state).Lease;
+                var due = lease.Expires.ToDateTimeOffset() - lease.Length.ToTimeSpan() / 2;
+                var wait = due - DateTimeOffset.UtcNow;
+                if (wait > TimeSpan.Zero)
+                    await Task.Delay(wait, stop).ConfigureAwait(false);
+                try
+                {
+                    var renewed = await _manager.CallAsync("RenewLease", o => _manager.Grpc.RenewLeaseAsync(new RenewLeaseRequest { CacheId = CacheId }, o), stop)
+                                                .ConfigureAwait(false);
+                    await ApplyRenewalAsync(renewed, stop).ConfigureAwait(false);
+                    retry.Reset();
+                }
+                catch (RemoteCacheManagerException e) when (e.Status == StatusCode.NotFound)
+                {
+                    Gone($"the manager no longer has it ({e.Message})");
+                    return;
+                }
+                catch (Exception e) when (e is RemoteCacheManagerException or RemoteCacheException && !stop.IsCancellationRequested)
+                {
+                    var delay = retry.Next();
+                    Log.RenewFailed(_manager.Logger, Name, LeaseExpires, delay.TotalMilliseconds, e.Message);
+                    await Task.Delay(delay, stop).ConfigureAwait(false);
+                }
+            }
+        }
+        catch (OperationCanceledException) when (stop.IsCancellationRequested)
+        {
+        }
+    }
+
+    private async Task ApplyRenewalAsync(RenewLeaseResponse renewed, CancellationToken stop)
+    {
+        await _gate.WaitAsync(stop).ConfigureAwait(false);
+        try
+        {
+            var state = _state;
+            if (!state.Servers.Select(s => s.ServerId).SequenceEqual(renewed.Servers.Select(s => s.ServerId)))
+            {
+                // Reshaped elsewhere since the last look: follow it, with capabilities of the renewed lease.
+                await FollowLockedAsync(stop).ConfigureAwait(false);
+                return;
+            }
+            _client.Renew(renewed.Servers.Select(s => s.Capability).ToList());
+            var next = state.Clone();
+            next.Lease = renewed.Lease;
+            next.Servers.Clear();
+            next.Servers.AddRange(renewed.Servers);
+            Volatile.Write(ref _state, next);
+        }
+        finally
+        {
+            _gate.Release();
+        }
+    }
+
+    // ---- events ------------------------------------------------------------------------------------------------
+
+    private async Task WatchLoopAsync(long from, CancellationToken stop)
+    {
+        try
+        {
+            await foreach (var e in _manager.WatchAsync(CacheId, from, stop).ConfigureAwait(false))
+                await HandleAsync(e, stop).ConfigureAwait(false);
+        }
+        catch (RemoteCacheManagerException e) when (e.Status == StatusCode.NotFound)
+        {
+            Gone($"the manager no longer has it ({e.Message})");
+        }
+        catch (OperationCanceledException) when (stop.IsCancellationRequested)
+        {
+        }
+    }
+
+    // Acts on one event, then hands it to the readers of Events.
+    private async Task HandleAsync(ManagedCacheEvent managed, CancellationToken stop)
+    {
+        bool follow = managed switch
+        {
+            CacheReshapedEvent r => !r.ServerIds.SequenceEqual(Volatile.Read(ref _state).Servers.Select(s => s.ServerId)),
+            ConfigChangedEvent c => c.Config != Contract.FromProto(Volatile.Read(ref _state).Config),
+            _ => false,
+        };
+        if (follow)
+        {
+            await _gate.WaitAsync(stop).ConfigureAwait(false);
+            try
+            {
+                await FollowLockedAsync(stop).ConfigureAwait(false);
+            }
+            catch (Exception ex) when (ex is RemoteCacheManagerException or RemoteCacheException or ArgumentException)
+            {
+                Log.FollowFailed(_manager.Logger, Name, ex.Message);
+            }
+            finally
+            {
+                _gate.Release();
+            }
+        }
+        _feed.Publish(managed);
+        if (managed is CacheDeletedEvent deleted)
+            Gone($"it was deleted: {deleted.Reason}");
+    }
+
+    // Brings the data client to the cache as the manager now has it: servers appended or cut (whole servers at the
+    // end, as the manager reshapes), configuration, capabilities.
+    private async Task FollowLockedAsync(CancellationToken stop)
+    {
+        var cache = await _manager.CallAsync("GetCache", o => _manager.Grpc.GetCacheAsync(new GetCacheRequest { CacheId = CacheId }, o), stop).ConfigureAwait(false);
+        var have = _state.Servers.Select(s => s.ServerId).ToList();
+        var want = cache.Servers.Select(s => s.ServerId).ToList();
+        int common = have.Zip(want).TakeWhile(p => p.First == p.Second).Count();
+        if (common != have.Count && common != want.Count)
+        {
+            Log.CannotFollow(_manager.Logger, Name, string.Join(",", have), string.Join(",", want));
+            return;
+        }
+        if (want.Count < have.Count)
+            _client.Shrink(want.Count);
+        else if (want.Count > have.Count)
+            _client.Grow(cache.Servers.Skip(have.Count).Select(s => s.Endpoint).ToList(), cache.Servers.Skip(have.Count).Select(s => s.Capability).ToList());
+        if (cache.Lease.Expires.ToDateTimeOffset() > _state.Lease.Expires.ToDateTimeOffset())
+            _client.Renew(cache.Servers.Select(s => s.Capability).ToList());
+        var config = Contract.FromProto(cache.Config);
+        if (config != _client.Config)
+            _client.Reconfigure(config);
+        if (want.Count != have.Count)
+            Log.Reshaped(_manager.Logger, Name, have.Count, (long)_state.Capacity, want.Count, (long)cache.Capacity, config);
+        Volatile.Write(ref _state, cache);
+    }
+
+    // ---- populate ----------------------------------------------------------------------------------------------
+
+    internal Task StartPopulate(string path, long length)
+    {
+        var task = Task.Run(() => PopulateAsync(path, length, _stop.Token));
+        Volatile.Write(ref _populated, task);
+        return task;
+    }
+
+    private async Task PopulateAsync(string path, long length, CancellationToken stop)
+    {
+        var clock = Stopwatch.StartNew();
+        var lastReport = TimeSpan.Zero;
+        try
+        {
+            using var file = File.OpenHandle(path, FileMode.Open, FileAccess.Read, FileShare.Read, FileOptions.SequentialScan);
+            var buffers = new byte[PopulateDepth][];
+            var writes = new Task[PopulateDepth];
+            long done = 0;
+            for (long offset = 0, slot = 0; offset < length; slot = (slot + 1) % PopulateDepth)
+            {
+                if (writes[slot] is { } previous)
+                {
+                    await previous.ConfigureAwait(false);
+                    done += buffers[slot].Length;  // every chunk but the last is full
+                }
+                buffers[slot] ??= GC.AllocateUninitializedArray<byte>(PopulateChunk, pinned: true);
+                int n = (int)Math.Min(PopulateChunk, length - offset);
+                ReadExactly(file, path, buffers[slot].AsSpan(0, n), offset);
+                writes[slot] = _client.WriteAsync(offset, buffers[slot].AsMemory(0, n), stop).AsTask();
+                offset += n;
+                if (clock.Elapsed - lastReport >= ProgressPeriod)
+                {
+                    lastReport = clock.Elapsed;
+                    _feed.Publish(new PopulateProgressEvent(CacheId, DateTimeOffset.UtcNow, done, length, null));
+                }
+            }
+            await Task.WhenAll(writes.Where(w => w is not null)).ConfigureAwait(false);
+            _feed.Publish(new PopulateProgressEvent(CacheId, DateTimeOffset.UtcNow, length, length, null));
+            Log.Populated(_manager.Logger, Name, path, length, clock.Elapsed.TotalMilliseconds);
+        }
+        catch (Exception e)
+        {
+            _feed.Publish(new PopulateProgressEvent(CacheId, DateTimeOffset.UtcNow, 0, length, e.Message));
+            throw;
+        }
+    }
+
+    private static void ReadExactly(Microsoft.Win32.SafeHandles.SafeFileHandle file, string path, Span<byte> buffer, long offset)
+    {
+        while (buffer.Length > 0)
+        {
+            int n = RandomAccess.Read(file, buffer, offset);
+            if (n == 0)
+                throw new IOException($"{path} ended at byte {offset} while filling the cache from it (was it truncated?)");
+            buffer = buffer[n..];
+            offset += n;
+        }
+    }
+
+    // ---- lifetime ----------------------------------------------------------------------------------------------
+
+    private void ThrowIfGone()
+    {
+        if (Volatile.Read(ref _gone) is { } why)
+            throw new ObjectDisposedException(Name, $"{Name} cannot be used: {why}");
+    }
+
+    // The cache is no longer usable here: stop the loops, close the data client, end the event stream. Idempotent.
+    private void Gone(string why)
+    {
+        if (Interlocked.CompareExchange(ref _gone, why, null) is not null)
+            return;
+        _stop.Cancel();
+        _client.Dispose();
+        _feed.Complete();
+        _manager.Forget(this);
+        Log.ManagedCacheClosed(_manager.Logger, Name, why);
+    }
+
+    private async Task StopLoopsAsync()
+    {
+        try
+        {
+            await Task.WhenAll(_renewing, _watching).ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is OperationCanceledException or RpcException)
+        {
+        }
+        try
+        {
+            await Populated.ConfigureAwait(false);
+        }
+        catch (Exception)
+        {
+            // Its failure was reported through Populated and the event stream.
+        }
+    }
+
+    /// <summary>
+    /// Closes the cache here: the lease is no longer renewed (the manager frees the cache when it ends, unless another
+    /// client renews it) and the data client is closed. Use <see cref="DeleteAsync"/> to free it now.
+    /// </summary>
+    public async ValueTask DisposeAsync()
+    {
+        Gone("this handle was disposed (the cache stays allocated until it is deleted or its lease ends)");
+        await StopLoopsAsync().ConfigureAwait(false);
+    }
+
+    /// <inheritdoc cref="DisposeAsync"/>
+    public void Dispose() => DisposeAsync().AsTask().GetAwaiter().GetResult();
+}

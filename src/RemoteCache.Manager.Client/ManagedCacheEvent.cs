@@ -1,0 +1,47 @@
+using System;
+using System.Collections.Generic;
+
+namespace RemoteCache;
+
+/// <summary>
+/// Something that happened to a managed cache, as the manager recorded it (<see cref="Sequence"/> &gt; 0, increasing) or
+/// as this client saw it (<see cref="PopulateProgressEvent"/>, sequence 0).
+/// </summary>
+public abstract record ManagedCacheEvent(ulong CacheId, long Sequence, DateTimeOffset Time);
+
+/// <summary>The cache was allocated with <paramref name="Capacity"/> bytes.</summary>
+public sealed record CacheAllocatedEvent(ulong CacheId, long Sequence, DateTimeOffset Time, long Capacity) : ManagedCacheEvent(CacheId, Sequence, Time);
+
+/// <summary>The cache now spans <paramref name="ServerIds"/> (a reshape); its clients have followed, or are about to.</summary>
+public sealed record CacheReshapedEvent(ulong CacheId, long Sequence, DateTimeOffset Time, long Capacity, IReadOnlyList<string> ServerIds)
+    : ManagedCacheEvent(CacheId, Sequence, Time);
+
+/// <summary>The cache runs a new data-path configuration (a reshape to a new SLO).</summary>
+public sealed record ConfigChangedEvent(ulong CacheId, long Sequence, DateTimeOffset Time, CacheConfig Config) : ManagedCacheEvent(CacheId, Sequence, Time);
+
+/// <summary>The lease was renewed until <paramref name="Expires"/>.</summary>
+public sealed record LeaseRenewedEvent(ulong CacheId, long Sequence, DateTimeOffset Time, DateTimeOffset Expires) : ManagedCacheEvent(CacheId, Sequence, Time);
+
+/// <summary>The lease ends at <paramref name="Expires"/> unless it is renewed (a client that renews it is late).</summary>
+public sealed record LeaseExpiringEvent(ulong CacheId, long Sequence, DateTimeOffset Time, DateTimeOffset Expires) : ManagedCacheEvent(CacheId, Sequence, Time);
+
+/// <summary>
+/// The server holding regions [<paramref name="FirstRegion"/>, + <paramref name="Regions"/>) of the cache will be
+/// reclaimed at <paramref name="Deadline"/>; its content is lost then unless moved.
+/// </summary>
+public sealed record ReclaimNoticeEvent(ulong CacheId, long Sequence, DateTimeOffset Time, string ServerId, int FirstRegion, int Regions, DateTimeOffset Deadline)
+    : ManagedCacheEvent(CacheId, Sequence, Time);
+
+/// <summary>The server holding regions [<paramref name="FirstRegion"/>, + <paramref name="Regions"/>) failed; their content is lost.</summary>
+public sealed record ServerFailedEvent(ulong CacheId, long Sequence, DateTimeOffset Time, string ServerId, int FirstRegion, int Regions, string Reason)
+    : ManagedCacheEvent(CacheId, Sequence, Time);
+
+/// <summary>The cache was deleted (by a client, or because its lease ended); the stream ends with it.</summary>
+public sealed record CacheDeletedEvent(ulong CacheId, long Sequence, DateTimeOffset Time, string Reason) : ManagedCacheEvent(CacheId, Sequence, Time);
+
+/// <summary>
+/// Filling the cache from a file (<see cref="ManagedCacheRequest.PopulateFrom"/>): <paramref name="Done"/> of
+/// <paramref name="Total"/> bytes written; the last one has Done = Total, or the <paramref name="Error"/> that stopped it.
+/// </summary>
+public sealed record PopulateProgressEvent(ulong CacheId, DateTimeOffset Time, long Done, long Total, string? Error)
+    : ManagedCacheEvent(CacheId, 0, Time);

@@ -1,0 +1,41 @@
+using System;
+using System.Linq;
+using Grpc.Core;
+using RemoteCache.Manager.V1;
+
+namespace RemoteCache;
+
+/// <summary>The manager refused a call, or could not be reached; the message names the call and the reason.</summary>
+public sealed class RemoteCacheManagerException : Exception
+{
+    /// <summary>Creates the exception.</summary>
+    public RemoteCacheManagerException(StatusCode status, string message, bool migrationRequired = false, Exception? inner = null)
+        : base(message, inner)
+    {
+        Status = status;
+        MigrationRequired = migrationRequired;
+    }
+
+    /// <summary>
+    /// The gRPC status: <see cref="StatusCode.InvalidArgument"/>, <see cref="StatusCode.NotFound"/>,
+    /// <see cref="StatusCode.ResourceExhausted"/> (no capacity, quota), <see cref="StatusCode.FailedPrecondition"/> (no
+    /// configuration meets the SLO), <see cref="StatusCode.Unauthenticated"/>, <see cref="StatusCode.PermissionDenied"/>,
+    /// <see cref="StatusCode.Unavailable"/> and <see cref="StatusCode.DeadlineExceeded"/> (the manager did not answer).
+    /// </summary>
+    public StatusCode Status { get; }
+
+    /// <summary>
+    /// A reshape to an SLO the cache's servers cannot carry: it needs new servers and the content moved over, which
+    /// the manager does not offer yet. The cache is unchanged.
+    /// </summary>
+    public bool MigrationRequired { get; }
+
+    internal static RemoteCacheManagerException From(RpcException e, string call, Uri manager)
+    {
+        bool migration = e.Trailers.Any(t => t.Key == Refusals.Trailer && t.Value == Refusals.MigrationRequired);
+        string reason = e.StatusCode is StatusCode.Unavailable or StatusCode.DeadlineExceeded or StatusCode.Cancelled
+            ? $"the manager at {manager} did not answer ({e.StatusCode}: {e.Status.Detail})"
+            : $"{e.StatusCode}: {e.Status.Detail}";
+        return new RemoteCacheManagerException(e.StatusCode, $"{call}: {reason}", migration, e);
+    }
+}

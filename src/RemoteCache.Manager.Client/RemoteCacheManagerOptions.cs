@@ -1,0 +1,64 @@
+using System;
+using System.Linq;
+using System.Net.Http;
+
+namespace RemoteCache;
+
+/// <summary>
+/// How to reach the cache manager, and how the caches it rents are opened. In configuration:
+/// <c>"RemoteCacheManager": { "Address": "https://manager:7400", "ApiKey": "…", "Cache": { "OperationTimeout": "00:00:05" } }</c>.
+/// </summary>
+public sealed class RemoteCacheManagerOptions
+{
+    /// <summary>The environment variable the command line and samples take the manager's address from.</summary>
+    public const string AddressVariable = "REMOTECACHE_MANAGER";
+
+    /// <summary>The environment variable the command line and samples take the API key from.</summary>
+    public const string ApiKeyVariable = "REMOTECACHE_API_KEY";
+
+    /// <summary>Where remotecache-manager listens by default.</summary>
+    public static Uri DefaultAddress { get; } = new("http://127.0.0.1:7400");
+
+    /// <summary>The manager's gRPC address (http:// or https://). Default: <see cref="DefaultAddress"/>.</summary>
+    public Uri Address { get; set; } = DefaultAddress;
+
+    /// <summary>The API key sent with every call (<c>authorization: Bearer</c>). Use https:// beyond one host: it is a password.</summary>
+    public string? ApiKey { get; set; }
+
+    /// <summary>How long one call to the manager may take (Allocate may start servers). Default: 30 s.</summary>
+    public TimeSpan CallTimeout { get; set; } = TimeSpan.FromSeconds(30);
+
+    /// <summary>
+    /// The longest wait between two attempts to reach a manager that is down (lease renewal, event stream); the waits
+    /// double from 100 ms up to it. Default: 5 s.
+    /// </summary>
+    public TimeSpan RetryLimit { get; set; } = TimeSpan.FromSeconds(5);
+
+    /// <summary>
+    /// How the caches are opened: timeouts, lanes, session capacity, logger and meter factories. The cache id, token,
+    /// capabilities, regions and configuration come from the manager and are not taken from here.
+    /// </summary>
+    public RemoteCacheOptions Cache { get; set; } = new();
+
+    /// <summary>
+    /// The HTTP handler of the gRPC channel (for example to trust a private certificate authority); disposed with the
+    /// client. Null: a <see cref="SocketsHttpHandler"/> with HTTP/2 keep-alive pings, so a manager that vanished is noticed.
+    /// </summary>
+    public HttpMessageHandler? HttpHandler { get; set; }
+
+    /// <summary>Checks the options; the one place where they are checked (the client and options validation call it).</summary>
+    /// <exception cref="ArgumentException">What is wrong, naming the option.</exception>
+    public void Validate()
+    {
+        if (Address is null || !Address.IsAbsoluteUri || Address.Scheme is not ("http" or "https"))
+            throw new ArgumentException($"RemoteCacheManagerOptions.Address is '{Address}'; it must be an absolute http:// or https:// address", nameof(Address));
+        if (ApiKey is { } key && (key.Length == 0 || key.Any(char.IsWhiteSpace)))
+            throw new ArgumentException("RemoteCacheManagerOptions.ApiKey is empty or has white space", nameof(ApiKey));
+        if (CallTimeout <= TimeSpan.Zero)
+            throw new ArgumentException($"RemoteCacheManagerOptions.CallTimeout is {CallTimeout}; it must be positive", nameof(CallTimeout));
+        if (RetryLimit < TimeSpan.FromMilliseconds(100))
+            throw new ArgumentException($"RemoteCacheManagerOptions.RetryLimit is {RetryLimit}; it must be at least 100 ms", nameof(RetryLimit));
+        if (Cache is null)
+            throw new ArgumentException("RemoteCacheManagerOptions.Cache is null", nameof(Cache));
+    }
+}

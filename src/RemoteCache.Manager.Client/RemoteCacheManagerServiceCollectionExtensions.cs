@@ -1,0 +1,65 @@
+using System;
+using System.Diagnostics.Metrics;
+using Microsoft.Extensions.Configuration;
+using Microsoft.Extensions.DependencyInjection.Extensions;
+using Microsoft.Extensions.Logging;
+using Microsoft.Extensions.Options;
+using RemoteCache;
+
+namespace Microsoft.Extensions.DependencyInjection;
+
+/// <summary>Registers <see cref="RemoteCacheManagerClient"/> with a service collection.</summary>
+public static class RemoteCacheManagerServiceCollectionExtensions
+{
+    /// <summary>
+    /// Registers a singleton <see cref="RemoteCacheManagerClient"/> with options bound from <paramref name="configuration"/>
+    /// (see <see cref="RemoteCacheManagerOptions"/>), validated when the host starts; the caches it opens log and meter
+    /// through the container's factories. Disposed with the container (closing, not deleting, its caches).
+    /// </summary>
+    public static IServiceCollection AddRemoteCacheManager(this IServiceCollection services, IConfiguration configuration)
+    {
+        ArgumentNullException.ThrowIfNull(configuration);
+        return services.AddRemoteCacheManager(builder => builder.Bind(configuration));
+    }
+
+    /// <summary>Registers a singleton <see cref="RemoteCacheManagerClient"/> configured in code; see <see cref="AddRemoteCacheManager(IServiceCollection, IConfiguration)"/>.</summary>
+    public static IServiceCollection AddRemoteCacheManager(this IServiceCollection services, Action<RemoteCacheManagerOptions> configure)
+    {
+        ArgumentNullException.ThrowIfNull(configure);
+        return services.AddRemoteCacheManager(builder => builder.Configure(configure));
+    }
+
+    private static IServiceCollection AddRemoteCacheManager(this IServiceCollection services, Action<OptionsBuilder<RemoteCacheManagerOptions>> configure)
+    {
+        ArgumentNullException.ThrowIfNull(services);
+        var builder = services.AddOptions<RemoteCacheManagerOptions>();
+        configure(builder);
+        builder.ValidateOnStart();
+        services.TryAddEnumerable(ServiceDescriptor.Singleton<IValidateOptions<RemoteCacheManagerOptions>, Validator>());
+        services.TryAddSingleton(sp =>
+        {
+            var options = sp.GetRequiredService<IOptions<RemoteCacheManagerOptions>>().Value;
+            options.Cache.LoggerFactory ??= sp.GetService<ILoggerFactory>();
+            options.Cache.MeterFactory ??= sp.GetService<IMeterFactory>();
+            return new RemoteCacheManagerClient(options);
+        });
+        return services;
+    }
+
+    /// <summary>Checks bound options with <see cref="RemoteCacheManagerOptions.Validate"/>, the one set of rules.</summary>
+    private sealed class Validator : IValidateOptions<RemoteCacheManagerOptions>
+    {
+        public ValidateOptionsResult Validate(string? name, RemoteCacheManagerOptions options)
+        {
+            try
+            {
+                options.Validate();
+                return ValidateOptionsResult.Success;
+            }
+            catch (ArgumentException e)
+            {
+                return ValidateOptionsResult.Fail(e.Message);
+            }
+        }
+    }
+}

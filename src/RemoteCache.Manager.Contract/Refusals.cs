@@ -1,0 +1,14 @@
+namespace RemoteCache.Manager.V1;
+
+/// <summary>
+/// Kinds of refusal a client acts on: the manager names one in the <see cref="Trailer"/> trailer of the refused call,
+/// beside the gRPC status and its message (manager.proto).
+/// </summary>
+public static class Refusals
+{
+    /// <summary>The trailer's key.</summary>
+    public const string Trailer = "remotecache-refusal";
+
+    /// <summary>A new SLO the cache's servers cannot carry: only moving the cache onto new servers would meet it.</summary>
+    public const string MigrationRequired = "migration-required";
+}

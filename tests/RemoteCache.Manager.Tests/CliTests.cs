@@ -1,0 +1,126 @@
+using System;
+using System.Collections.Generic;
+using System.Diagnostics;
+using System.IO;
+using System.Linq;
+using System.Text.Json;
+using System.Threading.Tasks;
+using Xunit;
+using static RemoteCache.Manager.Tests.TestManager;
+
+namespace RemoteCache.Manager.Tests;
+
+/// <summary>The <c>remotecache</c> command line as a process against a manager: a round trip with <c>--json</c>, and its refusals.</summary>
+[Collection(nameof(ManagerServiceTests))]
+public sealed class CliTests
+{
+    private sealed record Result(int ExitCode, string Output, string Error);
+
+    private static async Task<Result> RunAsync(IReadOnlyDictionary<string, string?> environment, params string[] args)
+    {
+        var start = new ProcessStartInfo("dotnet") { RedirectStandardOutput = true, RedirectStandardError = true };
+        start.ArgumentList.Add("exec");
+        start.ArgumentList.Add(Path.Combine(AppContext.BaseDirectory, "RemoteCache.Cli.dll"));
+        foreach (string a in args)
+            start.ArgumentList.Add(a);
+        start.Environment.Remove("REMOTECACHE_MANAGER");
+        start.Environment.Remove("REMOTECACHE_API_KEY");
+        foreach (var (name, value) in environment)
+            start.Environment[name] = value;
+        using var process = Process.Start(start)!;
+        var output = process.StandardOutput.ReadToEndAsync();
+        var error = process.StandardError.ReadToEndAsync();
+        await process.WaitForExitAsync().WaitAsync(TimeSpan.FromSeconds(60));
+        return new Result(process.ExitCode, await output, await error);
+    }
+
+    private static Dictionary<string, string?> Env(TestManager manager, string key = AliceKey) => new()
+    {
+        ["REMOTECACHE_MANAGER"] = manager.Address!.ToString(),
+        ["REMOTECACHE_API_KEY"] = key,
+    };
+
+    private static JsonElement Json(Result result)
+    {
+        Assert.True(result.ExitCode == 0, $"exit {result.ExitCode}: {result.Error}");
+        return JsonDocument.Parse(result.Output).RootElement;
+    }
+
+    [Fact]
+    public async Task CreateListReshapeWatchAndDeleteRoundTripWithJson()
+    {
+        await using var manager = new TestManager(warm: 2);
+        await manager.StartAsync();
+        var env = Env(manager);
+
+        var created = Json(await RunAsync(env, "create", "--capacity", "128MiB", "--read-latency-us", "50", "--throughput", "1e5",
+                                          "--transport", "tcp", "--name", "cli", "--lease", "60s", "--json"));
+        string id = created.GetProperty("cacheId").GetString()!;
+        Assert.Equal(128 * MiB, created.GetProperty("capacity").GetInt64());
+        Assert.Equal(1, created.GetProperty("servers").GetArrayLength());
+        Assert.Equal("cli", created.GetProperty("name").GetString());
+        Assert.Equal(50, created.GetProperty("slo").GetProperty("readLatencyUs").GetDouble());
+
+        var listed = Json(await RunAsync(env, "caches", "--json"));
+        Assert.Contains(listed.EnumerateArray(), c => c.GetProperty("cacheId").GetString() == id);
+
+        // Flags instead of the environment, and human output.
+        var text = await RunAsync(new Dictionary<string, string?>(), "caches", "--manager", manager.Address!.ToString(), "--api-key", AliceKey);
+        Assert.Equal(0, text.ExitCode);
+        Assert.Contains(id, text.Output);
+
+        var reshaped = Json(await RunAsync(env, "reshape", id, "--capacity", "256MiB", "--json"));
+        Assert.Equal(2, reshaped.GetProperty("servers").GetArrayLength());
+        Assert.Equal(256 * MiB, reshaped.GetProperty("capacity").GetInt64());
+
+        var deleted = await RunAsync(env, "delete", id);
+        Assert.True(deleted.ExitCode == 0, deleted.Error);
+        Assert.DoesNotContain(Json(await RunAsync(env, "caches", "--json")).EnumerateArray(), c => c.GetProperty("cacheId").GetString() == id);
+
+        // The deleted cache's events, from its allocation to its deletion; the command ends with them.
+        var watched = await RunAsync(env, "watch", id, "--json");
+        Assert.True(watched.ExitCode == 0, watched.Error);
+        var events = watched.Output.Split('\n', StringSplitOptions.RemoveEmptyEntries).Select(l => JsonDocument.Parse(l).RootElement).ToList();
+        var kinds = events.Select(e => e.GetProperty("kind").GetString()).ToList();
+        Assert.Equal("allocated", kinds[0]);
+        Assert.Contains("reshaped", kinds);
+        Assert.Equal("deleted", kinds[^1]);
+        Assert.All(events, e => Assert.Equal(id, e.GetProperty("cacheId").GetString()));
+    }
+
+    [Fact]
+    public async Task RefusalsSayWhatWasRefusedWithTheirExitCodes()
+    {
+        await using var manager = new TestManager(warm: 0);
+        await manager.StartAsync();
+        var env = Env(manager);
+
+        var unknown = await RunAsync(env, "delete", "12345");
+        Assert.Equal(4, unknown.ExitCode);
+        Assert.Contains("cache 12345 does not exist", unknown.Error);
+
+        var noKey = await RunAsync(new Dictionary<string, string?> { ["REMOTECACHE_MANAGER"] = manager.Address!.ToString() }, "caches");
+        Assert.Equal(2, noKey.ExitCode);
+        Assert.Contains("REMOTECACHE_API_KEY", noKey.Error);
+
+        var badSize = await RunAsync(env, "create", "--capacity", "lots");
+        Assert.Equal(2, badSize.ExitCode);
+        Assert.Contains("--capacity 'lots'", badSize.Error);
+
+        var wrongKey = await RunAsync(Env(manager, "not-a-key-0123456789"), "caches");
+        Assert.Equal(4, wrongKey.ExitCode);
+
+        var tenantAsOperator = await RunAsync(env, "servers");
+        Assert.Equal(4, tenantAsOperator.ExitCode);
+        Assert.Contains("PermissionDenied", tenantAsOperator.Error);
+
+        var servers = Json(await RunAsync(Env(manager, OpsKey), "servers", "--json"));
+        Assert.Equal(JsonValueKind.Array, servers.ValueKind);
+
+        var down = await RunAsync(new Dictionary<string, string?> { ["REMOTECACHE_API_KEY"] = AliceKey }, "caches", "--manager", "http://127.0.0.1:1");
+        Assert.Equal(5, down.ExitCode);
+        Assert.Contains("did not answer", down.Error);
+        await using var client = manager.ManagedClient();
+        Assert.Empty(await client.ListAsync());
+    }
+}
