@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: YCSB on FASTER comparing, in one run and with the same data and memory budget, the log
-# in memory (upper bound), TieredDevice(RemoteCache over SSD) with a local cache server (embedded,
-# shared memory), SSD only (O_DIRECT) and an SMB file server (Samba's smbd on loopback). Read-only,
+# in memory (upper bound), TieredDevice(RemoteCache over SSD) whose cache is created with an SLO through a cache
+# manager started in the process (it starts the remotecache-server; shared memory), SSD only (O_DIRECT) and an SMB
+# file server (Samba's smbd on loopback). Read-only,
 # uniform and Zipf, 1 and 2 threads; about 5 minutes here. Prints the table and the target ratios and
 # writes artifacts/ycsb/results.csv, results.json and the charts chart.png, rounds.png and latency-cdf.png.
 #

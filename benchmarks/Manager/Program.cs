@@ -21,6 +21,7 @@ using Microsoft.Extensions.Logging;
 using RemoteCache.Manager;
 using RemoteCache.Manager.Catalogue;
 using RemoteCache.Manager.V1;
+using RemoteCache.Slo;
 
 namespace RemoteCache.Benchmarks.Manager;
 
@@ -38,8 +39,13 @@ public static class Program
         var iterations = new Option<int>("--iterations") { Description = "Allocate/Deallocate pairs timed for latency", DefaultValueFactory = _ => 300 };
         var seconds = new Option<double>("--seconds") { Description = "Seconds of the throughput run", DefaultValueFactory = _ => 5 };
         var clients = new Option<int>("--clients") { Description = "Concurrent callers in the throughput run", DefaultValueFactory = _ => 4 };
+        var creates = new Option<int>("--creates") { Description = "CreateAsync/DeleteAsync pairs timed", DefaultValueFactory = _ => 100 };
+        var populateMiB = new Option<long>("--populate-mib") { Description = "MiB filled from a file per populate run", DefaultValueFactory = _ => 512 };
         var json = new Option<string?>("--json") { Description = "Also write the figures to this JSON file" };
-        var root = new RootCommand("Allocate latency and throughput of remotecache-manager with warm local servers") { iterations, seconds, clients, json };
+        var root = new RootCommand("Allocate latency and throughput of remotecache-manager with warm local servers; the managed client's Create latency and populate throughput")
+        {
+            iterations, seconds, clients, creates, populateMiB, json,
+        };
         root.SetAction(async (parse, ct) =>
         {
             string dir = Directory.CreateTempSubdirectory("manager-bench-").FullName;
@@ -47,11 +53,18 @@ public static class Program
             {
                 var latency = await LatencyAsync(Path.Combine(dir, "latency"), parse.GetValue(iterations));
                 var throughput = await ThroughputAsync(Path.Combine(dir, "throughput"), TimeSpan.FromSeconds(parse.GetValue(seconds)), parse.GetValue(clients));
-                var figures = new { date = DateTime.UtcNow.ToString("yyyy-MM-dd", CultureInfo.InvariantCulture), latency, throughput };
+                var create = await CreateAsync(Path.Combine(dir, "create"), parse.GetValue(creates));
+                var populate = new List<Populate>();
+                foreach (string transport in new[] { "tcp", "shm" })
+                    populate.Add(await PopulateAsync(Path.Combine(dir, "populate-" + transport), transport, parse.GetValue(populateMiB) << 20));
+                var figures = new { date = DateTime.UtcNow.ToString("yyyy-MM-dd", CultureInfo.InvariantCulture), latency, throughput, create, populate };
                 Console.WriteLine(Invariant($"Allocate, 1 GiB on two warm servers ({latency.Count} calls): p50 {latency.AllocateP50Ms:0.00} ms, p99 {latency.AllocateP99Ms:0.00} ms (target p99 ≤ 20 ms: {(latency.AllocateP99Ms <= 20 ? "met" : "MISSED")})"));
                 Console.WriteLine(Invariant($"  GetCache on the same channel: p50 {latency.GetCacheP50Ms:0.00} ms, p99 {latency.GetCacheP99Ms:0.00} ms; Allocate p50 / GetCache p50 = {latency.AllocateP50Ms / latency.GetCacheP50Ms:0.0}"));
                 Console.WriteLine(Invariant($"  Deallocate: p50 {latency.DeallocateP50Ms:0.00} ms, p99 {latency.DeallocateP99Ms:0.00} ms"));
                 Console.WriteLine(Invariant($"Allocate+Deallocate over a 100-type catalogue, {throughput.Clients} callers, {throughput.Seconds:0.#} s: {throughput.AllocationsPerSecond:0} allocations/s (GetCache alone: {throughput.GetCachePerSecond:0}/s)"));
+                Console.WriteLine(Invariant($"CreateAsync (Allocate + connect + ready), 1 GiB on two warm servers over tcp ({create.Count} calls): p50 {create.P50Ms:0.00} ms, p99 {create.P99Ms:0.00} ms; Allocate alone in this run p50 {create.AllocateP50Ms:0.00} ms"));
+                foreach (var p in populate)
+                    Console.WriteLine(Invariant($"populateFrom over {p.Transport}, {p.Bytes >> 20} MiB from the page cache (median of {p.Rounds}): {p.PopulateMBps:0} MB/s; the transport's bulk copy in the same run ({p.Reference}): {p.BulkMBps:0} MB/s → {p.Ratio:0.00} (target ≥ 0.5: {(p.Ratio >= 0.5 ? "met" : "MISSED")}); into one reused buffer: {p.BulkReusedBufferMBps:0} MB/s → {p.PopulateMBps / p.BulkReusedBufferMBps:0.00}"));
                 if (parse.GetValue(json) is { } path)
                     await File.WriteAllTextAsync(path, JsonSerializer.Serialize(figures, new JsonSerializerOptions { WriteIndented = true }), ct);
                 return 0;
@@ -70,9 +83,8 @@ public static class Program
 
     private static async Task<Latency> LatencyAsync(string dir, int iterations)
     {
-        // 512 MiB VMs: a 1 GiB cache takes two (the cheapest placement), both kept warm between calls.
-        var catalogue = new VmCatalogue { VmTypes = new[] { new VmType("half", 512L << 20, 1, 0.02, null, 4, 0), new VmType("big", 2 * GiB, 2, 0.5, null, 2, 0) } };
-        await using var manager = await Manager.StartAsync(dir, catalogue, warm: 2);
+        // Both servers are kept warm between calls.
+        await using var manager = await Manager.StartAsync(dir, HalfGiBCatalogue, warm: 2);
         var request = Request();
         var allocate = new List<double>();
         var deallocate = new List<double>();
@@ -138,6 +150,129 @@ public static class Program
         return new Throughput(clients, duration.TotalSeconds, types.Length, allocationRate, gets / clock.Elapsed.TotalSeconds);
     }
 
+    private sealed record Create(int Count, double P50Ms, double P99Ms, double AllocateP50Ms);
+
+    private sealed record Populate(string Transport, long Bytes, int Rounds, double PopulateMBps, string Reference, double BulkMBps, double Ratio, double BulkReusedBufferMBps);
+
+    // Redy's Create as an application calls it: Allocate, connect to both servers with the capabilities, ready for I/O.
+    private static async Task<Create> CreateAsync(string dir, int iterations)
+    {
+        await using var manager = await Manager.StartAsync(dir, HalfGiBCatalogue, warm: 2);
+        await using var client = manager.ManagedClient();
+        var create = new List<double>();
+        var allocate = new List<double>();
+        for (int i = -10; i < iterations; i++)
+        {
+            var t = Stopwatch.StartNew();
+            var cache = await client.CreateAsync(GiB, new RemoteCacheSlo { ReadLatency = TimeSpan.FromMicroseconds(100) }, duration: null);
+            double c = t.Elapsed.TotalMilliseconds;
+            if (cache.Client.ServerCount != 2)
+                throw new InvalidOperationException($"expected two servers, got {cache.Client.ServerCount}");
+            await cache.DeleteAsync();
+            t.Restart();
+            var raw = (await manager.Client.AllocateAsync(Request())).Cache;
+            double a = t.Elapsed.TotalMilliseconds;
+            await manager.Client.DeallocateAsync(new DeallocateRequest { CacheId = raw.CacheId });
+            if (i < 0)
+                continue;
+            create.Add(c);
+            allocate.Add(a);
+        }
+        return new Create(iterations, Quantile(create, 0.5), Quantile(create, 0.99), Quantile(allocate, 0.5));
+    }
+
+    // populateFrom against the transport's bulk copy of the same bytes, alternating, medians of three.
+    private static async Task<Populate> PopulateAsync(string dir, string transport, long bytes)
+    {
+        await using var manager = await Manager.StartAsync(dir, HalfGiBCatalogue, warm: 2);
+        await using var client = manager.ManagedClient();
+        string file = Path.Combine(dir, "source.bin");
+        var source = GC.AllocateUninitializedArray<byte>((int)Math.Min(bytes, 1L << 30));
+        new Random(5).NextBytes(source);
+        await using (var f = File.Create(file))
+            for (long written = 0; written < bytes; written += source.Length)
+                await f.WriteAsync(source.AsMemory(0, (int)Math.Min(source.Length, bytes - written)));
+        await File.ReadAllBytesAsync(file);  // in the page cache: the data path is measured, not the disk
+        var populate = new List<double>();
+        var bulk = new List<double>();
+        var warmBulk = new List<double>();
+        string reference = transport == "tcp" ? "one loopback TCP stream, 1 MiB writes, into fresh pages" : "memcpy into fresh pages";
+        for (int round = 0; round < 3; round++)
+        {
+            var cache = await client.CreateAsync(new ManagedCacheRequest
+            {
+                Capacity = GiB, Transport = transport, PopulateFrom = file, PopulateInBackground = true,
+                Slo = new RemoteCacheSlo { ReadLatency = TimeSpan.FromMicroseconds(100) },
+            });
+            var t = Stopwatch.StartNew();  // populating started as CreateAsync returned
+            await cache.Populated;
+            populate.Add(bytes / t.Elapsed.TotalSeconds / 1e6);
+            await cache.DeleteAsync();
+            bulk.Add(transport == "tcp" ? await TcpCopyAsync(source, bytes, freshPages: true) : MemoryCopy(source, bytes, freshPages: true));
+            warmBulk.Add(transport == "tcp" ? await TcpCopyAsync(source, bytes, freshPages: false) : MemoryCopy(source, bytes, freshPages: false));
+        }
+        double p = Quantile(populate, 0.5), b = Quantile(bulk, 0.5);
+        return new Populate(transport, bytes, 3, p, reference, b, p / b, Quantile(warmBulk, 0.5));
+    }
+
+    // One loopback TCP stream of the bytes, 1 MiB writes; the receiver lands them in fresh pages (as a new cache's
+    // server does: its first touch of each page faults it in and zeroes it) or, for the transport alone, in one reused buffer.
+    private static async Task<double> TcpCopyAsync(byte[] source, long bytes, bool freshPages)
+    {
+        using var listener = new System.Net.Sockets.TcpListener(System.Net.IPAddress.Loopback, 0);
+        listener.Start();
+        using var sender = new System.Net.Sockets.TcpClient();
+        await sender.ConnectAsync(System.Net.IPAddress.Loopback, ((System.Net.IPEndPoint)listener.LocalEndpoint).Port);
+        using var receiver = await listener.AcceptTcpClientAsync();
+        var target = new NativeBuffer(freshPages ? bytes : 1 << 20);
+        try
+        {
+            var t = Stopwatch.StartNew();
+            var receive = Task.Run(() =>
+            {
+                var socket = receiver.Client;
+                for (long got = 0; got < bytes;)
+                    got += socket.Receive(target.Span(freshPages ? got : got % (1 << 20), (int)Math.Min(1 << 20, Math.Min(bytes - got, freshPages ? bytes : (1 << 20) - got % (1 << 20)))));
+            });
+            var send = sender.GetStream();
+            for (long sent = 0; sent < bytes; sent += 1 << 20)
+                await send.WriteAsync(source.AsMemory((int)(sent % source.Length), (int)Math.Min(1 << 20, bytes - sent)));
+            await receive;
+            return bytes / t.Elapsed.TotalSeconds / 1e6;
+        }
+        finally
+        {
+            target.Dispose();
+        }
+    }
+
+    private sealed unsafe class NativeBuffer : IDisposable
+    {
+        private readonly byte* _p;
+
+        public NativeBuffer(long bytes) => _p = (byte*)System.Runtime.InteropServices.NativeMemory.Alloc((nuint)bytes);
+
+        public byte* Pointer => _p;
+
+        public Span<byte> Span(long offset, int length) => new(_p + offset, length);
+
+        public void Dispose() => System.Runtime.InteropServices.NativeMemory.Free(_p);
+    }
+
+    private static unsafe double MemoryCopy(byte[] source, long bytes, bool freshPages)
+    {
+        const int Chunk = 1 << 20;
+        using var target = new NativeBuffer(freshPages ? bytes : Chunk);
+        var t = Stopwatch.StartNew();
+        fixed (byte* from = source)
+            for (long done = 0; done < bytes; done += Chunk)
+                Buffer.MemoryCopy(from + done % source.Length, target.Pointer + (freshPages ? done : 0), Chunk, Math.Min(Chunk, bytes - done));
+        return bytes / t.Elapsed.TotalSeconds / 1e6;
+    }
+
+    // 512 MiB VMs: a 1 GiB cache takes two (the cheapest placement).
+    private static VmCatalogue HalfGiBCatalogue => new() { VmTypes = new[] { new VmType("half", 512L << 20, 1, 0.02, null, 4, 0), new VmType("big", 2 * GiB, 2, 0.5, null, 2, 0) } };
+
     private static AllocateRequest Request() => new()
     {
         Capacity = (ulong)GiB,
@@ -161,7 +296,11 @@ public static class Program
         private Microsoft.AspNetCore.Builder.WebApplication _app = null!;
         private GrpcChannel _channel = null!;
 
+        private Uri _address = null!;
+
         public CacheManager.CacheManagerClient Client { get; private set; } = null!;
+
+        public RemoteCacheManagerClient ManagedClient() => new(new RemoteCacheManagerOptions { Address = _address, ApiKey = Key });
 
         public static async Task<Manager> StartAsync(string dir, VmCatalogue catalogue, int warm)
         {
@@ -172,13 +311,14 @@ public static class Program
             await File.WriteAllTextAsync(keys, $$"""{ "keys": [ { "tenant": "bench", "sha256": "{{hash}}", "roles": ["tenant"] } ] }""");
             var options = new ManagerOptions
             {
-                StateDirectory = Path.Combine(dir, "state"), Catalogue = catalogueFile, Keys = keys, Warm = warm, Transports = new() { "tcp" },
+                StateDirectory = Path.Combine(dir, "state"), Catalogue = catalogueFile, Keys = keys, Warm = warm, Transports = new() { "tcp", "shm" },
             };
             var manager = new Manager();
             manager._app = await RemoteCache.Manager.Program.BuildAsync(options, new Uri("http://127.0.0.1:0"), TextWriter.Null, CancellationToken.None,
                 b => b.Logging.SetMinimumLevel(LogLevel.Warning));
             await manager._app.StartAsync();
             var address = manager._app.Services.GetRequiredService<IServer>().Features.Get<IServerAddressesFeature>()!.Addresses.First();
+            manager._address = new Uri(address);
             manager._channel = GrpcChannel.ForAddress(address);
             manager.Client = new CacheManager.CacheManagerClient(manager._channel.CreateCallInvoker().Intercept(m =>
             {

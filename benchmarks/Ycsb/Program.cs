@@ -49,9 +49,8 @@ public static class Program
         var results = new List<RunResult>();
         var failedDevices = new List<string>();
         SsdCheck.Result? ssd = null;
-        RemoteCacheServer? cacheServer = null;
+        ControlPlane? controlPlane = null;
         SambaServer? samba = null;
-        string socket = Path.Combine(data, "cache.sock");
         try
         {
             var env = new Runner<TValue, TValues>.Environment
@@ -59,20 +58,12 @@ public static class Program
                 DataDir = data,
                 OpenCache = bytes =>
                 {
-                    var (regionSize, regions) = CacheRegions(bytes);
-                    cacheServer ??= RemoteCacheServer.Start(new RemoteCacheServerOptions { Listen = new[] { o.Transport == "shm" ? "shm:" + socket : "tcp:127.0.0.1:0" }, RegionSize = regionSize, MemoryLimit = 64L << 30, MaxThreads = 1 });
-                    return RemoteCacheClient.Open(cacheServer.Endpoints, new RemoteCacheOptions
-                    {
-                        RegionsPerServer = regions,
-                        Exclusive = true,  // the cache is one store's log: RemoteCacheDevice requires it
-                        // The capacity the YCSB figures were measured with (the C# default before it followed the
-                        // header's RC_DEFAULT_SESSION_CAPACITY of 1024): FASTER's threads keep up to the device's throttle
-                        // limit of reads plus page flushes in flight per lane, and a full lane makes them poll and retry.
-                        SessionCapacity = 4096,
-                        // No Config: RemoteCacheDevice's default (CacheConfig.OneSided), lone one-sided requests and
-                        // over shm no server thread at all, which on a small machine would take a core from FASTER.
-                        Name = "ycsb",
-                    });
+                    controlPlane ??= ControlPlane.StartAsync(Path.Combine(data, "manager"), bytes, o.Transport).GetAwaiter().GetResult();
+                    var client = controlPlane.CreateCache(bytes, o.Transport);
+                    var info = controlPlane.Cache!.Info;
+                    AnsiConsole.MarkupLine(Markup.Escape(Invariant(
+                        $"remotecache device: cache {info.CacheId} created through the manager in {controlPlane.CreateTime.TotalMilliseconds:0} ms for {ControlPlane.Slo} → config {info.Config} (predicted {info.PredictedLatency.TotalMicroseconds:0.0} µs, {info.PredictedThroughput:0} ops/s), {info.Servers.Count} server(s), {info.Capacity >> 20} MiB over {info.Transport}")));
+                    return client;
                 },
                 Samba = () => samba ??= SambaServer.Start(Path.Combine(data, "samba")),
             };
@@ -89,7 +80,7 @@ public static class Program
         finally
         {
             samba?.Dispose();
-            cacheServer?.Dispose();
+            controlPlane?.DisposeAsync().AsTask().GetAwaiter().GetResult();
             if (Directory.Exists(data) && o.DataDir is null)
                 Directory.Delete(data, recursive: true);
         }

@@ -24,7 +24,12 @@ public sealed class ManagedCache : IAsyncDisposable, IDisposable
     // file read of one chunk overlaps the writes of the others.
     private const int PopulateChunk = 1 << 20;
     private const int PopulateDepth = 8;
+
     private static readonly TimeSpan ProgressPeriod = TimeSpan.FromMilliseconds(250);
+
+    // Why the handle ends when its user disposed the data client (a FASTER device that owns it, for example): the
+    // lease is no longer renewed, and the cache is deleted through RemoteCacheManagerClient.DeleteAsync(id).
+    private const string DataClientClosed = "its data client was closed; the lease is no longer renewed";
 
     private readonly RemoteCacheManagerClient _manager;
     private readonly RemoteCacheClient _client;
@@ -220,6 +225,11 @@ public sealed class ManagedCache : IAsyncDisposable, IDisposable
                     Gone($"the manager no longer has it ({e.Message})");
                     return;
                 }
+                catch (ObjectDisposedException) when (!stop.IsCancellationRequested)
+                {
+                    Gone(DataClientClosed);
+                    return;
+                }
                 catch (Exception e) when (e is RemoteCacheManagerException or RemoteCacheException && !stop.IsCancellationRequested)
                 {
                     var delay = retry.Next();
@@ -271,6 +281,10 @@ public sealed class ManagedCache : IAsyncDisposable, IDisposable
         {
             Gone($"the manager no longer has it ({e.Message})");
         }
+        catch (ObjectDisposedException) when (!stop.IsCancellationRequested)
+        {
+            Gone(DataClientClosed);
+        }
         catch (OperationCanceledException) when (stop.IsCancellationRequested)
         {
         }
@@ -292,7 +306,7 @@ public sealed class ManagedCache : IAsyncDisposable, IDisposable
             {
                 await FollowLockedAsync(stop).ConfigureAwait(false);
             }
-            catch (Exception ex) when (ex is RemoteCacheManagerException or RemoteCacheException or ArgumentException)
+            catch (Exception ex) when (ex is RemoteCacheManagerException or RemoteCacheException or ArgumentException && !stop.IsCancellationRequested)
             {
                 Log.FollowFailed(_manager.Logger, Name, ex.Message);
             }

@@ -34,6 +34,12 @@ public sealed class ManagedCacheRequest
     /// <summary>How long until the lease must be renewed (the client renews it while the cache is open). Null: the manager's default.</summary>
     public TimeSpan? Lease { get; set; }
 
+    /// <summary>
+    /// Open the cache exclusively (<see cref="RemoteCacheOptions.Exclusive"/>): no other client can open it while this
+    /// one has it open (what a FASTER device over the cache requires).
+    /// </summary>
+    public bool Exclusive { get; set; }
+
     /// <summary>"tcp", "shm" or "verbs"; null: the cheapest one the manager offers that meets the SLO.</summary>
     public string? Transport { get; set; }
 

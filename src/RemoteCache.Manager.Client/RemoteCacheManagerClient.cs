@@ -109,7 +109,7 @@ public sealed class RemoteCacheManagerClient : IAsyncDisposable, IDisposable
         ManagedCache? managed = null;
         try
         {
-            managed = await OpenCoreAsync(cache, (long)response.EventSequence, cancellationToken).ConfigureAwait(false);
+            managed = await OpenCoreAsync(cache, (long)response.EventSequence, request.Exclusive, cancellationToken).ConfigureAwait(false);
             if (request.PopulateFrom is { } path)
             {
                 long length = Math.Min(request.Capacity, new FileInfo(path).Length);
@@ -139,7 +139,7 @@ public sealed class RemoteCacheManagerClient : IAsyncDisposable, IDisposable
     {
         ThrowIfDisposed();
         var cache = await CallAsync("GetCache", o => Grpc.GetCacheAsync(new GetCacheRequest { CacheId = cacheId }, o), cancellationToken).ConfigureAwait(false);
-        return await OpenCoreAsync(cache, 1, cancellationToken).ConfigureAwait(false);
+        return await OpenCoreAsync(cache, 1, exclusive: false, cancellationToken).ConfigureAwait(false);
     }
 
     /// <summary>The caches of this tenant, oldest first.</summary>
@@ -234,7 +234,7 @@ public sealed class RemoteCacheManagerClient : IAsyncDisposable, IDisposable
         return response.Deadline.ToDateTimeOffset();
     }
 
-    private async Task<ManagedCache> OpenCoreAsync(Cache cache, long watchFrom, CancellationToken cancellationToken)
+    private async Task<ManagedCache> OpenCoreAsync(Cache cache, long watchFrom, bool exclusive, CancellationToken cancellationToken)
     {
         var template = Options.Cache;
         var name = string.IsNullOrEmpty(cache.Name) ? $"cache {cache.CacheId}" : $"{cache.Name} (cache {cache.CacheId})";
@@ -246,6 +246,7 @@ public sealed class RemoteCacheManagerClient : IAsyncDisposable, IDisposable
             RegionsPerServer = (int)cache.Servers[0].Regions,
             Config = Contract.FromProto(cache.Config),
             Name = name,
+            Exclusive = exclusive,
             OperationTimeout = template.OperationTimeout,
             ConnectTimeout = template.ConnectTimeout,
             Lanes = template.Lanes,
