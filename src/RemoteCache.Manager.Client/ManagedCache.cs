@@ -433,8 +433,9 @@ public sealed class ManagedCache : IAsyncDisposable, IDisposable
         {
             await Task.WhenAll(_renewing, _watching).ConfigureAwait(false);
         }
-        catch (Exception e) when (e is OperationCanceledException or RpcException)
+        catch (Exception)
         {
+            // The loops end by cancellation here; what else stopped them was logged or ended the handle already.
         }
         try
         {

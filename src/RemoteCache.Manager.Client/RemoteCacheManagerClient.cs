@@ -193,6 +193,10 @@ public sealed class RemoteCacheManagerClient : IAsyncDisposable, IDisposable
                 {
                     throw RemoteCacheManagerException.From(ex, "WatchEvents", Address);
                 }
+                catch (RpcException ex)
+                {
+                    throw new OperationCanceledException("WatchEvents was cancelled", ex, cancellationToken);
+                }
                 retry.Reset();
                 next = (long)e.Sequence + 1;
                 if (Contract.FromProto(e) is { } managed)

@@ -2,7 +2,6 @@ using System;
 using System.CommandLine;
 using System.CommandLine.Invocation;
 using System.IO;
-using System.Linq;
 using System.Threading;
 using System.Threading.Tasks;
 using Grpc.Core;
@@ -47,17 +46,8 @@ internal sealed class ManagerCommandAction : AsynchronousCommandLineAction
     public override async Task<int> InvokeAsync(ParseResult parseResult, CancellationToken cancellationToken = default)
     {
         var error = parseResult.InvocationConfiguration.Error;
-        var problems = parseResult.Errors.Select(e => e.Message)
-            .Concat(parseResult.UnmatchedTokens.Select(t => $"Unrecognized command or argument '{t}'."))
-            .Distinct()
-            .ToList();
-        if (problems.Count > 0)
-        {
-            foreach (var problem in problems)
-                await error.WriteLineAsync($"{_name}: {problem}").ConfigureAwait(false);
-            await error.WriteLineAsync($"(see {_name} --help)").ConfigureAwait(false);
+        if (ParseProblems.Report(parseResult, _name, error))
             return ManagerExitCodes.Usage;
-        }
         try
         {
             await using var client = new RemoteCacheManagerClient(Options(parseResult));

@@ -41,17 +41,8 @@ internal sealed class SloCommandAction : SynchronousCommandLineAction
     public override int Invoke(ParseResult parseResult)
     {
         var error = parseResult.InvocationConfiguration.Error;
-        var problems = parseResult.Errors.Select(e => e.Message)
-            .Concat(parseResult.UnmatchedTokens.Select(t => $"Unrecognized command or argument '{t}'."))
-            .Distinct()
-            .ToList();
-        if (problems.Count > 0)
-        {
-            foreach (var problem in problems)
-                error.WriteLine($"{_name}: {problem}");
-            error.WriteLine($"(see {_name} --help)");
+        if (ParseProblems.Report(parseResult, _name, error))
             return SloExitCodes.UsageOrModelError;
-        }
         try
         {
             return _run(parseResult, parseResult.InvocationConfiguration.Output);
@@ -61,6 +52,24 @@ internal sealed class SloCommandAction : SynchronousCommandLineAction
             error.WriteLine($"{_name}: {e.Message}");
             return SloExitCodes.UsageOrModelError;
         }
+    }
+}
+
+/// <summary>The parser's refusals (errors and unmatched tokens), for actions that run although parsing failed.</summary>
+internal static class ParseProblems
+{
+    /// <summary>Prints each as "NAME: problem" and a pointer to --help; true if there was any.</summary>
+    public static bool Report(ParseResult parseResult, string name, TextWriter error)
+    {
+        var problems = parseResult.Errors.Select(e => e.Message)
+            .Concat(parseResult.UnmatchedTokens.Select(t => $"Unrecognized command or argument '{t}'."))
+            .Distinct()
+            .ToList();
+        foreach (var problem in problems)
+            error.WriteLine($"{name}: {problem}");
+        if (problems.Count > 0)
+            error.WriteLine($"(see {name} --help)");
+        return problems.Count > 0;
     }
 }
 
