@@ -1,0 +1,2 @@
+// The benchmark under test is Linux-only (see benchmarks/Ycsb/AssemblyInfo.cs).
+[assembly: System.Runtime.Versioning.SupportedOSPlatform("linux")]
