@@ -264,8 +264,10 @@ public sealed class ManagerServiceTests
         await using var manager = new TestManager(warm: 0, probePeriod: TimeSpan.FromMilliseconds(500));
         await manager.StartAsync();
         var alice = manager.Tenant(AliceKey);
-        var cache = (await alice.AllocateAsync(Request(384 * MiB))).Cache;
-        using var watch = alice.WatchEvents(new WatchEventsRequest { CacheId = cache.CacheId });
+        var allocated = await alice.AllocateAsync(Request(384 * MiB));
+        var cache = allocated.Cache;
+        // From the event after the allocation, not only new ones: the kill must not race the call reaching the manager.
+        using var watch = alice.WatchEvents(new WatchEventsRequest { CacheId = cache.CacheId, FromSequence = allocated.EventSequence + 1 });
         var next = watch.ResponseStream.MoveNext(CancellationToken.None);
         var killed = Stopwatch.StartNew();
         Assert.True(StopServer(cache.Servers[1].ServerId));
