@@ -167,6 +167,7 @@ std::unique_ptr<Cache> Cache::open(const std::vector<std::string>& endpoints, co
   status = cache->connect_links(c.server_threads, cache->control_);
   if (status != RC_OK) return nullptr;
   cache->control_seq_.assign(cache->control_.size(), 0);
+  cache->joined_.assign(cache->control_.size(), 0);
   status = cache->check_grants(cache->control_, 0);
   if (status != RC_OK) return nullptr;
   cache->publish_layout();
@@ -324,7 +325,7 @@ Status Cache::grow(const std::vector<std::string>& texts, const char* const* cap
   control_seq_.resize(control_.size(), 0);
   publish_layout();
   if (workers) workers_ = std::move(workers);
-  epoch_.fetch_add(1, std::memory_order_acq_rel);
+  joined_.resize(control_.size(), epoch_.fetch_add(1, std::memory_order_acq_rel) + 1);
   return RC_OK;
 }
 
@@ -343,6 +344,7 @@ Status Cache::shrink(std::size_t servers) {
   if (!capabilities_.empty()) capabilities_.resize(servers);
   control_.resize(servers);  // the dropped servers free their share once the sessions have moved on
   control_seq_.resize(servers);
+  joined_.resize(servers);
   publish_layout();
   if (workers) workers_ = std::move(workers);
   epoch_.fetch_add(1, std::memory_order_acq_rel);
@@ -412,10 +414,15 @@ Status Cache::bind(uint64_t& epoch, std::shared_ptr<const RegionTable>& table,
                    std::vector<std::unique_ptr<Channel>>& channels, std::shared_ptr<WorkerSet>& workers,
                    Worker*& worker) {
   std::lock_guard lock(mutex_);
+  const uint64_t bound = epoch;  // the epoch the session's channels were made under (0: none)
   epoch = epoch_.load();
   table = table_;
   if (c_.load() == 0) {
-    if (channels.size() > endpoints_.size()) channels.resize(endpoints_.size());
+    std::size_t keep = std::min(channels.size(), endpoints_.size());
+    for (std::size_t i = 0; i < keep; ++i) {
+      if (joined_[i] > bound) keep = i;
+    }
+    channels.resize(keep);
     const Status st = connect_all(s_.load(), channels, channels.size());
     if (st != RC_OK) {
       // Bound to nothing: the next submission tries again instead of using a partial set.

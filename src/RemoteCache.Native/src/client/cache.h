@@ -112,6 +112,9 @@ class Cache {
   std::atomic<uint64_t> capacity_{0};
   std::vector<std::unique_ptr<transport::ClientConnection>> control_;  // one per server
   std::vector<uint64_t> control_seq_;
+  // Per server slot: the epoch from which it holds its current server. A session's channel to a slot that was cut
+  // and filled again since the session bound belongs to the old server's share (perhaps dropped): it is not kept.
+  std::vector<uint64_t> joined_;
 
   mutable std::mutex mutex_;  // reconfiguration, growth and binding; guards the servers and the table
   std::atomic<uint32_t> c_{0}, s_{0}, b_{1}, q_{1};
