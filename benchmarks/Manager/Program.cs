@@ -14,8 +14,6 @@ using Google.Protobuf.WellKnownTypes;
 using Grpc.Core;
 using Grpc.Core.Interceptors;
 using Grpc.Net.Client;
-using Microsoft.AspNetCore.Hosting.Server;
-using Microsoft.AspNetCore.Hosting.Server.Features;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Logging;
 using RemoteCache.Manager;
@@ -317,9 +315,8 @@ public static class Program
             manager._app = await RemoteCache.Manager.Program.BuildAsync(options, new Uri("http://127.0.0.1:0"), TextWriter.Null, CancellationToken.None,
                 b => b.Logging.SetMinimumLevel(LogLevel.Warning));
             await manager._app.StartAsync();
-            var address = manager._app.Services.GetRequiredService<IServer>().Features.Get<IServerAddressesFeature>()!.Addresses.First();
-            manager._address = new Uri(address);
-            manager._channel = GrpcChannel.ForAddress(address);
+            manager._address = RemoteCache.Manager.Program.ListenAddress(manager._app);
+            manager._channel = GrpcChannel.ForAddress(manager._address);
             manager.Client = new CacheManager.CacheManagerClient(manager._channel.CreateCallInvoker().Intercept(m =>
             {
                 m.Add("authorization", "Bearer " + Key);

@@ -1,13 +1,9 @@
 using System;
 using System.Diagnostics;
 using System.IO;
-using System.Linq;
 using System.Threading;
 using System.Threading.Tasks;
 using Microsoft.AspNetCore.Builder;
-using Microsoft.AspNetCore.Hosting.Server;
-using Microsoft.AspNetCore.Hosting.Server.Features;
-using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Logging;
 using RemoteCache.Manager;
 using RemoteCache.Manager.Catalogue;
@@ -70,7 +66,7 @@ internal sealed class ControlPlane : IAsyncDisposable
         var app = await Manager.Program.BuildAsync(options, new Uri("http://127.0.0.1:0"), TextWriter.Null, CancellationToken.None,
                                                    b => b.Logging.SetMinimumLevel(LogLevel.Warning)).ConfigureAwait(false);
         await app.StartAsync().ConfigureAwait(false);
-        var address = new Uri(app.Services.GetRequiredService<IServer>().Features.Get<IServerAddressesFeature>()!.Addresses.First());
+        var address = Manager.Program.ListenAddress(app);
         var client = new RemoteCacheManagerClient(new RemoteCacheManagerOptions
         {
             Address = address,

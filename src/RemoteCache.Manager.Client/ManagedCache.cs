@@ -146,11 +146,7 @@ public sealed class ManagedCache : IAsyncDisposable, IDisposable
         var after = response.Cache;
         try
         {
-            if (response.Added.Count > 0)
-                _client.Grow(response.Added.Select(s => s.Endpoint).ToList(), response.Added.Select(s => s.Capability).ToList());
-            var config = Contract.FromProto(after.Config);
-            if (config != _client.Config)
-                _client.Reconfigure(config);
+            ApplyLocked(after);
         }
         catch (Exception e) when (e is RemoteCacheException or ArgumentException)
         {
@@ -162,7 +158,6 @@ public sealed class ManagedCache : IAsyncDisposable, IDisposable
             await _manager.CallAsync("Reallocate (undoing a reshape)", o => _manager.Grpc.ReallocateAsync(undo, o), CancellationToken.None).ConfigureAwait(false);
             throw;
         }
-        Volatile.Write(ref _state, after);
         Log.Reshaped(_manager.Logger, Name, before.Servers.Count, (long)before.Capacity, after.Servers.Count, (long)after.Capacity, Contract.FromProto(after.Config));
     }
 
@@ -320,18 +315,27 @@ public sealed class ManagedCache : IAsyncDisposable, IDisposable
             Gone($"it was deleted: {deleted.Reason}");
     }
 
-    // Brings the data client to the cache as the manager now has it: servers appended or cut (whole servers at the
-    // end, as the manager reshapes), configuration, capabilities.
+    // Reads the cache as the manager now has it and follows a change made elsewhere.
     private async Task FollowLockedAsync(CancellationToken stop)
     {
         var cache = await _manager.CallAsync("GetCache", o => _manager.Grpc.GetCacheAsync(new GetCacheRequest { CacheId = CacheId }, o), stop).ConfigureAwait(false);
-        var have = _state.Servers.Select(s => s.ServerId).ToList();
+        var had = _state;
+        if (ApplyLocked(cache) && cache.Servers.Count != had.Servers.Count)
+            Log.Reshaped(_manager.Logger, Name, had.Servers.Count, (long)had.Capacity, cache.Servers.Count, (long)cache.Capacity, Contract.FromProto(cache.Config));
+    }
+
+    // Brings the data client to `cache`: servers appended or cut (whole servers at the end, as the manager reshapes),
+    // the capabilities of a renewed lease, the configuration; then it is the state. False, and nothing changed, when
+    // its servers neither extend nor cut the ones the client uses.
+    private bool ApplyLocked(Cache cache)
+    {
+        var have = _state.Servers.Take(_client.ServerCount).Select(s => s.ServerId).ToList();
         var want = cache.Servers.Select(s => s.ServerId).ToList();
         int common = have.Zip(want).TakeWhile(p => p.First == p.Second).Count();
         if (common != have.Count && common != want.Count)
         {
             Log.CannotFollow(_manager.Logger, Name, string.Join(",", have), string.Join(",", want));
-            return;
+            return false;
         }
         if (want.Count < have.Count)
             _client.Shrink(want.Count);
@@ -342,9 +346,8 @@ public sealed class ManagedCache : IAsyncDisposable, IDisposable
         var config = Contract.FromProto(cache.Config);
         if (config != _client.Config)
             _client.Reconfigure(config);
-        if (want.Count != have.Count)
-            Log.Reshaped(_manager.Logger, Name, have.Count, (long)_state.Capacity, want.Count, (long)cache.Capacity, config);
         Volatile.Write(ref _state, cache);
+        return true;
     }
 
     // ---- populate ----------------------------------------------------------------------------------------------

@@ -11,6 +11,8 @@ using System.Threading.Tasks;
 using Microsoft.AspNetCore.Authentication;
 using Microsoft.AspNetCore.Builder;
 using Microsoft.AspNetCore.Hosting;
+using Microsoft.AspNetCore.Hosting.Server;
+using Microsoft.AspNetCore.Hosting.Server.Features;
 using Microsoft.AspNetCore.Server.Kestrel.Core;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Diagnostics.HealthChecks;
@@ -165,6 +167,10 @@ public static class Program
             $"remotecache-manager serving on {listen} ({options.Allocator} allocator, {catalogue.VmTypes.Count} VM types, transports {string.Join(",", options.Transports)}, state in {options.StateDirectory})")));
         return app;
     }
+
+    /// <summary>Where a started manager serves (with port 0 in --listen, the port the system chose).</summary>
+    public static Uri ListenAddress(WebApplication app) =>
+        new(app.Services.GetRequiredService<IServer>().Features.Get<IServerAddressesFeature>()!.Addresses.First());
 
     // Checked before anything starts, so that a wrong address or certificate is a clear refusal, not a host failure.
     private static (IPAddress? Address, X509Certificate2? Certificate) CheckListen(Uri listen, ManagerOptions options)

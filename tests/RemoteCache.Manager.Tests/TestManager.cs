@@ -11,8 +11,6 @@ using Grpc.Core;
 using Grpc.Core.Interceptors;
 using Grpc.Net.Client;
 using Microsoft.AspNetCore.Builder;
-using Microsoft.AspNetCore.Hosting.Server;
-using Microsoft.AspNetCore.Hosting.Server.Features;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Logging;
 using RemoteCache.Manager.Catalogue;
@@ -109,7 +107,7 @@ public sealed class TestManager : IAsyncDisposable
         _app = await Program.BuildAsync(Options, listen, TextWriter.Null, CancellationToken.None,
                                         b => b.Logging.SetMinimumLevel(LogLevel.Warning));
         await _app.StartAsync();
-        Address = new Uri(_app.Services.GetRequiredService<IServer>().Features.Get<IServerAddressesFeature>()!.Addresses.First());
+        Address = Program.ListenAddress(_app);
         var handler = new System.Net.Http.SocketsHttpHandler();
         if (_trusted is { } trusted)
             handler.SslOptions.RemoteCertificateValidationCallback = (_, presented, _, _) => presented is not null && presented.GetCertHashString() == trusted.GetCertHashString();

@@ -325,7 +325,8 @@ Status Cache::grow(const std::vector<std::string>& texts, const char* const* cap
   control_seq_.resize(control_.size(), 0);
   publish_layout();
   if (workers) workers_ = std::move(workers);
-  joined_.resize(control_.size(), epoch_.fetch_add(1, std::memory_order_acq_rel) + 1);
+  const uint64_t epoch = epoch_.fetch_add(1, std::memory_order_acq_rel) + 1;
+  joined_.resize(control_.size(), epoch);
   return RC_OK;
 }
 
