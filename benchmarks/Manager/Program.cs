@@ -145,6 +145,8 @@ public static class Program
                 Interlocked.Increment(ref gets);
             }
         }));
+        // Deallocated, or its servers would outlive the manager (a local server holding a cache keeps serving).
+        await manager.Client.DeallocateAsync(new DeallocateRequest { CacheId = one.CacheId });
         return new Throughput(clients, duration.TotalSeconds, types.Length, allocationRate, gets / clock.Elapsed.TotalSeconds);
     }
 
