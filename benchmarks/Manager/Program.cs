@@ -62,7 +62,7 @@ public static class Program
                 Console.WriteLine(Invariant($"Allocate+Deallocate over a 100-type catalogue, {throughput.Clients} callers, {throughput.Seconds:0.#} s: {throughput.AllocationsPerSecond:0} allocations/s (GetCache alone: {throughput.GetCachePerSecond:0}/s)"));
                 Console.WriteLine(Invariant($"CreateAsync (Allocate + connect + ready), 1 GiB on two warm servers over tcp ({create.Count} calls): p50 {create.P50Ms:0.00} ms, p99 {create.P99Ms:0.00} ms; Allocate alone in this run p50 {create.AllocateP50Ms:0.00} ms"));
                 foreach (var p in populate)
-                    Console.WriteLine(Invariant($"populateFrom over {p.Transport}, {p.Bytes >> 20} MiB from the page cache (median of {p.Rounds}): {p.PopulateMBps:0} MB/s; the transport's bulk copy in the same run ({p.Reference}): {p.BulkMBps:0} MB/s → {p.Ratio:0.00} (target ≥ 0.5: {(p.Ratio >= 0.5 ? "met" : "MISSED")}); into one reused buffer: {p.BulkReusedBufferMBps:0} MB/s → {p.PopulateMBps / p.BulkReusedBufferMBps:0.00}"));
+                    Console.WriteLine(Invariant($"populateFrom over {p.Transport}, {p.Bytes >> 20} MiB from the page cache onto committed memory (median of {p.Rounds}): {p.PopulateMBps:0} MB/s; in the same run {p.Reference}: {p.BulkMBps:0} MB/s → {p.Ratio:0.00} (target ≥ 0.5: {(p.Ratio >= 0.5 ? "met" : "MISSED")}); reading the file alone: {p.SourceReadMBps:0} MB/s → {p.PopulateMBps / p.SourceReadMBps:0.00}; the bulk copy into fresh pages: {p.BulkFreshPagesMBps:0} MB/s → {p.PopulateMBps / p.BulkFreshPagesMBps:0.00}"));
                 if (parse.GetValue(json) is { } path)
                     await File.WriteAllTextAsync(path, JsonSerializer.Serialize(figures, new JsonSerializerOptions { WriteIndented = true }), ct);
                 return 0;
@@ -152,7 +152,8 @@ public static class Program
 
     private sealed record Create(int Count, double P50Ms, double P99Ms, double AllocateP50Ms);
 
-    private sealed record Populate(string Transport, long Bytes, int Rounds, double PopulateMBps, string Reference, double BulkMBps, double Ratio, double BulkReusedBufferMBps);
+    private sealed record Populate(string Transport, long Bytes, int Rounds, double PopulateMBps, string Reference, double BulkMBps, double Ratio,
+                                   double SourceReadMBps, double BulkFreshPagesMBps);
 
     // Redy's Create as an application calls it: Allocate, connect to both servers with the capabilities, ready for I/O.
     private static async Task<Create> CreateAsync(string dir, int iterations)
@@ -181,10 +182,12 @@ public static class Program
         return new Create(iterations, Quantile(create, 0.5), Quantile(create, 0.99), Quantile(allocate, 0.5));
     }
 
-    // populateFrom against the transport's bulk copy of the same bytes, alternating, medians of three.
+    // populateFrom against the transport's bulk copy of the same bytes into memory that is there (the servers commit
+    // theirs ahead, so a new cache's is), alternating, medians of three; beside it the same copy into fresh pages and
+    // the file read alone (a fill cannot outrun its source).
     private static async Task<Populate> PopulateAsync(string dir, string transport, long bytes)
     {
-        await using var manager = await Manager.StartAsync(dir, HalfGiBCatalogue, warm: 2);
+        await using var manager = await Manager.StartAsync(dir, HalfGiBCatalogue, warm: 2, commitMemory: true);
         await using var client = manager.ManagedClient();
         string file = Path.Combine(dir, "source.bin");
         var source = GC.AllocateUninitializedArray<byte>((int)Math.Min(bytes, 1L << 30));
@@ -195,10 +198,12 @@ public static class Program
         await File.ReadAllBytesAsync(file);  // in the page cache: the data path is measured, not the disk
         var populate = new List<double>();
         var bulk = new List<double>();
-        var warmBulk = new List<double>();
-        string reference = transport == "tcp" ? "one loopback TCP stream, 1 MiB writes, into fresh pages" : "memcpy into fresh pages";
+        var fresh = new List<double>();
+        var read = new List<double>();
+        string reference = transport == "tcp" ? "one loopback TCP stream, 1 MiB writes into one buffer" : "memcpy, 1 MiB at a time into one buffer";
         for (int round = 0; round < 3; round++)
         {
+            await WaitForCommittedServersAsync();
             var cache = await client.CreateAsync(new ManagedCacheRequest
             {
                 Capacity = GiB, Transport = transport, PopulateFrom = file, PopulateInBackground = true,
@@ -208,11 +213,27 @@ public static class Program
             await cache.Populated;
             populate.Add(bytes / t.Elapsed.TotalSeconds / 1e6);
             await cache.DeleteAsync();
-            bulk.Add(transport == "tcp" ? await TcpCopyAsync(source, bytes, freshPages: true) : MemoryCopy(source, bytes, freshPages: true));
-            warmBulk.Add(transport == "tcp" ? await TcpCopyAsync(source, bytes, freshPages: false) : MemoryCopy(source, bytes, freshPages: false));
+            bulk.Add(transport == "tcp" ? await TcpCopyAsync(source, bytes, freshPages: false) : MemoryCopy(source, bytes, freshPages: false));
+            fresh.Add(transport == "tcp" ? await TcpCopyAsync(source, bytes, freshPages: true) : MemoryCopy(source, bytes, freshPages: true));
+            read.Add(FileRead(file, bytes));
         }
         double p = Quantile(populate, 0.5), b = Quantile(bulk, 0.5);
-        return new Populate(transport, bytes, 3, p, reference, b, p / b, Quantile(warmBulk, 0.5));
+        return new Populate(transport, bytes, 3, p, reference, b, p / b, Quantile(read, 0.5), Quantile(fresh, 0.5));
+    }
+
+    // The servers commit a deleted cache's memory again in the background: a fill measured while they still do would
+    // measure that work too. There is no count of it to read, so the wait is long enough for 512 MiB here (~0.2 s).
+    private static Task WaitForCommittedServersAsync() => Task.Delay(TimeSpan.FromSeconds(1));
+
+    // The file read alone, 1 MiB reads from the page cache into one buffer: the most a fill from it can do.
+    private static double FileRead(string file, long bytes)
+    {
+        using var handle = File.OpenHandle(file, FileMode.Open, FileAccess.Read, FileShare.Read, FileOptions.SequentialScan);
+        var buffer = new byte[1 << 20];
+        var t = Stopwatch.StartNew();
+        for (long done = 0; done < bytes;)
+            done += RandomAccess.Read(handle, buffer.AsSpan(0, (int)Math.Min(buffer.Length, bytes - done)), done);
+        return bytes / t.Elapsed.TotalSeconds / 1e6;
     }
 
     // One loopback TCP stream of the bytes, 1 MiB writes; the receiver lands them in fresh pages (as a new cache's
@@ -302,7 +323,7 @@ public static class Program
 
         public RemoteCacheManagerClient ManagedClient() => new(new RemoteCacheManagerOptions { Address = _address, ApiKey = Key });
 
-        public static async Task<Manager> StartAsync(string dir, VmCatalogue catalogue, int warm)
+        public static async Task<Manager> StartAsync(string dir, VmCatalogue catalogue, int warm, bool commitMemory = false)
         {
             Directory.CreateDirectory(dir);
             string catalogueFile = Path.Combine(dir, "catalogue.json"), keys = Path.Combine(dir, "keys.json");
@@ -311,7 +332,7 @@ public static class Program
             await File.WriteAllTextAsync(keys, $$"""{ "keys": [ { "tenant": "bench", "sha256": "{{hash}}", "roles": ["tenant"] } ] }""");
             var options = new ManagerOptions
             {
-                StateDirectory = Path.Combine(dir, "state"), Catalogue = catalogueFile, Keys = keys, Warm = warm, Transports = new() { "tcp", "shm" },
+                StateDirectory = Path.Combine(dir, "state"), Catalogue = catalogueFile, Keys = keys, Warm = warm, CommitMemory = commitMemory, Transports = new() { "tcp", "shm" },
             };
             var manager = new Manager();
             manager._app = await RemoteCache.Manager.Program.BuildAsync(options, new Uri("http://127.0.0.1:0"), TextWriter.Null, CancellationToken.None,

@@ -57,6 +57,13 @@ public sealed class ManagerOptions
     /// <summary>Local allocator: idle servers kept running per VM type, so that an Allocate need not start one.</summary>
     public int Warm { get; set; }
 
+    /// <summary>
+    /// Local allocator: the servers commit memory ahead for new caches (remotecache-server --commit-memory), so that
+    /// filling a new cache runs at the transport's rate rather than at the rate its pages fault in; an idle server then
+    /// holds the memory of its VM type (never below an eighth of the host's memory available).
+    /// </summary>
+    public bool CommitMemory { get; set; }
+
     /// <summary>A PEM certificate: the manager serves TLS with it (with <see cref="CertificateKey"/>).</summary>
     public string? Certificate { get; set; }
 

@@ -50,6 +50,7 @@ public static class Program
         allocator.AcceptOnlyFromAmong("local", "static");
         var transports = new Option<string>("--transports") { Description = "Transports offered, preferred first when prices tie", DefaultValueFactory = _ => "tcp,shm" };
         var warm = new Option<int>("--warm") { Description = "Local allocator: idle servers kept running per VM type (an Allocate then starts none)", DefaultValueFactory = _ => 0 };
+        var commit = new Option<bool>("--commit-memory") { Description = "Local allocator: servers commit memory ahead for new caches (remotecache-server --commit-memory): fills run at the transport's rate, idle servers hold their memory" };
         var server = new Option<string?>("--server") { Description = "Local allocator: the remotecache-server to run [default: the one in the RemoteCache package]" };
         var probe = new Option<double>("--probe-period") { Description = "Seconds between probes of each server", DefaultValueFactory = _ => 2 };
         var lease = new Option<double>("--default-lease") { Description = "Seconds of a lease when Allocate names none", DefaultValueFactory = _ => 600 };
@@ -57,7 +58,7 @@ public static class Program
         var certificateKey = new Option<string?>("--certificate-key") { Description = "PEM private key of --certificate" };
         var root = new RootCommand("remotecache-manager: allocates SLO-driven remote-memory caches over a priced VM catalogue, issues capabilities and leases, watches the servers")
         {
-            listen, state, catalogue, models, keys, admission, allocator, transports, warm, server, probe, lease, certificate, certificateKey,
+            listen, state, catalogue, models, keys, admission, allocator, transports, warm, commit, server, probe, lease, certificate, certificateKey,
         };
         root.SetAction(async (parse, cancellationToken) =>
         {
@@ -71,6 +72,7 @@ public static class Program
                 Allocator = parse.GetValue(allocator)!,
                 Transports = parse.GetValue(transports)!.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).ToList(),
                 Warm = parse.GetValue(warm),
+                CommitMemory = parse.GetValue(commit),
                 ServerPath = parse.GetValue(server),
                 ProbePeriod = TimeSpan.FromSeconds(parse.GetValue(probe)),
                 DefaultLease = TimeSpan.FromSeconds(parse.GetValue(lease)),
@@ -138,7 +140,7 @@ public static class Program
         services.AddSingleton<IServerAllocator>(sp => options.Allocator == StaticPoolAllocator.AllocatorName
             ? new StaticPoolAllocator(catalogue)
             : new LocalProcessAllocator(catalogue, options.ServerPath ?? RemoteCacheServer.ExecutablePath, Path.Combine(options.StateDirectory, "local"),
-                                        admissionPath, options.Warm, sp.GetRequiredService<ILoggerFactory>().CreateLogger<LocalProcessAllocator>()));
+                                        admissionPath, options.Warm, options.CommitMemory, sp.GetRequiredService<ILoggerFactory>().CreateLogger<LocalProcessAllocator>()));
         services.AddSingleton(sp => new ManagerCore(sp.GetRequiredService<IManagerStore>(), sp.GetRequiredService<IServerAllocator>(), sp.GetRequiredService<IServerAdmin>(), catalogue, models,
             options, admissionKey, keys, TimeProvider.System, sp.GetRequiredService<ILogger<ManagerCore>>(), sp.GetRequiredService<ManagerMetrics>()));
         services.AddHostedService<ManagerWorker>();

@@ -44,6 +44,14 @@ public sealed class RemoteCacheServerOptions
     /// <summary>The identity capabilities must name; null (the default) = the first endpoint as bound (<see cref="RemoteCacheServer.ServerId"/>).</summary>
     public string? ServerId { get; set; }
 
+    /// <summary>
+    /// True: each new cache's memory is taken from the system when the cache is created, in the background behind its
+    /// first connection, so that filling it runs at the transport's rate instead of faulting in and zeroing every
+    /// 4 KiB page inside the writes, and the memory is held rather than overcommitted. False (the default): pages are
+    /// taken as they are first written.
+    /// </summary>
+    public bool CommitMemory { get; set; }
+
     /// <summary>Where the server logs its start and stop. Null: no logging.</summary>
     public ILoggerFactory? LoggerFactory { get; set; }
 
@@ -122,6 +130,7 @@ public sealed unsafe class RemoteCacheServer : IDisposable
                 AdmissionKey = (IntPtr)keyBytes,
                 AdmissionKeyLength = (nuint)(key?.Length ?? 0),
                 ServerId = id.Count > 0 ? id.Pointers[0] : IntPtr.Zero,
+                CommitMemory = options.CommitMemory ? 1u : 0u,
             };
             status = NativeMethods.ServerStart(&native, out server);
         }

@@ -45,7 +45,7 @@ public sealed class CommandLineTests
     {
         var (exit, output, _) = await Run("--help");
         Assert.Equal(0, exit);
-        foreach (string flag in new[] { "--listen", "--catalogue", "--keys", "--allocator", "--warm", "--certificate" })
+        foreach (string flag in new[] { "--listen", "--catalogue", "--keys", "--allocator", "--warm", "--commit-memory", "--certificate" })
             Assert.Contains(flag, output);
     }
 }

@@ -35,7 +35,7 @@ public sealed class TestManager : IAsyncDisposable
     private WebApplication? _app;
     private GrpcChannel? _channel;
 
-    public TestManager(int warm = 2, string allocator = "local", TimeSpan? probePeriod = null)
+    public TestManager(int warm = 2, string allocator = "local", TimeSpan? probePeriod = null, bool commitMemory = false)
     {
         Options = new ManagerOptions
         {
@@ -45,6 +45,7 @@ public sealed class TestManager : IAsyncDisposable
             Keys = Path.Combine(_dir, "keys.json"),
             Allocator = allocator,
             Warm = warm,
+            CommitMemory = commitMemory,
             ProbePeriod = probePeriod ?? TimeSpan.FromMilliseconds(500),
             ProbeTimeout = TimeSpan.FromMilliseconds(500),
         };

@@ -67,6 +67,72 @@ public sealed class EmbeddedServerTests
     }
 
     /// <summary>
+    /// <see cref="RemoteCacheServerOptions.CommitMemory"/>: the server commits its memory ahead (spare regions whose
+    /// pages exist, seen here as its memfds of a region size no other test uses, fully allocated), a client's cache reads
+    /// zeros and keeps what it is written; without the option no region has pages before it is written.
+    /// </summary>
+    [Theory]
+    [InlineData("shm", true)]
+    [InlineData("tcp", true)]
+    [InlineData("tcp", false)]
+    public async Task CommittedMemoryIsAllocatedAheadAndServesAClient(string transport, bool commit)
+    {
+        long regionSize = (commit ? 3 * MiB : 5 * MiB) + 4096;  // this test's own memfds
+        const int Regions = 4;
+        var (listen, shm) = ListenList(transport);
+        try
+        {
+            await WithTimeout(TimeSpan.FromSeconds(40), $"committed memory over {transport}", async () =>
+            {
+                using var server = RemoteCacheServer.Start(new RemoteCacheServerOptions
+                {
+                    Listen = listen, RegionSize = regionSize, MemoryLimit = Regions * regionSize, MaxThreads = 2, CommitMemory = commit,
+                });
+                var watch = Stopwatch.StartNew();
+                while (commit && RegionMemfds(regionSize).Committed < Regions && watch.Elapsed < TimeSpan.FromSeconds(20))
+                    await Task.Delay(20);
+                Assert.Equal(commit ? (Regions, Regions) : (0, 0), RegionMemfds(regionSize));
+
+                var client = RemoteCacheClient.Open(new[] { server.Endpoints[0] }, Options(Regions, name: $"committed-{transport}"));
+                try
+                {
+                    // The cache took the spares, or (without the option) made regions with no pages yet.
+                    Assert.Equal((Regions, commit ? Regions : 0), RegionMemfds(regionSize));
+                    var io = new CheckedIo(client, 0, (int)client.Capacity, seed: 8100) { Label = $"committed {transport}" };
+                    await io.VerifyAllAsync("fresh cache on committed memory reads zeros");
+                    await io.RunAsync(ops: 400, maxInFlight: 16, maxLength: 64 << 10);
+                    await io.VerifyAllAsync("whole cache after the run");
+                }
+                finally
+                {
+                    await DisposeWithTimeout(client);
+                }
+            });
+        }
+        finally
+        {
+            DeleteSocket(shm);
+        }
+    }
+
+    // This process's region memfds of the given size, and how many of them have every page allocated (stat: size,
+    // 512-byte blocks).
+    private static (int All, int Committed) RegionMemfds(long regionSize)
+    {
+        var stat = new ProcessStartInfo("sh", new[] { "-c", $"find /proc/{Environment.ProcessId}/fd -lname '/memfd:remotecache-region*' -exec stat -L -c '%s %b' {{}} + 2>/dev/null" })
+        {
+            RedirectStandardOutput = true,
+        };
+        using var process = Process.Start(stat)!;
+        string text = process.StandardOutput.ReadToEnd();
+        process.WaitForExit();
+        var sized = text.Split('\n', StringSplitOptions.RemoveEmptyEntries)
+                        .Select(line => line.Split(' ').Select(long.Parse).ToArray())
+                        .Where(f => f[0] == regionSize).ToList();
+        return (sized.Count, sized.Count(f => f[1] * 512 >= regionSize));
+    }
+
+    /// <summary>
     /// Stopping the embedded server fails the client's operations with RemoteCacheException
     /// (Disconnected or Timeout) within 10 s, and once they fail they keep failing; nothing hangs.
     /// (One-sided shm access learns of the server's death by probing its socket about every

@@ -27,6 +27,9 @@ public interface IServerAdmin
     /// <summary>Probes <paramref name="server"/>; throws <see cref="RemoteCacheException"/> when it does not answer in time.</summary>
     Task<ServerProbe> ProbeAsync(ServerRecord server, CancellationToken cancellationToken);
 
-    /// <summary>Drops every cache with <paramref name="cacheId"/> on <paramref name="server"/>; returns how many.</summary>
+    /// <summary>
+    /// Drops every cache with <paramref name="cacheId"/> on <paramref name="server"/> and returns how many, once the
+    /// server has freed their memory (a server holds one cache), so that the server can be handed out again.
+    /// </summary>
     Task<int> DropAsync(ServerRecord server, ulong cacheId, CancellationToken cancellationToken);
 }

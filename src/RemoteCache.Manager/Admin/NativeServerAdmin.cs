@@ -16,6 +16,8 @@ public sealed class NativeServerAdmin : IServerAdmin
     /// <summary>Bounds each native call; the caller's token bounds the whole probe.</summary>
     private static readonly TimeSpan s_callTimeout = TimeSpan.FromSeconds(2);
 
+    private static readonly TimeSpan s_freePoll = TimeSpan.FromMilliseconds(2);
+
     private readonly byte[] _admissionKey;
 
     public NativeServerAdmin(byte[] admissionKey) => _admissionKey = admissionKey;
@@ -30,6 +32,11 @@ public sealed class NativeServerAdmin : IServerAdmin
     public async Task<int> DropAsync(ServerRecord server, ulong cacheId, CancellationToken cancellationToken)
     {
         await using var admin = await CacheServerAdmin.ConnectAsync(server.AdminEndpoint, _admissionKey, s_callTimeout, cancellationToken).ConfigureAwait(false);
-        return await admin.DropCacheAsync(cacheId, cancellationToken).ConfigureAwait(false);
+        int dropped = await admin.DropCacheAsync(cacheId, cancellationToken).ConfigureAwait(false);
+        // The server frees a dropped cache's memory as its connections close, a moment later (longer for committed
+        // memory): handed out again before that, the server would refuse the next cache for want of memory.
+        while (dropped > 0 && (await admin.GetStatsAsync(cancellationToken).ConfigureAwait(false)).MemoryLent > 0)
+            await Task.Delay(s_freePoll, cancellationToken).ConfigureAwait(false);
+        return dropped;
     }
 }

@@ -35,16 +35,18 @@ public sealed partial class LocalProcessAllocator : IServerAllocator
     private readonly string _directory;
     private readonly string _admissionKeyFile;
     private readonly int _warm;
+    private readonly bool _commitMemory;
     private readonly ILogger _logger;
     private readonly ConcurrentDictionary<string, Process> _children = new();
 
-    public LocalProcessAllocator(VmCatalogue catalogue, string serverPath, string directory, string admissionKeyFile, int warm, ILogger logger)
+    public LocalProcessAllocator(VmCatalogue catalogue, string serverPath, string directory, string admissionKeyFile, int warm, bool commitMemory, ILogger logger)
     {
         _catalogue = catalogue;
         _serverPath = serverPath;
         _directory = directory;
         _admissionKeyFile = admissionKeyFile;
         _warm = warm;
+        _commitMemory = commitMemory;
         _logger = logger;
         Directory.CreateDirectory(directory);
     }
@@ -135,6 +137,8 @@ public sealed partial class LocalProcessAllocator : IServerAllocator
                                      "--threads", type.Cores.ToString(CultureInfo.InvariantCulture),
                                      "--admission-key", _admissionKeyFile, "--server-id", serverId })
             start.ArgumentList.Add(a);
+        if (_commitMemory)
+            start.ArgumentList.Add("--commit-memory");
         start.Environment["RC_SERVER_LOG"] = log;
         Process process;
         try

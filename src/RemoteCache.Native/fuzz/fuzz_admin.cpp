@@ -176,7 +176,7 @@ enum class Expect { Reply, Refused, Silent };
 class SessionRun {
  public:
   SessionRun()
-      : registry_(kRegionSize, kRegionLimit * kRegionSize, rc::server::Admission{{}, kServerId}),
+      : registry_(kRegionSize, kRegionLimit * kRegionSize, rc::server::Admission{{}, kServerId}, false),
         session_(rc::server::AdminContext{&registry_, 3, rc::now_ns(), [] { return 1u; }, [this] { ++wakeups_; }},
                  admission_key()) {}
 

@@ -415,11 +415,12 @@ struct Connection {
 
 class RegistryRun {
  public:
-  RegistryRun(bool admission, uint64_t limit)
+  RegistryRun(bool admission, uint64_t limit, bool commit_memory)
       : admission_(admission),
         limit_(limit),
         registry_(kRegionSize, limit,
-                  rc::server::Admission{admission ? admission_key() : std::vector<uint8_t>{}, kRgServerId}) {
+                  rc::server::Admission{admission ? admission_key() : std::vector<uint8_t>{}, kRgServerId},
+                  commit_memory) {
     FUZZ_CHECK(registry_.open_mode() == !admission);
   }
 
@@ -618,7 +619,7 @@ void fuzz_registry(Script& in) {
   uint64_t limit = (uint64_t{in.upto(15)} + 1) * kRegionSize;
   const uint64_t extra = uint64_t{in.upto(15)} * 4096;
   if (config & kRgOddLimit) limit += extra;
-  RegistryRun run((config & kRgAdmission) != 0, limit);
+  RegistryRun run((config & kRgAdmission) != 0, limit, (config & kRgCommitMemory) != 0);
 
   for (int step = 0; step < kRgMaxSteps && !in.empty(); ++step) {
     switch (in.u8() % kRgCount) {

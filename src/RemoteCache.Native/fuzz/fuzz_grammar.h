@@ -85,7 +85,7 @@ inline constexpr int kSqMaxSteps = 256;
 //     Detach      u8 connection
 //     Expire      upto(3) now sel (now-2h, now, now+2h, max)
 enum CnMode : uint8_t { kCnRaw, kCnEncode, kCnCapability, kCnRegistry, kCnCount };
-enum RgConfig : uint8_t { kRgAdmission = 1, kRgOddLimit = 2 };
+enum RgConfig : uint8_t { kRgAdmission = 1, kRgOddLimit = 2, kRgCommitMemory = 4 };
 enum RgStep : uint8_t { kRgAttach, kRgAttach2, kRgAttach3, kRgAttachRaw, kRgDetach, kRgDetach2, kRgExpire, kRgAttach4, kRgCount };
 inline constexpr int kRgMaxSteps = 96;
 // The admission key and server id of fuzz-connect's registry (seeds may carry capabilities

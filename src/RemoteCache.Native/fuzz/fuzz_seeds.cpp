@@ -376,7 +376,7 @@ void connect_seeds() {
   };
   {  // open mode: joins, a second client, exclusive conflicts, the limit, detaches
     ScriptWriter w;
-    w.u8(kCnRegistry).u8(0).upto(5, 15).upto(0, 15);
+    w.u8(kCnRegistry).u8(kRgCommitMemory).upto(5, 15).upto(0, 15);
     attach(w, 1, 1, 1, 0, 0, 0);      // cache 1, 2 regions (of a limit of 6)
     attach(w, 1, 1, 1, 0, 0, 0);      // joins
     attach(w, 1, 1, 1, 0, 1, 0);      // another client joins: shared

@@ -861,7 +861,7 @@ TEST(AdminWire, FormatAndMacsArePinned) {
 TEST(AdminPaging, PagesGiveEveryCacheOnceInOrder) {
   constexpr uint64_t kSmallRegion = 4096;
   const uint32_t total = wire::kAdminListPage * 2 + 37;
-  rc::server::Registry registry(kSmallRegion, uint64_t{total + 8} * kSmallRegion, rc::server::Admission{{}, "paging"});
+  rc::server::Registry registry(kSmallRegion, uint64_t{total + 8} * kSmallRegion, rc::server::Admission{{}, "paging"}, false);
   std::vector<std::shared_ptr<rc::server::CacheState>> attached;
   const auto attach = [&](uint64_t id) {
     wire::ConnectRequest r{};

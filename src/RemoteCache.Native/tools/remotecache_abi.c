@@ -91,6 +91,7 @@ static const field_layout rc_server_options_fields[] = {
     FIELD(rc_server_options, server_id),
     FIELD(rc_server_options, allowed_uids),
     FIELD(rc_server_options, allowed_uid_count),
+    FIELD(rc_server_options, commit_memory),
 };
 
 static const field_layout rc_object_counts_fields[] = {

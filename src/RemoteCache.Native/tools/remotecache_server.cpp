@@ -35,7 +35,7 @@ int usage(const char* why) {
                "usage: remotecache-server [--listen ENDPOINT]... [--region-size BYTES] [--memory-limit BYTES]\n"
                "                          [--threads N] [--admission-key FILE] [--server-id ID]\n"
                "                          [--max-connections N] [--max-connections-per-peer N]\n"
-               "                          [--shm-mode OCTAL] [--allow-uid UID]... [--verbose]\n"
+               "                          [--shm-mode OCTAL] [--allow-uid UID]... [--commit-memory] [--verbose]\n"
                "  ENDPOINT: tcp:HOST:PORT (port 0 picks one), shm:SOCKET_PATH or shm:@ABSTRACT_NAME,\n"
                "            verbs:HOST:PORT; default tcp:127.0.0.1:7300\n"
                "  BYTES accept K, M and G suffixes; defaults: region 1G, limit 4G; threads: hardware threads\n"
@@ -44,7 +44,9 @@ int usage(const char* why) {
                "  --server-id: the identity capabilities name (default: the first endpoint as bound)\n"
                "  --max-connections / --max-connections-per-peer: defaults %u / %u (peer: IP, or uid for shm)\n"
                "  --shm-mode: permissions of shm socket files (default 600: the server's user only)\n"
-               "  --allow-uid: uids besides the server's own allowed on abstract shm endpoints\n",
+               "  --allow-uid: uids besides the server's own allowed on abstract shm endpoints\n"
+               "  --commit-memory: take each new cache's memory when the cache is created (in the background),\n"
+               "            not page by page as it is first written: fills run at the transport's rate\n",
                why, RC_DEFAULT_MAX_CONNECTIONS, RC_DEFAULT_MAX_CONNECTIONS_PER_PEER);
   return 2;
 }
@@ -90,6 +92,8 @@ int main(int argc, char** argv) {
       uint64_t n = 0;
       if (!parse_size(argv[++i], n) || n > UINT32_MAX) return usage("bad --allow-uid");
       uids.push_back(static_cast<uint32_t>(n));
+    } else if (arg == "--commit-memory") {
+      options.commit_memory = 1;
     } else if (arg == "--verbose") {
       rc::set_log_level(rc::LogLevel::Info);
     } else if (arg == "--help" || arg == "-h") {

@@ -77,6 +77,8 @@ internal struct RcServerOptions
     public IntPtr AllowedUids;
     /// <summary>How many uids.</summary>
     public nuint AllowedUidCount;
+    /// <summary>1: take each new cache's memory when the cache is created (in the background); 0: as it is first written.</summary>
+    public uint CommitMemory;
 }
 
 /// <summary><c>rc_object_counts</c>: native objects alive in this process.</summary>

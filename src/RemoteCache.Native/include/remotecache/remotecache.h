@@ -39,7 +39,7 @@ extern "C" {
 /* The version of this header. A binding built against one version must not drive a library built
  * from another (struct layouts, limits and semantics may differ): it compares rc_api_version() of
  * the library it loaded with the RC_API_VERSION it was built against and refuses a mismatch. */
-#define RC_API_VERSION 5 /* 4: the admin interface (remotecache_admin.h); 5: rc_cache_grow/shrink */
+#define RC_API_VERSION 6 /* 4: admin interface (remotecache_admin.h); 5: rc_cache_grow/shrink; 6: commit_memory */
 
 /* Limits and defaults of the API, defined here once (bindings take them from this header). */
 #define RC_MAX_TOKEN_BYTES 64            /* rc_cache_options.token, UTF-8 bytes */
@@ -217,6 +217,11 @@ typedef struct rc_server_options {
                                         NULL = the first endpoint as bound */
   const uint32_t* allowed_uids;      /* abstract shm endpoints admit these uids besides the server's own */
   size_t allowed_uid_count;
+  /* 1: take each new cache's memory from the system when the cache is created, in the background
+   * behind its first Connect, so that writes into it (a fill, a FASTER log) run at the transport's
+   * rate instead of faulting in and zeroing every page, and the host's memory is held, not
+   * overcommitted. 0: pages are taken as they are first written. */
+  uint32_t commit_memory;
 } rc_server_options;
 
 RC_API rc_status rc_server_start(const rc_server_options* options, rc_server** out_server);

@@ -299,6 +299,9 @@ rc_status rc_server_start(const rc_server_options* options, rc_server** out_serv
     if (options->server_id != nullptr) o.server_id = options->server_id;
     if (options->allowed_uids == nullptr && options->allowed_uid_count > 0) return null_argument("allowed_uids");
     for (size_t i = 0; i < options->allowed_uid_count; ++i) o.allowed_uids.push_back(options->allowed_uids[i]);
+    if (options->commit_memory > 1)
+      return rc::fail(RC_E_INVALID_ARGUMENT, "rc_server_options.commit_memory is 0 or 1, not " + std::to_string(options->commit_memory));
+    o.commit_memory = options->commit_memory == 1;
     rc_status st = RC_OK;
     auto impl = rc::server::Server::start(o, st);
     if (!impl) return st;

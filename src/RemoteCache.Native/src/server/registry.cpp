@@ -1,37 +1,14 @@
 #include "server/registry.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstring>
 #include <iterator>
 
 #include "common/capability.h"
 #include "common/log.h"
-#include "common/memfd.h"
 
 namespace rc::server {
 namespace {
-
-// A memfd so that shm clients can map the very same pages; the kernel hands out zeroed pages, which
-// is what "zeroed before first use" needs, lazily and without touching the memory up front.
-bool make_region(uint64_t size, transport::RegionMemory& out) {
-  const int fd = sealed_memfd("remotecache-region", size);
-  if (fd < 0) return false;
-  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED) {
-    const int err = errno;
-    close(fd);
-    errno = err;
-    return false;
-  }
-  // Random access over a large region is TLB-bound on 4 KiB pages; where the administrator allows
-  // shmem huge pages (transparent_hugepage/shmem_enabled = advise), this gets 2 MiB ones.
-  madvise(base, size, MADV_HUGEPAGE);
-  out = transport::RegionMemory{fd, static_cast<std::byte*>(base), size};
-  return true;
-}
 
 transport::Grant refuse(Status status, std::string message) {
   transport::Grant g;
@@ -50,14 +27,29 @@ std::size_t Registry::KeyHash::operator()(const Key& k) const {
   return static_cast<std::size_t>((k.id * 0x9E3779B97F4A7C15ull) ^ t);
 }
 
-Registry::Registry(uint64_t region_size, uint64_t memory_limit, Admission admission)
+Registry::Registry(uint64_t region_size, uint64_t memory_limit, Admission admission, bool commit_memory)
     : region_size_(region_size), memory_limit_(memory_limit), admission_(std::move(admission)) {
   crypto::random_bytes(token_salt_);
+  if (!commit_memory) return;
+  committer_ = std::make_unique<MemoryCommitter>(
+      region_size_,
+      [this] {
+        std::lock_guard lock(mutex_);
+        return room_for_spare();
+      },
+      [this](const transport::RegionMemory& region) {
+        std::lock_guard lock(mutex_);
+        if (!room_for_spare()) return false;
+        spare_.push_back(region);
+        return true;
+      });
 }
 
 Registry::~Registry() {
+  committer_.reset();
   std::lock_guard lock(mutex_);
   for (auto& [key, cache] : caches_) free_regions(*cache);
+  for (const auto& region : spare_) free_region(region);
 }
 
 transport::Grant Registry::admit_capability(const wire::ConnectRequest& request) const {
@@ -134,9 +126,13 @@ transport::Grant Registry::create(const Key& key, const wire::ConnectRequest& re
   if (!open_mode()) fresh->lease_end_ms = request.capability.expires_unix_ms;
   for (uint32_t r = 0; r < request.regions; ++r) {
     transport::RegionMemory region{};
-    if (!make_region(region_size_, region)) {
+    if (!spare_.empty()) {
+      region = spare_.back();
+      spare_.pop_back();
+    } else if (!make_region(region_size_, region)) {
       const int err = errno;
       free_regions(*fresh);
+      if (committer_) committer_->poke();  // spares taken above were freed
       return refuse(RC_E_NO_MEMORY, std::string("cannot create region: ") + std::strerror(err));
     }
     fresh->regions.push_back(region);
@@ -166,6 +162,7 @@ void Registry::detach(const std::shared_ptr<CacheState>& cache) {
   auto held = regions_by_id_.find(cache->id);
   if (held != regions_by_id_.end() && (held->second -= cache->regions.size()) == 0) regions_by_id_.erase(held);
   free_regions(*cache);
+  if (committer_) committer_->poke();
   RC_LOG_INFO("%s freed", cache_name(cache->id).c_str());
 }
 
@@ -237,12 +234,13 @@ uint64_t Registry::memory_in_use() const {
   return in_use_;
 }
 
+std::size_t Registry::spare_regions() const {
+  std::lock_guard lock(mutex_);
+  return spare_.size();
+}
+
 void Registry::free_regions(CacheState& cache) {
-  for (auto& r : cache.regions) {
-    release_pages(r.base, r.size);
-    munmap(r.base, r.size);
-    close(r.fd);
-  }
+  for (const auto& r : cache.regions) free_region(r);
   cache.regions.clear();
   cache.views.clear();
 }

@@ -21,6 +21,7 @@
 
 #include "common/crypto.h"
 #include "common/wire.h"
+#include "server/committer.h"
 #include "server/executor.h"
 #include "transport/transport.h"
 
@@ -75,7 +76,8 @@ struct Admission {
 
 class Registry {
  public:
-  Registry(uint64_t region_size, uint64_t memory_limit, Admission admission);
+  // commit_memory: keep committed spare regions for new caches (MemoryCommitter).
+  Registry(uint64_t region_size, uint64_t memory_limit, Admission admission, bool commit_memory);
   ~Registry();
 
   // Admits a connection: checks its capability, then creates its cache or joins the existing one.
@@ -99,6 +101,8 @@ class Registry {
   uint64_t region_size() const { return region_size_; }
   uint64_t memory_limit() const { return memory_limit_; }
   uint64_t memory_in_use() const;
+  // Committed regions waiting for a cache (commit_memory).
+  std::size_t spare_regions() const;
 
  private:
   struct Key {
@@ -132,6 +136,10 @@ class Registry {
   std::unordered_map<Key, std::shared_ptr<CacheState>, KeyHash> caches_;
   std::map<uint64_t, std::shared_ptr<CacheState>> by_serial_;
   std::unordered_map<uint64_t, uint64_t> regions_by_id_;  // regions held by all caches of an id
+  // Committed regions no client has seen; they fit under the limit beside the lent ones.
+  std::vector<transport::RegionMemory> spare_;
+  bool room_for_spare() const { return in_use_ + (spare_.size() + 1) * region_size_ <= memory_limit_; }
+  std::unique_ptr<MemoryCommitter> committer_;  // last: its thread uses the members above
 };
 
 }  // namespace rc::server

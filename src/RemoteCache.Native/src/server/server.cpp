@@ -415,7 +415,8 @@ std::unique_ptr<Server> Server::start(const ServerOptions& options, Status& stat
   }
   std::string id = options.server_id.empty() ? impl->endpoints.front() : options.server_id;
   if (id.size() > sizeof(wire::Capability::server_id)) id.resize(sizeof(wire::Capability::server_id));
-  impl->registry.emplace(options.region_size, options.memory_limit, Admission{options.admission_key, id});
+  impl->registry.emplace(options.region_size, options.memory_limit, Admission{options.admission_key, id},
+                         options.commit_memory);
   uint32_t threads = options.max_threads;
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   for (uint32_t i = 0; i < threads; ++i)

@@ -27,6 +27,7 @@ struct ServerOptions {
   std::vector<uint32_t> allowed_uids;  // abstract shm endpoints, besides the server's own uid
   std::vector<uint8_t> admission_key;  // empty: open mode
   std::string server_id;               // empty: the first endpoint as bound
+  bool commit_memory = false;          // rc_server_options.commit_memory
 };
 
 class Server {
