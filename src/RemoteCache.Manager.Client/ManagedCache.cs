@@ -366,6 +366,7 @@ public sealed class ManagedCache : IAsyncDisposable, IDisposable
         try
         {
             using var file = File.OpenHandle(path, FileMode.Open, FileAccess.Read, FileShare.Read, FileOptions.SequentialScan);
+            await SetFillQueueDepthAsync(filling: true, stop).ConfigureAwait(false);
             var buffers = new byte[PopulateDepth][];
             var writes = new Task[PopulateDepth];
             long done = 0;
@@ -395,6 +396,41 @@ public sealed class ManagedCache : IAsyncDisposable, IDisposable
         {
             _feed.Publish(new PopulateProgressEvent(CacheId, DateTimeOffset.UtcNow, 0, length, e.Message));
             throw;
+        }
+        finally
+        {
+            if (Volatile.Read(ref _gone) is null)
+            {
+                try
+                {
+                    await SetFillQueueDepthAsync(filling: false, stop).ConfigureAwait(false);
+                }
+                catch (Exception e) when (e is OperationCanceledException or ObjectDisposedException)
+                {
+                    // Closed meanwhile: nothing to restore.
+                }
+            }
+        }
+    }
+
+    // A fill keeps PopulateDepth writes in flight; a queue depth chosen for the SLO's latency (often 1) would send them
+    // one frame at a time over tcp (a fill at 1.6-2.0 GB/s against 2.1-2.5 GB/s with 8 here). The queue depth is the
+    // client's own window, no server core is involved: it is raised for the fill and the manager's configuration comes
+    // back when the fill ends (a change followed meanwhile applies the manager's configuration at once).
+    private async Task SetFillQueueDepthAsync(bool filling, CancellationToken stop)
+    {
+        await _gate.WaitAsync(stop).ConfigureAwait(false);
+        try
+        {
+            var config = Contract.FromProto(_state.Config);
+            if (filling && config.QueueDepth < PopulateDepth)
+                config = config with { QueueDepth = PopulateDepth };
+            if (_client.Config != config)
+                _client.Reconfigure(config);
+        }
+        finally
+        {
+            _gate.Release();
         }
     }
 

@@ -126,6 +126,7 @@ public sealed class ManagedClientTests
         await using (var cache = await client.CreateAsync(request))
         {
             Assert.True(cache.Populated.IsCompletedSuccessfully);
+            Assert.Equal(cache.Info.Config, cache.Client.Config);  // the fill's queue depth is its own
             await VerifyAsync(cache.Client, source, 40 * MiB);
             var beyond = new byte[4096];
             await cache.Client.ReadAsync(40 * MiB, beyond);
@@ -141,6 +142,7 @@ public sealed class ManagedClientTests
         {
             var log = new EventLog(cache);
             await cache.Populated.WaitAsync(Patience);
+            Assert.Equal(cache.Info.Config, cache.Client.Config);
             await VerifyAsync(cache.Client, source, 72 * MiB);
             await EventuallyAsync(() => log.Snapshot().OfType<PopulateProgressEvent>().Any(p => p.Done == p.Total), "the last progress event");
             var progress = log.Snapshot().OfType<PopulateProgressEvent>().ToList();

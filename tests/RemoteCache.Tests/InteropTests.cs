@@ -109,7 +109,7 @@ public sealed class InteropTests
         Assert.Equal(16, structs["rc_completion"].Size);
         Assert.Equal(64, structs["rc_cache_options"].Size);
         Assert.Equal(new[] { 0, 8, 16, 20, 36, 40, 44, 48, 56 }, structs["rc_cache_options"].Fields.Select(f => f.Offset));
-        Assert.Equal(88, structs["rc_server_options"].Size);
+        Assert.Equal(96, structs["rc_server_options"].Size);  // 92 bytes of fields (commit_memory last), 8-aligned
         Assert.Equal(128, structs["rc_server_stats"].Size);  // 121 bytes of fields, 8-aligned
         Assert.Equal(56, structs["rc_server_stats"].Fields.Single(f => f.Name == "server_id").Offset);
         Assert.Equal(32, structs["rc_admin_cache"].Size);

@@ -419,6 +419,51 @@ TEST_P(AdminP, DropFailsTheClientsAndFreesTheMemory) {
 
 // A key that is not the server's is refused with RC_E_AUTH and a message that says so (the server
 // logs what it refused); a short key never leaves the library; the server goes on serving.
+// A session that sat idle while its cache shrank off a server, the manager dropped the share there, and the cache
+// grew back onto that server reaches the new share, not its old channel to the dropped one (it got RC_E_EXPIRED on
+// its first write after the re-grow).
+TEST_P(AdminP, AnIdleSessionFollowsAShrinkAndAGrowBackOntoTheSameServer) {
+  ServerProcess first, second;
+  ASSERT_TRUE(start(first, GetParam()));
+  ASSERT_TRUE(start(second, GetParam()));
+  const uint64_t id = fresh_cache_id();
+  const std::string capability = mint(key_.key, id, server_id_, 1, an_hour_from_now());
+  const char* caps[] = {capability.c_str(), capability.c_str()};
+  rc_cache_options o = make_options(id, rc_config{0, 1, 8, 4}, 1, "regrow");
+  o.connect_timeout_ms = static_cast<uint32_t>(reply_ms());
+  o.capabilities = caps;
+  CacheHandle cache;
+  ASSERT_EQ(open_cache({first.endpoint(), second.endpoint()}, o, &cache.c), RC_OK) << last_error();
+  SessionHandle idle;
+  ASSERT_EQ(rc_session_open(cache.c, &idle.s), RC_OK);
+  const uint64_t on_second = kRegionSize + 100;
+  const auto old_bytes = pattern(1, 4096);
+  ASSERT_EQ(sync_write(idle.s, on_second, old_bytes.data(), old_bytes.size()), RC_OK) << last_error();
+
+  phase("shrink, drop, grow back");
+  ASSERT_EQ(rc_cache_shrink(cache.c, 1), RC_OK) << last_error();
+  AdminHandle h;
+  ASSERT_EQ(admin_connect(second.endpoint(), key_.key, h), RC_OK) << last_error();
+  uint32_t dropped = 0;
+  ASSERT_EQ(rc_admin_drop_cache(h.a, id, &dropped), RC_OK) << last_error();
+  EXPECT_EQ(dropped, 1u) << "the idle session's channel kept the share until the drop";
+  EXPECT_EQ(wait_lent(h.a, 0, 5000).memory_lent, 0u);
+  const std::string second_endpoint = second.endpoint();
+  const char* grow[] = {second_endpoint.c_str()};
+  ASSERT_EQ(rc_cache_grow(cache.c, grow, 1, caps), RC_OK) << last_error();
+
+  phase("the idle session writes to the new share");
+  const auto new_bytes = pattern(2, 4096);
+  ASSERT_EQ(sync_write(idle.s, on_second, new_bytes.data(), new_bytes.size()), RC_OK) << last_error();
+  std::vector<uint8_t> back(new_bytes.size());
+  ASSERT_EQ(sync_read(idle.s, on_second, back.data(), back.size()), RC_OK) << last_error();
+  EXPECT_EQ(back, new_bytes);
+  EXPECT_EQ(idle.close(), RC_OK);
+  EXPECT_EQ(cache.close(), RC_OK);
+  EXPECT_TRUE(first.stop());
+  EXPECT_TRUE(second.stop());
+}
+
 TEST_P(AdminP, WrongKeyIsRefused) {
   ServerProcess server;
   ASSERT_TRUE(start(server, GetParam()));
