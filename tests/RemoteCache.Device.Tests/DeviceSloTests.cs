@@ -7,7 +7,10 @@ using Xunit;
 
 namespace RemoteCache.Device.Tests;
 
-/// <summary>A cache opened with a performance model but no configuration: the device asks for its default latency SLO.</summary>
+/// <summary>
+/// The configuration a device runs with: its default latency SLO with a performance model, one-sided without one, and
+/// the caller's own when it gave one.
+/// </summary>
 public sealed class DeviceSloTests : IDisposable
 {
     private readonly RemoteCacheServer _server = RemoteCacheServer.Start(new RemoteCacheServerOptions
@@ -60,6 +63,29 @@ public sealed class DeviceSloTests : IDisposable
         using var device = new RemoteCacheDevice(Open(path), ownsCache: true);
         Assert.Equal(expected.Config, device.Cache.Config);
         Assert.NotEqual(CacheConfig.OneSided, device.Cache.Config);
+    }
+
+    // Issue 13, item 4: the device's default suits FASTER's reads, and a configuration the caller chose is kept.
+    [Fact]
+    public void WithoutAModelOrAConfigurationTheDeviceGoesOneSided()
+    {
+        using var device = new RemoteCacheDevice(RemoteCacheClient.Open(_server.Endpoints, new RemoteCacheOptions
+        {
+            RegionsPerServer = 2, Exclusive = true, Name = "device default",
+        }), ownsCache: true);
+        Assert.Equal(CacheConfig.OneSided, device.Cache.Config);
+    }
+
+    [Fact]
+    public void AConfigurationTheCallerGaveIsKept()
+    {
+        var chosen = new CacheConfig(1, 1, 4, 2);
+        Assert.NotEqual(CacheConfig.OneSided, chosen);
+        using var device = new RemoteCacheDevice(RemoteCacheClient.Open(_server.Endpoints, new RemoteCacheOptions
+        {
+            RegionsPerServer = 2, Exclusive = true, Config = chosen, SloModelPath = Model(512, latencyFloorUs: 0), Name = "device chosen",
+        }), ownsCache: true);
+        Assert.Equal(chosen, device.Cache.Config);
     }
 
     [Fact]
