@@ -57,9 +57,16 @@ public sealed class YcsbOptions
                                noisy stretch of the machine hits all of them (default 5; medians reported)
           --depth D            pending operations per thread (default 32)
           --transport shm|tcp  how FASTER reaches the local cache server (default shm)
-          --out DIR            where results.csv, results.json and chart.png go (default artifacts/ycsb)
+          --out DIR            where results.csv, results.json and the charts go: chart.png (throughput per
+                               device), rounds.png (every round), latency-cdf.png (default artifacts/ycsb)
           --data-dir DIR       where the SSD files go (default: under --out, on its disk)
           --no-fio             skip the fio --direct=1 reference of the SSD device
+
+        Matches YCSB (site.ycsb core 0.17.0): workloads A-F with their operation mixes and request distributions,
+        the uniform, Zipfian, scrambled Zipfian and latest generators, inserts read only once acknowledged, the
+        Zipfian key space past the records by the expected inserts, scan lengths uniform in 1-100. Does not: FASTER's
+        hash index has no key order, so E's scans read consecutive key numbers one by one; keys are 8 B integers;
+        phases are timed, not counted; readonly and zipfian-raw are this tool's own.
         """;
 
     public static YcsbOptions Parse(string[] args)

@@ -76,6 +76,15 @@ public sealed class ChartTests
         return count;
     }
 
+    // The help names every chart the run writes, and says what matches YCSB and what cannot.
+    [Fact]
+    public void HelpNamesEveryChartAndWhatMatchesYcsb()
+    {
+        Assert.All(Chart.Files, file => Assert.Contains(file, YcsbOptions.Usage));
+        Assert.Contains("Matches YCSB", YcsbOptions.Usage);
+        Assert.Contains("E's scans", YcsbOptions.Usage);
+    }
+
     [Fact]
     public void ChartWriterWritesEachPngWithEveryDeviceDrawn()
     {
