@@ -26,6 +26,7 @@ public sealed class ManagedCache : IAsyncDisposable, IDisposable
     private const int PopulateDepth = 8;
 
     private static readonly TimeSpan ProgressPeriod = TimeSpan.FromMilliseconds(250);
+    private static readonly TimeSpan DeletionEventWait = TimeSpan.FromSeconds(1);
 
     // Why the handle ends when its user disposed the data client (a FASTER device that owns it, for example): the
     // lease is no longer renewed, and the cache is deleted through RemoteCacheManagerClient.DeleteAsync(id).
@@ -41,6 +42,8 @@ public sealed class ManagedCache : IAsyncDisposable, IDisposable
     private Cache _state;
     private string? _gone;
     private Task _populated = Task.CompletedTask;
+    // Set when the event stream hands on the cache's deletion: DeleteAsync lets it through before the stream ends.
+    private readonly TaskCompletionSource _deletionSeen = new(TaskCreationOptions.RunContinuationsAsynchronously);
 
     internal ManagedCache(RemoteCacheManagerClient manager, Cache state, RemoteCacheClient client, string name, long watchFrom)
     {
@@ -184,6 +187,9 @@ public sealed class ManagedCache : IAsyncDisposable, IDisposable
         {
             _gate.Release();
         }
+        // The manager sends the deletion to watchers as it answers: a moment for it to reach the stream, whose readers
+        // would otherwise see it end without it (not long: a stream that is down does not hold Delete up).
+        await Task.WhenAny(_deletionSeen.Task, Task.Delay(DeletionEventWait, cancellationToken)).ConfigureAwait(false);
         Gone("it was deleted by this client");
     }
 
@@ -312,7 +318,10 @@ public sealed class ManagedCache : IAsyncDisposable, IDisposable
         }
         _feed.Publish(managed);
         if (managed is CacheDeletedEvent deleted)
+        {
+            _deletionSeen.TrySetResult();
             Gone($"it was deleted: {deleted.Reason}");
+        }
     }
 
     // Reads the cache as the manager now has it and follows a change made elsewhere.
