@@ -60,6 +60,7 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
     private Slot[] _slots = Array.Empty<Slot>();
     private ExtentRing? _ring;  // set for an unsegmented log
     private int _disposed;
+    private long _readsThatHeldASwitch;
 
     /// <summary>
     /// Creates a device over <paramref name="cache"/>, which must hold a whole number of FASTER segments if FASTER
@@ -165,6 +166,12 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
 
     /// <summary>Operations submitted to the cache and not yet completed (by anyone using the cache).</summary>
     public int InFlight => _cache.Outstanding;
+
+    /// <summary>
+    /// Reads of a segment still in flight when a newer segment took their slot: each held the newer segment's
+    /// writes back until it completed (tests check that the case occurs and reads stay right).
+    /// </summary>
+    internal long ReadsThatHeldASwitch => Volatile.Read(ref _readsThatHeldASwitch);
 
     /// <summary>The device error code FASTER receives for a failed native operation.</summary>
     public static uint ErrorCodeOf(RemoteCacheStatus status) => ErrorBase | (uint)(-(int)status & 0xff);
@@ -399,6 +406,7 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
         var io = _pool.Rent();
         io.Device = this;
         io.Slot = slot;
+        io.IsRead = !write;
         io.Length = length;
         io.Callback = callback;
         io.Context = context;
@@ -437,6 +445,9 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
         var userContext = io.Context;
         uint length = io.Length;
         var slot = io.Slot!;
+        // Still counted in Users, so a switch of the slot cannot have finished: Switching means one waits for us.
+        if (io.IsRead && Volatile.Read(ref slot.Segment) == Slot.Switching)
+            Interlocked.Increment(ref device._readsThatHeldASwitch);
         io.Clear();
         device._pool.Return(io);
         device.Leave(slot);
@@ -531,6 +542,7 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
     {
         public RemoteCacheDevice? Device;
         public Slot? Slot;
+        public bool IsRead;
         public uint Length;
         public DeviceIOCompletionCallback? Callback;
         public object? Context;

@@ -76,6 +76,52 @@ public sealed unsafe class RemoteCacheDeviceTests : IDisposable
     }
 
     [Fact]
+    public Task ANewSegmentWaitsForAReadOfTheSegmentItEvicts() => Hang.Guard(nameof(ANewSegmentWaitsForAReadOfTheSegmentItEvicts), () =>
+    {
+        // Over tcp the server serves reads, so pausing it holds a read of segment 0 in flight while segment 3
+        // takes segment 0's slot: 3's write must wait for the read, which returns 0's bytes.
+        using var server = ServerProcess.Start("tcp");
+        var cache = RemoteCacheClient.Open(new[] { server.Endpoint }, new RemoteCacheOptions { RegionsPerServer = 3, Name = "device switch", Exclusive = true });
+        using var d = new RemoteCacheDevice(cache, throttleLimit: 256, ownsCache: true);
+        d.Initialize(Segment, new LightEpoch());
+        for (int s = 0; s < 3; s++)
+            Assert.Equal(0u, Write(d, s, 4096, (byte)(s + 1)).Item1);
+        byte* source = (byte*)NativeMemory.AlignedAlloc(Sector, Sector);
+        try
+        {
+            new Span<byte>(_buffer, Sector).Clear();
+            new Span<byte>(source, Sector).Fill(4);
+            using var readDone = new ManualResetEventSlim();
+            using var writeDone = new ManualResetEventSlim();
+            uint readError = uint.MaxValue, writeError = uint.MaxValue;
+            server.Pause();
+            try
+            {
+                d.ReadAsync(0, 4096, (IntPtr)_buffer, Sector, (e, _, _) => { readError = e; readDone.Set(); }, null!);
+                d.WriteAsync((IntPtr)source, 3, 4096, Sector, (e, _, _) => { writeError = e; writeDone.Set(); }, null!);
+                Assert.Equal(1, d.StartSegment);  // segment 0 is evicted at once ...
+                Assert.Equal(1, d.InFlight);      // ... but 3's write is not sent while 0's read is out
+                Assert.Equal(RemoteCacheDevice.NotResident, Wait(cb => d.ReadAsync(0, 4096, (IntPtr)source, Sector, cb, null!)).Error);
+            }
+            finally
+            {
+                server.Resume();
+            }
+            Assert.True(readDone.Wait(TimeSpan.FromSeconds(10)), "the held read did not complete 10 s after the server resumed");
+            Assert.True(writeDone.Wait(TimeSpan.FromSeconds(10)), "the held write did not complete 10 s after the read");
+            Assert.Equal((0u, (byte)1), (readError, _buffer[0]));
+            Assert.Equal(0u, writeError);
+            Assert.Equal(1L, d.ReadsThatHeldASwitch);
+            Assert.Equal((0u, (uint)Sector, (byte)4), Read(d, 3, 4096));
+            Assert.Equal((0u, (uint)Sector, (byte)2), Read(d, 1, 4096));
+        }
+        finally
+        {
+            NativeMemory.AlignedFree(source);
+        }
+    });
+
+    [Fact]
     public void ReadsPastTheSegmentEndReturnWhatTheSegmentHas()
     {
         using var d = NewDevice(regions: 2);
