@@ -12,7 +12,8 @@ namespace RemoteCache.Benchmarks.Micro;
 /// Dependent reads, as FASTER follows a hash chain: each read is issued by the completion of the previous one, so
 /// the time per hop is the latency of handing a completion to whoever submits the next read. Reported per hop
 /// (<see cref="Hops"/> per chain and invocation), against <see cref="LoneRead"/>, one read at a time polled by its
-/// own thread (the baseline of the Ratio column; target: every hop ≤ 2× it).
+/// own thread (the baseline of the Ratio column). Target: every hop ≤ 2× it while chains ≤ cores; with more chains
+/// than cores a chain also waits for a core, and the target is the same rate in aggregate, hop ≤ 2× lone × chains / cores.
 /// </summary>
 /// <remarks>
 /// <para><see cref="Threads"/> threads each run a chain of <see cref="Size"/>-byte reads at random addresses of a

@@ -19,6 +19,8 @@ internal sealed unsafe class Lane : IDisposable
 {
     private const int PollBatch = 64;
     private static readonly long SpinTicks = Stopwatch.Frequency / 20_000;  // 50 µs
+    private static readonly int SpinnersMax = Environment.ProcessorCount;
+    private static int s_spinning;  // awaiters of every lane spinning in DriveWhilePending
 
     // Dispatch runs callers' code (callbacks, inline continuations), which may drive a lane again on
     // the same thread. Each nesting level gets its own buffer, and nesting stops at MaxDepth: deeper
@@ -280,20 +282,35 @@ internal sealed unsafe class Lane : IDisposable
     /// </summary>
     public void DriveWhilePending(Operation op, short token)
     {
-        // Each Drive counts as activity, which keeps the poller off the lane meanwhile.
-        long start = Stopwatch.GetTimestamp();
-        var spin = new SpinWait();
-        while (op.IsPending(token))
+        // More waiters spinning than cores would keep the completions' harvester (and a local server) off the cores:
+        // the extra ones suspend at once and their continuations come from whoever polls.
+        if (Interlocked.Increment(ref s_spinning) > SpinnersMax)
         {
-            if (Drive() == 0)
+            Interlocked.Decrement(ref s_spinning);
+            HandOff();
+            return;
+        }
+        try
+        {
+            // Each Drive counts as activity, which keeps the poller off the lane meanwhile.
+            long start = Stopwatch.GetTimestamp();
+            var spin = new SpinWait();
+            while (op.IsPending(token))
             {
-                if (Stopwatch.GetTimestamp() - start > SpinTicks)
+                if (Drive() == 0)
                 {
-                    HandOff();
-                    return;
+                    if (Stopwatch.GetTimestamp() - start > SpinTicks)
+                    {
+                        HandOff();
+                        return;
+                    }
+                    spin.SpinOnce(sleep1Threshold: -1);
                 }
-                spin.SpinOnce(sleep1Threshold: -1);
             }
+        }
+        finally
+        {
+            Interlocked.Decrement(ref s_spinning);
         }
     }
 
