@@ -2,8 +2,11 @@ using System;
 using System.Collections.Generic;
 using System.IO;
 using RemoteCache.Device;
+using Microsoft.Extensions.Logging;
+using Microsoft.Extensions.Logging.Testing;
 using RemoteCache.Slo;
 using Xunit;
+using static RemoteCache.Tests.LogRecords;
 
 namespace RemoteCache.Device.Tests;
 
@@ -92,8 +95,20 @@ public sealed class DeviceSloTests : IDisposable
     public void TakesTheFastestWhenNothingMeetsIt()
     {
         string path = Model(512, latencyFloorUs: 50);  // every read predicted slower than 10 µs
-        using var device = new RemoteCacheDevice(Open(path), ownsCache: true);
-        Assert.Equal(new CacheConfig(2, 1, 1, 1), device.Cache.Config);  // the lowest predicted latency
+        var sink = new FakeLogCollector();
+        using var loggers = LoggerFactory.Create(b => b.AddProvider(new FakeLoggerProvider(sink)));
+        using var device = new RemoteCacheDevice(Open(path), ownsCache: true, logger: loggers.CreateLogger("device"));
+        var fastest = new CacheConfig(2, 1, 1, 1);  // the lowest predicted latency
+        Assert.Equal(fastest, device.Cache.Config);
+        var notMet = Assert.Single(sink.GetSnapshot(), r => r.Id.Id == 104);
+        Assert.Equal(LogLevel.Warning, notMet.Level);
+        var fields = Fields(notMet);
+        Assert.Equal(RemoteCacheDevice.DefaultSlo.ToString(), fields["Slo"]);
+        Assert.Equal(fastest.ToString(), fields["Config"]);
+        Assert.Equal("device slo", fields["CacheName"]);
+        Assert.True(double.Parse((string)fields["MeanUs"]!, System.Globalization.CultureInfo.InvariantCulture) > 10,
+                    $"predicted mean {fields["MeanUs"]} µs meets the 10 µs SLO");
+        Assert.Single(sink.GetSnapshot(), r => r.Id.Id == 100);  // and the switch to it
     }
 
     [Fact]

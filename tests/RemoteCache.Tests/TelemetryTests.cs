@@ -10,15 +10,13 @@ using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Logging.Testing;
 using Xunit;
 using static RemoteCache.Tests.Harness;
+using static RemoteCache.Tests.LogRecords;
 
 namespace RemoteCache.Tests;
 
 /// <summary>Logs (structured, through ILogger) and metrics (System.Diagnostics.Metrics) of the client and the embedded server.</summary>
 public sealed class TelemetryTests
 {
-    private static IReadOnlyDictionary<string, object?> Fields(FakeLogRecord record) =>
-        record.StructuredState!.ToDictionary(p => p.Key, p => (object?)p.Value);
-
     [Fact]
     public async Task TheClientLogsOpenReconfigureFailureAndCloseWithStructuredFields()
     {

@@ -3,7 +3,7 @@
 #   1. `dotnet pack RemoteCache.sln -c Release` into a temporary folder: exactly RemoteCache, RemoteCache.Device,
 #      the remotecache tool (RemoteCache.Cli), the manager's contract (RemoteCache.Manager.Contract), the managed
 #      client (RemoteCache.Manager.Client) and the remotecache-manager tool (RemoteCache.Manager) (.nupkg + .snupkg)
-#      come out;
+#      come out; the packable projects rebuilt from scratch pack to the same bytes (deterministic builds);
 #   2. the listings: RemoteCache holds lib/net8.0/RemoteCache.dll and runtimes/linux-x64/native/libremotecache.so,
 #      remotecache-server, remotecache-capability and remotecache-admin (ELF files) and not remotecache-bench or
 #      remotecache-abi;
@@ -71,6 +71,46 @@ echo "packaging: version $VERSION, work directory $WORK"
 t0=$SECONDS
 dotnet pack RemoteCache.sln -c Release -o "$FEED" -m:1 -nologo
 echo "-- pack: $((SECONDS - t0))s"
+
+# ---- 1b. deterministic: the managed code rebuilt from scratch packs to the same bytes ------------------
+# Every packable project is rebuilt (the Rebuild target, so every referenced assembly is compiled again) and packed
+# again; each package must hold the same files with the same bytes. Only the OPC part that NuGet names with a new
+# GUID on every pack (package/services/metadata/core-properties/*.psmdcp, and _rels/.rels that points at it) may
+# differ. The native files are CMake's build, not rebuilt here.
+t0=$SECONDS
+for project in $(dotnet sln RemoteCache.sln list | grep '^src/.*\.csproj$'); do
+  [[ "$(dotnet msbuild "$project" -getProperty:IsPackable)" == true ]] || continue
+  dotnet build "$project" -c Release --no-incremental -m:1 -nologo -v:q >/dev/null
+done
+dotnet pack RemoteCache.sln -c Release --no-build -o "$WORK/feed-again" -m:1 -nologo -v:q >/dev/null
+python3 - "$FEED" "$WORK/feed-again" <<'EOF'
+import os, sys, zipfile
+
+first, again = sys.argv[1:]
+errors = []
+volatile = lambda name: name.endswith(".psmdcp") or name == "_rels/.rels"
+for package in sorted(os.listdir(first)):
+    if not package.endswith(".nupkg"):
+        continue
+    other = os.path.join(again, package)
+    if not os.path.exists(other):
+        errors.append(f"{package} was not produced by the second pack")
+        continue
+    with zipfile.ZipFile(os.path.join(first, package)) as a, zipfile.ZipFile(other) as b:
+        names_a = {n for n in a.namelist() if not volatile(n)}
+        names_b = {n for n in b.namelist() if not volatile(n)}
+        if names_a != names_b:
+            errors.append(f"{package}: files differ: only first {sorted(names_a - names_b)}, only second {sorted(names_b - names_a)}")
+        differing = [n for n in sorted(names_a & names_b) if a.read(n) != b.read(n)]
+        if differing:
+            errors.append(f"{package}: rebuilt, these files differ: {differing}")
+        else:
+            print(f"  {package}: {len(names_a)} files, the same bytes after a rebuild")
+if errors:
+    print("packaging: the build is not deterministic:", *errors, sep="\n  ", file=sys.stderr)
+    sys.exit(1)
+EOF
+echo "-- rebuild and pack again: $((SECONDS - t0))s"
 
 # ---- 2. what the packages hold -------------------------------------------------------------------
 # With a git remote (origin) on a host the SDK's SourceLink knows (GitHub, GitLab, Azure DevOps, Bitbucket), the
