@@ -66,8 +66,8 @@ internal static class SloBenchCommand
     {
         if (queries < 1)
             throw new UsageException($"--queries {queries}: must be at least 1");
-        if (threads < 1 || threads > 256)
-            throw new UsageException($"--threads {threads}: must be 1..256");
+        if (threads < 1 || threads > CacheConfig.MaxClientThreads)
+            throw new UsageException($"--threads {threads}: must be 1..{CacheConfig.MaxClientThreads} (the data path's client threads)");
         if (parallelism == 0 || parallelism < -1)
             throw new UsageException($"--parallelism {parallelism}: must be positive or -1");
         if (figure10 < 0 || figure10 > queries)

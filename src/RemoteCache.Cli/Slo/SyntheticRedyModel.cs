@@ -29,8 +29,8 @@ internal static class SyntheticRedyModel
 
     public static PerformanceModel Create(int maxThreads = 30, int seed = 1, bool earlyTermination = false)
     {
-        if (maxThreads < 1 || maxThreads > 256)
-            throw new ArgumentOutOfRangeException(nameof(maxThreads), maxThreads, "must be 1..256");
+        if (maxThreads < 1 || maxThreads > CacheConfig.MaxClientThreads)
+            throw new ArgumentOutOfRangeException(nameof(maxThreads), maxThreads, $"must be 1..{CacheConfig.MaxClientThreads}");
         var space = new ConfigurationSpace(maxThreads, 0, maxThreads, ConfigurationSpace.BatchLimit(RecordSize), MaxQueueDepth);
         int[] cs = Grid(0, maxThreads), ss = Grid(0, maxThreads), bs = Grid(1, space.MaxBatch), qs = Grid(1, MaxQueueDepth);
         var random = new Random(seed);

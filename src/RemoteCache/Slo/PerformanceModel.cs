@@ -78,12 +78,15 @@ public sealed record ConfigurationSpace(int MaxClientThreads, int MinServerThrea
         config.QueueDepth >= 1 && config.QueueDepth <= MaxQueueDepth;
 
     /// <summary>What is wrong with the space, or null.</summary>
-    internal string? Problem() =>
-        MaxClientThreads < 0 ? $"maxClientThreads {MaxClientThreads} is negative"
+    internal string? Problem(int recordSize) =>
+        MaxClientThreads is < 0 or > CacheConfig.MaxClientThreads ? $"maxClientThreads {MaxClientThreads} must be 0..{CacheConfig.MaxClientThreads}"
         : MinServerThreads is not (0 or 1) ? $"minServerThreads {MinServerThreads} must be 0 (one-sided access) or 1"
-        : MaxServerThreads < Math.Max(1, MinServerThreads) ? $"maxServerThreads {MaxServerThreads} must be at least 1 and at least minServerThreads"
-        : MaxBatch < 1 ? $"maxBatch {MaxBatch} must be at least 1"
-        : MaxQueueDepth < 1 ? $"maxQueueDepth {MaxQueueDepth} must be at least 1"
+        : MaxServerThreads < Math.Max(1, MinServerThreads) || MaxServerThreads > CacheConfig.MaxServerThreads
+            ? $"maxServerThreads {MaxServerThreads} must be at least 1 and minServerThreads, and at most {CacheConfig.MaxServerThreads}"
+        : MaxBatch < 1 || MaxBatch > BatchLimit(recordSize)
+            ? $"maxBatch {MaxBatch} must be 1..{BatchLimit(recordSize)} for {recordSize} B records (⌈4096 / record size⌉: a batch stops at 4 KiB)"
+        : MaxQueueDepth is < 1 or > CacheConfig.MaxQueueDepth
+            ? $"maxQueueDepth {MaxQueueDepth} must be 1..{CacheConfig.MaxQueueDepth} (the transports' limit, RC_MAX_QUEUE_DEPTH)"
         : null;
 }
 
@@ -253,7 +256,7 @@ public sealed class PerformanceModel
             throw new FormatException($"measured.repeats {Measured.Repeats} must be at least 1");
         if (Space is null)
             throw new FormatException("space is missing");
-        if (Space.Problem() is { } problem)
+        if (Space.Problem(RecordSize) is { } problem)
             throw new FormatException($"space: {problem}");
         if (Operations is null || Operations.Count == 0 || Operations.Values.All(p => p is null || p.Count == 0))
             throw new FormatException("operations has no measured points");

@@ -58,6 +58,10 @@ public sealed class PerformanceModelTests
     [InlineData("\"s\": 0,\n        \"b\": 1,\n        \"q\": 1,\n        \"meanUs\": 0.5", "\"s\": 0,\n        \"b\": 1,\n        \"q\": 1,\n        \"meanUs\": -1", "must be positive")]
     [InlineData("\"maxBatch\": 512", "\"maxBatch\": 1", "outside the space")]
     [InlineData("\"read\": [", "\"reed\": [", "not a RemoteCache SLO model")]
+    [InlineData("\"maxBatch\": 512", "\"maxBatch\": 1024", "maxBatch 1024 must be 1..512 for 8 B records")]
+    [InlineData("\"maxQueueDepth\": 64", "\"maxQueueDepth\": 65", "maxQueueDepth 65 must be 1..64 (the transports' limit")]
+    [InlineData("\"maxClientThreads\": 2", "\"maxClientThreads\": 65", "maxClientThreads 65 must be 0..64")]
+    [InlineData("\"maxServerThreads\": 2", "\"maxServerThreads\": 257", "maxServerThreads 257 must be")]
     public void RefusesWhatIsWrongAndSaysWhat(string from, string to, string message)
     {
         string json = Small().ToJson();

@@ -1,9 +1,12 @@
 using System;
 using System.Collections.Generic;
+using System.Diagnostics.Metrics;
 using System.IO;
 using System.Linq;
 using System.Threading;
 using System.Threading.Tasks;
+using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.Diagnostics.Metrics.Testing;
 using RemoteCache.Slo;
 using Xunit;
 
@@ -158,7 +161,17 @@ public sealed class SloMonitorTests : IDisposable
         string path = Path.Combine(_dir, "tcp-8.json");
         model.Save(path);
         using var server = Harness.StartTcpServer();
+        using var services = new ServiceCollection().AddMetrics().BuildServiceProvider();
+        var meters = services.GetRequiredService<IMeterFactory>();
+        using var conformance = new MetricCollector<int>(meters, RemoteCacheMetrics.MeterName, RemoteCacheMetrics.SloConformance);
+        int? Conformance()
+        {
+            conformance.RecordObservableInstruments();
+            return conformance.GetMeasurementSnapshot().LastOrDefault(m => Equals(m.Tags[RemoteCacheMetrics.CacheTag], "slo monitored"))?.Value;
+        }
         var options = Harness.Options(1);
+        options.Name = "slo monitored";
+        options.MeterFactory = meters;
         options.Config = null;
         options.SloModelPath = path;
         options.Slo = new RemoteCacheSlo
@@ -167,6 +180,7 @@ public sealed class SloMonitorTests : IDisposable
         };
         await using var client = await RemoteCacheClient.OpenAsync(server.Endpoints, options);
         Assert.Equal(new CacheConfig(0, 1, 1, 1), client.Config);
+        Assert.Null(Conformance());  // nothing judged yet
         var observations = new List<SloObservation>();
         var retuned = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
         client.SloObserved += (_, o) =>
@@ -190,5 +204,6 @@ public sealed class SloMonitorTests : IDisposable
         Assert.True(retune.Window.ReadMeanUs > 5, $"observed {retune.Window.ReadMeanUs} µs");
         Assert.True(retune.MissingFor >= TimeSpan.FromMilliseconds(400));
         Assert.NotNull(client.LastSloObservation);
+        Assert.Equal(0, Conformance());  // the window that made it retune missed the SLO
     }
 }
