@@ -238,6 +238,19 @@ public sealed class InsertCounter
     /// <summary>Keys handed out to inserts so far, acknowledged or not, plus the loaded ones.</summary>
     public long Issued => Interlocked.Read(ref _next);
 
+    /// <summary>
+    /// A key from <paramref name="chooser"/> whose insert has been acknowledged; keys past <see cref="Last"/> are drawn
+    /// again (CoreWorkload.nextKeynum).
+    /// </summary>
+    public long Draw(IKeyChooser chooser, Random rng)
+    {
+        long key;
+        do
+            key = chooser.Next(rng);
+        while (key > Last);
+        return key;
+    }
+
     /// <summary>The key of the next insert.</summary>
     public long Take() => Interlocked.Increment(ref _next) - 1;
 
@@ -276,4 +289,22 @@ public sealed class InsertCounter
                 return;
         }
     }
+}
+
+/// <summary>The key chooser of each request distribution, as YCSB's CoreWorkload builds it.</summary>
+public static class KeyChoosers
+{
+    /// <summary>
+    /// Uniform over the loaded records; the scrambled Zipfian over them plus the expected inserts
+    /// (new ScrambledZipfianGenerator(0, recordcount + expectednewkeys): one key more than that, as its max is
+    /// inclusive); "latest" following the inserts.
+    /// </summary>
+    public static IKeyChooser For(Distribution distribution, YcsbOptions options, InsertCounter inserted) => distribution switch
+    {
+        Distribution.Uniform => new UniformChooser(options.Records),
+        Distribution.Zipfian => new ScrambledZipfianChooser(options.Records + options.ExpectedNewKeys + 1, options.Theta),
+        Distribution.ZipfianRaw => new ZipfianChooser(options.Records, options.Theta),
+        Distribution.Latest => new LatestChooser(inserted, options.Theta),
+        _ => throw new ArgumentOutOfRangeException(nameof(distribution)),
+    };
 }

@@ -191,7 +191,7 @@ public sealed class Runner<TValue, TValues> where TValue : unmanaged where TValu
         var measuring = 0;
         using var started = new CountdownEvent(threads);
         for (int t = 0; t < threads; t++)
-            workers[t] = new Worker(this, kv, Chooser(distribution, inserted), inserted, seed: 1000 * t + (int)distribution);
+            workers[t] = new Worker(this, kv, KeyChoosers.For(distribution, _o, inserted), inserted, seed: 1000 * t + (int)distribution);
         var threadList = new Thread[threads];
         for (int t = 0; t < threads; t++)
         {
@@ -246,17 +246,6 @@ public sealed class Runner<TValue, TValues> where TValue : unmanaged where TValu
             n += Volatile.Read(ref w.Completed);
         return n;
     }
-
-    // As CoreWorkload: uniform over the loaded records; the scrambled Zipfian over them plus the expected inserts
-    // (new ScrambledZipfianGenerator(0, recordcount + expectednewkeys): one key more than that, as its max is inclusive).
-    private IKeyChooser Chooser(Distribution d, InsertCounter inserted) => d switch
-    {
-        Distribution.Uniform => new UniformChooser(_o.Records),
-        Distribution.Zipfian => new ScrambledZipfianChooser(_o.Records + _o.ExpectedNewKeys + 1, _o.Theta),
-        Distribution.ZipfianRaw => new ZipfianChooser(_o.Records, _o.Theta),
-        Distribution.Latest => new LatestChooser(inserted, _o.Theta),
-        _ => throw new ArgumentOutOfRangeException(nameof(d)),
-    };
 
     private sealed class Worker
     {
@@ -360,15 +349,7 @@ public sealed class Runner<TValue, TValues> where TValue : unmanaged where TValu
             }
             session.CompletePending(wait: true);
 
-            // CoreWorkload.nextKeynum: a key whose insert has not been acknowledged is drawn again.
-            long NextKey()
-            {
-                long key;
-                do
-                    key = _chooser.Next(_rng);
-                while (key > _inserted.Last);
-                return key;
-            }
+            long NextKey() => _inserted.Draw(_chooser, _rng);
 
             void Done(bool right, long start)
             {

@@ -150,6 +150,37 @@ public sealed class YcsbDefinitionTests(Xunit.Abstractions.ITestOutputHelper out
     }
 
     [Fact]
+    public void WorkloadEsScansStartAtInsertedKeysOnceTheyAreAcknowledged()
+    {
+        // E draws each scan's first key from the scrambled Zipfian over records + expected inserts, drawing again any
+        // key not inserted yet: before an insert no draw passes the loaded records; after some, draws reach the new
+        // keys, about in proportion to the share of the drawable key space they are, and never past the last one.
+        var e = YcsbOptions.Parse(new[] { "--workload", "E", "--records", "10000", "--operation-count", "100000" });
+        Assert.Equal(new[] { Distribution.Zipfian }, e.Distributions);
+        Assert.Equal(10_000, e.ExpectedNewKeys);
+        var inserted = new InsertCounter(e.Records);
+        var chooser = KeyChoosers.For(Distribution.Zipfian, e, inserted);
+        var rng = new Random(5);
+        for (int i = 0; i < 100_000; i++)
+            Assert.InRange(inserted.Draw(chooser, rng), 0, e.Records - 1);
+
+        for (int k = 0; k < 5_000; k++)
+            inserted.Acknowledge(inserted.Take());
+        Assert.Equal(14_999, inserted.Last);
+        const int draws = 300_000;
+        long atNewKeys = 0;
+        for (int i = 0; i < draws; i++)
+        {
+            long key = inserted.Draw(chooser, rng);
+            Assert.InRange(key, 0, inserted.Last);
+            if (key >= e.Records)
+                atNewKeys++;
+        }
+        // The new keys are a third of the 15 000 drawable ones; the hash spreads the Zipf ranks over them.
+        Assert.InRange(atNewKeys / (double)draws, 0.2, 0.45);
+    }
+
+    [Fact]
     public void LatestFollowsYcsbsZetaAsTheKeySpaceGrows()
     {
         // SkewedLatestGenerator draws last − zipf(last) with ζ(last): after the inserts, the newest key's share is
