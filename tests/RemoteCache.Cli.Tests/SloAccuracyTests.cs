@@ -94,6 +94,57 @@ public sealed class SloAccuracyTests
         }
     }
 
+    // Reality as the model says, but in phases: each two runs in a row share a speed of 1, 1/1.6 or 1/0.7 of the model's.
+    private sealed class PhasedMeasurer(SloPredictor truth) : IPointMeasurer
+    {
+        private static readonly double[] s_slowdown = { 1, 1.6, 0.7 };
+        private int _runs;
+
+        public Task<ModelPoint> MeasureAsync(SloOperation operation, CacheConfig config, CancellationToken cancellationToken)
+        {
+            double f = s_slowdown[_runs++ / 2 % s_slowdown.Length];
+            Assert.True(truth.TryPredict(config, out var p));
+            return Task.FromResult(new ModelPoint(config.ClientThreads, config.ServerThreads, config.BatchSize, config.QueueDepth,
+                                                  p.MeanUs * f, p.OpsPerSecond / f));
+        }
+    }
+
+    [Fact]
+    public async Task ASamePhaseReferenceTakesTheMachinesSpeedOutOfTheJudgement()
+    {
+        var model = Model();
+        var search = new SloSearch(model, SloOperation.Read);
+        var slos = SloAccuracy.DrawSlos(model, SloOperation.Read, 200, seed: 3);
+
+        var absolute = new RepeatedMeasurer(new PhasedMeasurer(search.Predictor), 1);
+        var summary = SloAccuracy.Summarize(await SloAccuracy.RunAsync(search, slos, absolute, 0.1, null, CancellationToken.None), 0.1, absolute);
+        Assert.True(summary.Met < summary.Feasible * 0.9, $"{summary.Met} of {summary.Feasible} met although two phases in three are off by 30-60 %");
+        Assert.Empty(absolute.Phases);
+
+        var samePhase = new RepeatedMeasurer(new PhasedMeasurer(search.Predictor), 1, model);
+        var rows = await SloAccuracy.RunAsync(search, slos, samePhase, 0.1, null, CancellationToken.None);
+        summary = SloAccuracy.Summarize(rows, 0.1, samePhase);
+        Assert.Equal(summary.Feasible, summary.Met);
+        Assert.Equal(0, summary.LatencyErrorMedian, 9);
+        Assert.Equal(0, summary.ThroughputErrorP95, 9);
+        Assert.Contains(samePhase.Phases.Values, p => p.LatencyDrift > 1.5);  // the slow phase was seen, and taken out
+        foreach (var (config, phase) in samePhase.Phases)
+        {
+            Assert.NotEqual(config, phase.Reference);
+            Assert.True(search.Predictor.TryPredict(config, out var predicted));
+            Assert.Equal(phase.LatencyDrift, phase.Raw.MeanUs / predicted.MeanUs, 9);
+        }
+    }
+
+    [Fact]
+    public void TheReferenceIsTheNearestOtherMeasuredPointWithTheSameServerThreads()
+    {
+        var points = Model().Points(SloOperation.Read);
+        Assert.Equal(new CacheConfig(0, 1, 2, 4), RepeatedMeasurer.ReferenceFor(points, new CacheConfig(0, 1, 2, 3)).Config);  // interpolated: its nearer grid neighbour
+        Assert.Equal(new CacheConfig(0, 1, 1, 2), RepeatedMeasurer.ReferenceFor(points, new CacheConfig(0, 1, 2, 2)).Config);  // measured: the nearest other
+        Assert.Equal(0, RepeatedMeasurer.ReferenceFor(points, new CacheConfig(1, 0, 1, 1)).S);
+    }
+
     [Fact]
     public void QuantilesAreNearestRank()
     {

@@ -42,11 +42,16 @@ internal static class SloAccuracyCommand
         var output = new Option<DirectoryInfo?>("--out") { Description = "Where accuracy.json and the CDF charts go (default artifacts/slo-accuracy/MODEL)" };
         var bench = new Option<string?>("--bench") { Description = "The remotecache-bench to measure with (default: the one next to remotecache-server)" };
         var json = new Option<bool>("--json") { Description = "Print the summary as JSON" };
+        var samePhase = new Option<bool>("--same-phase")
+        {
+            Description = "Run each configuration alternately with the model's nearest other measured point and divide its figures by " +
+                          "that reference's drift from the model (judges the model in the phase it was measured in, on a machine whose speed swings)",
+        };
         var command = new Command("accuracy",
             "Redy's accuracy experiment on this host: random SLOs searched in the model, each chosen configuration measured with " +
             "remotecache-bench; prints the share of feasible SLOs met and the prediction errors, writes CDF charts (SLO, predicted, real)")
         {
-            model, operation, slos, seed, seconds, warmup, repeats, tolerance, output, bench, json,
+            model, operation, slos, seed, seconds, warmup, repeats, tolerance, output, bench, json, samePhase,
         };
         command.Action = new SloCommandAction(CommandName, (parse, stdout) =>
         {
@@ -75,19 +80,21 @@ internal static class SloAccuracyCommand
                 throw new UsageException($"{file.FullName}: {e.Message}", e);
             }
             var objectives = SloAccuracy.DrawSlos(loaded, op, count, parse.GetValue(seed));
-            var measurer = new RepeatedMeasurer(new BenchMeasurer(benchPath, loaded.Transport, loaded.RecordSize, measureSeconds, warm), runs);
+            bool phase = parse.GetValue(samePhase);
+            var measurer = new RepeatedMeasurer(new BenchMeasurer(benchPath, loaded.Transport, loaded.RecordSize, measureSeconds, warm), runs,
+                                                phase ? loaded : null);
             var started = DateTime.UtcNow;
             var rows = SloAccuracy.RunAsync(search, objectives, measurer, tol, (n, row) =>
             {
                 if (row.Real is { } real)
-                    stdout.WriteLine(Invariant($"[{n}/{count}] {row.Objective.MaxMeanLatencyUs,9:G4} µs {row.Objective.MinOpsPerSecond,10:G4} ops/s -> {row.Config}: predicted {row.Predicted!.Value.MeanUs:G4} µs {row.Predicted.Value.OpsPerSecond:G4}/s, real {real.MeanUs:G4} µs {real.OpsPerSecond:G4}/s {(row.Met ? "met" : "MISSED")}"));
+                    stdout.WriteLine(Invariant($"[{n}/{count}] {row.Objective.MaxMeanLatencyUs,9:G4} µs {row.Objective.MinOpsPerSecond,10:G4} ops/s -> {row.Config}: predicted {row.Predicted!.Value.MeanUs:G4} µs {row.Predicted.Value.OpsPerSecond:G4}/s, real {real.MeanUs:G4} µs {real.OpsPerSecond:G4}/s {(row.Met ? "met" : "MISSED")}{Drift(measurer, row.Config!.Value)}"));
                 else
                     stdout.WriteLine(Invariant($"[{n}/{count}] {row.Objective.MaxMeanLatencyUs,9:G4} µs {row.Objective.MinOpsPerSecond,10:G4} ops/s -> infeasible in the model"));
             }, CancellationToken.None).GetAwaiter().GetResult();
             var summary = SloAccuracy.Summarize(rows, tol, measurer);
             string title = $"{loaded.Transport}, {loaded.RecordSize} B {op.ToString().ToLowerInvariant()}s, {summary.Feasible} feasible SLOs";
-            var charts = AccuracyCharts.Write(directory, rows, title);
-            File.WriteAllText(Path.Combine(directory, "accuracy.json"), Json(file.FullName, loaded, op, summary, rows, started));
+            var charts = AccuracyCharts.Write(directory, rows, phase ? title + ", real in the model's phase" : title);
+            File.WriteAllText(Path.Combine(directory, "accuracy.json"), Json(file.FullName, loaded, op, summary, rows, measurer, started));
             if (parse.GetValue(json))
             {
                 stdout.WriteLine(JsonSerializer.Serialize(summary, new JsonSerializerOptions { WriteIndented = true, PropertyNamingPolicy = JsonNamingPolicy.CamelCase }));
@@ -95,6 +102,8 @@ internal static class SloAccuracyCommand
             else
             {
                 stdout.WriteLine(Invariant($"model {file.FullName}: {summary.Slos} SLOs, {summary.Feasible} feasible in the model"));
+                if (phase)
+                    stdout.WriteLine("real = measured alternately with the model's nearest other point and divided by that reference's drift from the model (--same-phase)");
                 stdout.WriteLine(Invariant($"met within {tol:P0}: {summary.Met} of {summary.Feasible} ({summary.MetShare:P1}; target ≥ {MetTarget:P0}: {(summary.MetShare >= MetTarget ? "met" : "missed")})"));
                 bool errorMet = Math.Max(summary.LatencyErrorMedian, summary.ThroughputErrorMedian) <= ErrorTarget;
                 stdout.WriteLine(Invariant($"|predicted − real| / real, median / p95: latency {summary.LatencyErrorMedian:P1} / {summary.LatencyErrorP95:P1}, throughput {summary.ThroughputErrorMedian:P1} / {summary.ThroughputErrorP95:P1} (target median ≤ {ErrorTarget:P0}: {(errorMet ? "met" : "missed")})"));
@@ -119,8 +128,13 @@ internal static class SloAccuracyCommand
         }
     }
 
+    private static string Drift(RepeatedMeasurer measurer, CacheConfig config) =>
+        measurer.Phases.TryGetValue(config, out var p)
+            ? Invariant($" (raw {p.Raw.MeanUs:G4} µs {p.Raw.OpsPerSecond:G4}/s; reference {p.Reference} drift ×{p.LatencyDrift:G3} / ×{p.ThroughputDrift:G3})")
+            : "";
+
     private static string Json(string path, PerformanceModel model, SloOperation op, AccuracySummary summary, System.Collections.Generic.List<AccuracyRow> rows,
-                               DateTime started)
+                               RepeatedMeasurer measurer, DateTime started)
     {
         var document = new
         {
@@ -130,6 +144,7 @@ internal static class SloAccuracyCommand
             operation = op.ToString().ToLowerInvariant(),
             date = started.ToString("yyyy-MM-dd", CultureInfo.InvariantCulture),
             command = "remotecache " + string.Join(" ", Environment.GetCommandLineArgs().Skip(1)),
+            samePhase = measurer.Phases.Count > 0,
             summary,
             rows = rows.Select(r => new
             {
@@ -140,6 +155,9 @@ internal static class SloAccuracyCommand
                 predictedOpsPerSecond = r.Predicted?.OpsPerSecond,
                 realUs = r.Real?.MeanUs,
                 realOpsPerSecond = r.Real?.OpsPerSecond,
+                phase = r.Config is { } c && measurer.Phases.TryGetValue(c, out var p)
+                    ? new { reference = p.Reference.ToString(), rawUs = p.Raw.MeanUs, rawOpsPerSecond = p.Raw.OpsPerSecond, p.LatencyDrift, p.ThroughputDrift }
+                    : null,
                 r.Met,
             }),
         };
