@@ -78,7 +78,7 @@ public sealed class RemoteCacheSlo
         if (WriteLatency is { } w)
             parts.Add(string.Create(CultureInfo.InvariantCulture, $"writes ≤ {w.TotalMicroseconds:G6} µs"));
         if (Throughput > 0)
-            parts.Add(string.Create(CultureInfo.InvariantCulture, $"≥ {Throughput:G6} ops/s"));
+            parts.Add(string.Create(CultureInfo.InvariantCulture, $"≥ {Throughput:#,0.###} ops/s"));  // 2,000,000, not 2E+06
         return $"{string.Join(", ", parts)} ({RecordSize} B records)";
     }
 }

@@ -106,4 +106,13 @@ public sealed class SloPlannerTests
         Assert.Contains("bounds nothing", Assert.Throws<ArgumentException>(() => planner.Plan(new RemoteCacheSlo())).Message);
         Assert.Contains("ReadLatency", new RemoteCacheSlo { ReadLatency = TimeSpan.Zero }.Problem());
     }
+
+    [Fact]
+    public void AnSloReadsAsWritten()
+    {
+        var slo = new RemoteCacheSlo { ReadLatency = TimeSpan.FromMicroseconds(10), Throughput = 2e6, RecordSize = 512 };
+        Assert.Equal("reads ≤ 10 µs, ≥ 2,000,000 ops/s (512 B records)", slo.ToString());
+        Assert.Equal("writes ≤ 2.5 µs, ≥ 1,500.5 ops/s (8 B records)",
+                     new RemoteCacheSlo { WriteLatency = TimeSpan.FromMicroseconds(2.5), Throughput = 1500.5, RecordSize = 8 }.ToString());
+    }
 }
