@@ -182,6 +182,56 @@ def describe_failure(output, rc):
     return f"exit {rc}" + (f": {errors[0].strip()}" if errors else "")
 
 
+PHASE_SPREAD = 1.2   # native runs of one case further apart than this: a phase change during the case
+PHASE_ATTEMPTS = 3
+
+
+def measure_case(args, t, s, o):
+    """Native, then the case's BenchmarkDotNet methods, then native again; the native spread is max / min of the two."""
+    result = {"bdn": {}, "bdn_problems": {}, "native": None, "native_spread": None}
+    if args.wait_quiet > 0:
+        idle_busy = wait_quiet(args.wait_quiet)
+        if idle_busy > 0.25:
+            log(f"  (machine still busy: {idle_busy:.2f} cores used by others after waiting {args.wait_quiet:g} s)")
+    load = ForeignLoad().__enter__()
+    runs = []
+    if not args.skip_native:
+        runs.append(run_native(t, s, o, args.seconds))
+    if not args.skip_bdn:
+        methods = [METHODS[(o, "spin")], METHODS[(o, "callback")], METHODS[(o, "session")]]
+        results, problem = run_bdn(f"{t}-{s}-{o}", [bdn_case_filter(m, t, s) for m in methods], timeout=600)
+        result["bdn"].update(results)
+        for m in methods:
+            if problem and (m, t, s) not in results:
+                result["bdn_problems"][(m, t, s)] = problem
+        m = METHODS[(o, "await")]
+        results, problem = run_bdn(f"{t}-{s}-{o}-await", [bdn_case_filter(m, t, s)], timeout=300)
+        result["bdn"].update(results)
+        if problem and (m, t, s) not in results:
+            result["bdn_problems"][(m, t, s)] = problem
+    if not args.skip_native:
+        runs.append(run_native(t, s, o, args.seconds))
+        good = [r for r in runs if "error" not in r]
+        row = dict(good[-1]) if good else dict(runs[-1])
+        if good:
+            row["ops_per_sec"] = sum(r["ops_per_sec"] for r in good) / len(good)
+        row["runs"] = runs
+        result["native"] = row
+        if len(good) == 2:
+            rates = sorted(r["ops_per_sec"] for r in good)
+            result["native_spread"] = rates[1] / rates[0] if rates[0] > 0 else None
+        if not good:
+            log(f"  native {t} {s} {o}: ERROR {runs[-1]['error']}")
+        else:
+            log(f"  native {t} {s} {o}: " + ", ".join(f"{r['ops_per_sec'] / 1e6:.3f}" for r in good) +
+                f" M ops/s (p50 {good[-1]['p50_us']:.1f} us, p99 {good[-1]['p99_us']:.1f} us)")
+    load.__exit__(None, None, None)
+    result["foreign"] = load.cores
+    log(f"  other processes used {load.cores:.2f} of {os.cpu_count()} cores during this case")
+    return result
+
+
+
 def run_probe(transports, sizes, methods, timeout=300):
     cmd = ["dotnet", DLL, "--alloc-probe", "--transports", ",".join(transports), "--sizes",
            ",".join(map(str, sizes)), "--methods", ",".join(methods)]
@@ -261,42 +311,24 @@ def main():
         "(in-process, 2 warm-up + 5 measured iterations per method), then native again")
     safe = [m for (o, f), m in METHODS.items() if f != "await"]
     for t, s, o in cases:
-        if args.wait_quiet > 0:
-            idle_busy = wait_quiet(args.wait_quiet)
-            if idle_busy > 0.25:
-                log(f"  (machine still busy: {idle_busy:.2f} cores used by others after waiting {args.wait_quiet:g} s)")
-        load = ForeignLoad().__enter__()
-        runs = []
-        if not args.skip_native:
-            runs.append(run_native(t, s, o, args.seconds))
-        if not args.skip_bdn:
-            methods = [METHODS[(o, "spin")], METHODS[(o, "callback")], METHODS[(o, "session")]]
-            results, problem = run_bdn(f"{t}-{s}-{o}", [bdn_case_filter(m, t, s) for m in methods], timeout=600)
-            bdn.update(results)
-            for m in methods:
-                if problem and (m, t, s) not in results:
-                    bdn_problems[(m, t, s)] = problem
-            m = METHODS[(o, "await")]
-            results, problem = run_bdn(f"{t}-{s}-{o}-await", [bdn_case_filter(m, t, s)], timeout=300)
-            bdn.update(results)
-            if problem and (m, t, s) not in results:
-                bdn_problems[(m, t, s)] = problem
-        if not args.skip_native:
-            runs.append(run_native(t, s, o, args.seconds))
-            good = [r for r in runs if "error" not in r]
-            row = dict(good[-1]) if good else dict(runs[-1])
-            if good:
-                row["ops_per_sec"] = sum(r["ops_per_sec"] for r in good) / len(good)
-            row["runs"] = runs
-            native[(t, s, o)] = row
-            if not good:
-                log(f"  native {t} {s} {o}: ERROR {runs[-1]['error']}")
-            else:
-                log(f"  native {t} {s} {o}: " + ", ".join(f"{r['ops_per_sec'] / 1e6:.3f}" for r in good) +
-                    f" M ops/s (p50 {good[-1]['p50_us']:.1f} us, p99 {good[-1]['p99_us']:.1f} us)")
-        load.__exit__(None, None, None)
-        foreign[(t, s, o)] = load.cores
-        log(f"  other processes used {load.cores:.2f} of {os.cpu_count()} cores during this case")
+        # This VM runs the same code about 1.6x faster or slower in phases of tens of seconds: when the two native
+        # runs that bracket a case disagree by more than PHASE_SPREAD, the phase changed during the case and the
+        # managed figures cannot be set against either; the case is measured again (up to PHASE_ATTEMPTS times,
+        # keeping the attempt whose native runs agree best).
+        best = None
+        for attempt in range(1, PHASE_ATTEMPTS + 1):
+            measured = measure_case(args, t, s, o)
+            spread = measured["native_spread"]
+            if best is None or (spread is not None and (best["native_spread"] is None or spread < best["native_spread"])):
+                best = measured
+            if spread is None or spread <= PHASE_SPREAD or attempt == PHASE_ATTEMPTS:
+                break
+            log(f"  native moved {spread:.2f}x during {t} {s} {o}: the machine changed phase; measuring the case again")
+        bdn.update(best["bdn"])
+        bdn_problems.update(best["bdn_problems"])
+        if best["native"] is not None:
+            native[(t, s, o)] = best["native"]
+        foreign[(t, s, o)] = best["foreign"]
 
     log("allocation probe (GC.GetTotalAllocatedBytes over all threads, >= 1 s per case):")
     probe, probe_problems = {}, {}
