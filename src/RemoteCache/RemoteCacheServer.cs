@@ -45,10 +45,11 @@ public sealed class RemoteCacheServerOptions
     public string? ServerId { get; set; }
 
     /// <summary>
-    /// True: each new cache's memory is taken from the system when the cache is created, in the background behind its
-    /// first connection, so that filling it runs at the transport's rate instead of faulting in and zeroing every
-    /// 4 KiB page inside the writes, and the memory is held rather than overcommitted. False (the default): pages are
-    /// taken as they are first written.
+    /// True: a low-priority thread keeps spare regions whose pages are already allocated (within
+    /// <see cref="MemoryLimit"/>, leaving an eighth of the host's memory available), and new caches take them first,
+    /// so that filling a new cache runs at the transport's rate instead of faulting in and zeroing every 4 KiB page
+    /// inside the writes; an idle server then holds that memory. False (the default): pages are taken as they are
+    /// first written.
     /// </summary>
     public bool CommitMemory { get; set; }
 

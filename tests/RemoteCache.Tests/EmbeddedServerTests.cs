@@ -43,10 +43,7 @@ public sealed class EmbeddedServerTests
                     Assert.Equal(2 * MiB, client.Capacity);
                     Assert.True(server.MemoryInUse > 0, $"MemoryInUse {server.MemoryInUse} with a cache open");
                     Assert.Equal(2 * MiB, server.MemoryInUse);
-                    var io = new CheckedIo(client, 0, (int)client.Capacity, seed: 8000) { Label = $"embedded {transport}" };
-                    await io.VerifyAllAsync("fresh cache reads zeros");
-                    await io.RunAsync(ops: 400, maxInFlight: 16, maxLength: 64 << 10);
-                    await io.VerifyAllAsync("whole cache after the run");
+                    await FreshCacheServesVerifiedIoAsync(client, seed: 8000, $"embedded {transport}");
                 }
                 finally
                 {
@@ -98,10 +95,7 @@ public sealed class EmbeddedServerTests
                 {
                     // The cache took the spares, or (without the option) made regions with no pages yet.
                     Assert.Equal((Regions, commit ? Regions : 0), RegionMemfds(regionSize));
-                    var io = new CheckedIo(client, 0, (int)client.Capacity, seed: 8100) { Label = $"committed {transport}" };
-                    await io.VerifyAllAsync("fresh cache on committed memory reads zeros");
-                    await io.RunAsync(ops: 400, maxInFlight: 16, maxLength: 64 << 10);
-                    await io.VerifyAllAsync("whole cache after the run");
+                    await FreshCacheServesVerifiedIoAsync(client, seed: 8100, $"committed {transport}");
                 }
                 finally
                 {
@@ -117,6 +111,15 @@ public sealed class EmbeddedServerTests
 
     // This process's region memfds of the given size, and how many of them have every page allocated (stat: size,
     // 512-byte blocks).
+    // The whole cache reads zeros, then 400 random verified writes and reads, then the whole cache is as written.
+    private static async Task FreshCacheServesVerifiedIoAsync(RemoteCacheClient client, int seed, string label)
+    {
+        var io = new CheckedIo(client, 0, (int)client.Capacity, seed) { Label = label };
+        await io.VerifyAllAsync("fresh cache reads zeros");
+        await io.RunAsync(ops: 400, maxInFlight: 16, maxLength: 64 << 10);
+        await io.VerifyAllAsync("whole cache after the run");
+    }
+
     private static (int All, int Committed) RegionMemfds(long regionSize)
     {
         var stat = new ProcessStartInfo("sh", new[] { "-c", $"find /proc/{Environment.ProcessId}/fd -lname '/memfd:remotecache-region*' -exec stat -L -c '%s %b' {{}} + 2>/dev/null" })

@@ -45,8 +45,8 @@ int usage(const char* why) {
                "  --max-connections / --max-connections-per-peer: defaults %u / %u (peer: IP, or uid for shm)\n"
                "  --shm-mode: permissions of shm socket files (default 600: the server's user only)\n"
                "  --allow-uid: uids besides the server's own allowed on abstract shm endpoints\n"
-               "  --commit-memory: take each new cache's memory when the cache is created (in the background),\n"
-               "            not page by page as it is first written: fills run at the transport's rate\n",
+               "  --commit-memory: keep spare memory committed ahead (low priority, within the limit, leaving an\n"
+               "            eighth of the host's free) for new caches: fills run at the transport's rate\n",
                why, RC_DEFAULT_MAX_CONNECTIONS, RC_DEFAULT_MAX_CONNECTIONS_PER_PEER);
   return 2;
 }

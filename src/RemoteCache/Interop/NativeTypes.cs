@@ -77,7 +77,7 @@ internal struct RcServerOptions
     public IntPtr AllowedUids;
     /// <summary>How many uids.</summary>
     public nuint AllowedUidCount;
-    /// <summary>1: take each new cache's memory when the cache is created (in the background); 0: as it is first written.</summary>
+    /// <summary>1: keep spare regions committed ahead for new caches; 0: a cache's pages are taken as they are first written.</summary>
     public uint CommitMemory;
 }
 

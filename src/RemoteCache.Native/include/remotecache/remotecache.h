@@ -217,10 +217,11 @@ typedef struct rc_server_options {
                                         NULL = the first endpoint as bound */
   const uint32_t* allowed_uids;      /* abstract shm endpoints admit these uids besides the server's own */
   size_t allowed_uid_count;
-  /* 1: take each new cache's memory from the system when the cache is created, in the background
-   * behind its first Connect, so that writes into it (a fill, a FASTER log) run at the transport's
-   * rate instead of faulting in and zeroing every page, and the host's memory is held, not
-   * overcommitted. 0: pages are taken as they are first written. */
+  /* 1: a low-priority thread keeps spare regions whose pages are already allocated, within
+   * memory_limit and leaving an eighth of the host's memory available; new caches take them first,
+   * so that writes into a new cache (a fill, a FASTER log) run at the transport's rate instead of
+   * faulting in and zeroing every page. An idle server then holds that memory. 0: a cache's pages
+   * are taken as they are first written. */
   uint32_t commit_memory;
 } rc_server_options;
 
