@@ -31,6 +31,18 @@ internal static partial class Log
     [LoggerMessage(14, LogLevel.Information, "Resized {CacheName} from {OldServers} servers ({OldCapacity} bytes) to {NewServers} ({NewCapacity} bytes)")]
     public static partial void CacheResized(ILogger logger, string cacheName, int oldServers, long oldCapacity, int newServers, long newCapacity);
 
+    [LoggerMessage(15, LogLevel.Information, "{CacheName} connected {Endpoint} as holder {Holder}, lending {Regions} regions for migrations")]
+    public static partial void HolderAdded(ILogger logger, string cacheName, string endpoint, int holder, int regions);
+
+    [LoggerMessage(16, LogLevel.Information, "{CacheName} began moving region {Region}: its writes wait until the move ends")]
+    public static partial void MigrationBegun(ILogger logger, string cacheName, int region);
+
+    [LoggerMessage(17, LogLevel.Information, "{CacheName} moved region {Region} to region {HolderRegion} of holder {Holder}")]
+    public static partial void MigrationCommitted(ILogger logger, string cacheName, int region, int holder, int holderRegion);
+
+    [LoggerMessage(18, LogLevel.Warning, "{CacheName} aborted the move of region {Region}: it stays where it was")]
+    public static partial void MigrationAborted(ILogger logger, string cacheName, int region);
+
     [LoggerMessage(7, LogLevel.Warning,
         "Operations on {CacheName} fail with {Status}: {Reason} (logged once per status; the remotecache.client.errors metric counts them)")]
     public static partial void OperationsFailing(ILogger logger, string cacheName, RemoteCacheStatus status, string reason);

@@ -31,14 +31,40 @@ public static unsafe class RemoteCacheCapability
     public static string Mint(ReadOnlySpan<byte> admissionKey, ulong cacheId, string serverId, int regions, DateTimeOffset expires)
     {
         ArgumentNullException.ThrowIfNull(serverId);
+        if (regions < 1 || regions > RemoteCacheOptions.MaxRegionsPerServer)
+            throw new ArgumentOutOfRangeException(nameof(regions), regions,
+                $"a capability grants 1 to {RemoteCacheOptions.MaxRegionsPerServer} regions");
+        return MintWith(admissionKey, cacheId, serverId, expires,
+            (key, keyLength, server, expiresMs, output, capacity) =>
+                NativeMethods.CapabilityMint(key, keyLength, cacheId, server, (uint)regions, expiresMs, output, capacity));
+    }
+
+    /// <summary>
+    /// Mints a migration capability: it lets a server pulling a region (<see cref="Admin.CacheServerAdmin.PullRegionAsync"/>)
+    /// read the live cache <paramref name="cacheId"/> on the source server <paramref name="serverId"/>, read-only and
+    /// without its token, until <paramref name="expires"/>; signed with the SOURCE server's
+    /// <paramref name="admissionKey"/>. It admits no client: a cache opened with it is refused.
+    /// </summary>
+    /// <returns>The capability's text form, for <see cref="Admin.RegionPull.SourceCapability"/>.</returns>
+    /// <exception cref="ArgumentException">The key is too short, or the server id is empty or too long.</exception>
+    /// <exception cref="RemoteCacheException">The native library failed to mint it.</exception>
+    public static string MintMigration(ReadOnlySpan<byte> admissionKey, ulong cacheId, string serverId, DateTimeOffset expires)
+    {
+        ArgumentNullException.ThrowIfNull(serverId);
+        return MintWith(admissionKey, cacheId, serverId, expires,
+            (key, keyLength, server, expiresMs, output, capacity) =>
+                NativeMethods.CapabilityMintMigration(key, keyLength, cacheId, server, expiresMs, output, capacity));
+    }
+
+    private delegate RemoteCacheStatus Minter(byte* key, nuint keyLength, byte* serverId, ulong expiresUnixMs, byte* output, nuint capacity);
+
+    private static string MintWith(ReadOnlySpan<byte> admissionKey, ulong cacheId, string serverId, DateTimeOffset expires, Minter mint)
+    {
         if (admissionKey.Length < MinAdmissionKeyBytes)
             throw new ArgumentException(
                 $"an admission key has at least {MinAdmissionKeyBytes} bytes; this one has {admissionKey.Length}", nameof(admissionKey));
         if (serverId.Length == 0)
             throw new ArgumentException("the server id is empty", nameof(serverId));
-        if (regions < 1 || regions > RemoteCacheOptions.MaxRegionsPerServer)
-            throw new ArgumentOutOfRangeException(nameof(regions), regions,
-                $"a capability grants 1 to {RemoteCacheOptions.MaxRegionsPerServer} regions");
         NativeMethods.EnsureCompatible();
         long expiresMs = expires.ToUnixTimeMilliseconds();
         if (expiresMs <= 0)
@@ -50,8 +76,7 @@ public static unsafe class RemoteCacheCapability
         fixed (byte* key = admissionKey)
         fixed (byte* server = id)
         fixed (byte* output = text)
-            status = NativeMethods.CapabilityMint(key, (nuint)admissionKey.Length, cacheId, server, (uint)regions,
-                                                  (ulong)expiresMs, output, (nuint)text.Length);
+            status = mint(key, (nuint)admissionKey.Length, server, (ulong)expiresMs, output, (nuint)text.Length);
         if (status != RemoteCacheStatus.Ok)
             throw Errors.For(status, $"capability for cache {cacheId} on server '{serverId}'", -1, 0);
         int length = text.IndexOf((byte)0);

@@ -21,7 +21,7 @@ namespace RemoteCache;
 /// data itself for a few microseconds (which also sends a partly filled batch); a background poller
 /// finishes whatever is left. Completions run on the thread that harvested them.
 /// </remarks>
-public sealed class RemoteCacheClient : IAsyncDisposable, IDisposable
+public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
 {
     private readonly CacheHandle _cache;
     private int _endpointCount;         // changed by Grow and Shrink under _resize
@@ -335,11 +335,11 @@ public sealed class RemoteCacheClient : IAsyncDisposable, IDisposable
     }
 
     /// <summary>
-    /// Presents new capabilities, one per endpoint in endpoint order (after the manager renewed the lease): each
-    /// server extends the cache's lease to the new expiry; operations go on undisturbed. On failure the cache keeps
-    /// its old lease.
+    /// Presents new capabilities, one per holder in holder order (after the manager renewed the lease; without
+    /// migrations the holders are the endpoints, in endpoint order): each server extends the cache's lease to the new
+    /// expiry; operations go on undisturbed. On failure the cache keeps its old lease.
     /// </summary>
-    /// <exception cref="ArgumentException">Not one non-empty capability per endpoint.</exception>
+    /// <exception cref="ArgumentException">Not one non-empty capability per holder.</exception>
     /// <exception cref="RemoteCacheException">A server refused a capability (<see cref="RemoteCacheStatus.Auth"/>) or is unreachable.</exception>
     public unsafe void Renew(IReadOnlyList<string> capabilities)
     {
@@ -348,9 +348,10 @@ public sealed class RemoteCacheClient : IAsyncDisposable, IDisposable
         using var strings = new Utf8StringArray(capabilities);
         lock (_resize)
         {
-            if (capabilities.Count != _endpointCount || capabilities.Any(string.IsNullOrEmpty))
+            int holders = (int)NativeMethods.CacheHolderCount(_cache);
+            if (capabilities.Count != holders || capabilities.Any(string.IsNullOrEmpty))
                 throw new ArgumentException(
-                    $"{Name}: give one non-empty capability per endpoint ({_endpointCount}), in endpoint order", nameof(capabilities));
+                    $"{Name}: give one non-empty capability per holder ({holders}), in holder order", nameof(capabilities));
             Errors.ThrowIfFailed(NativeMethods.CacheRenew(_cache, strings.Pointers), Name);
         }
         Log.LeaseRenewed(_logger, Name, capabilities.Count);

@@ -95,6 +95,9 @@ public sealed class InteropTests
         ["rc_completion"] = typeof(RemoteCacheCompletion),
         ["rc_server_stats"] = InteropType("RcServerStats"),
         ["rc_admin_cache"] = InteropType("RcAdminCache"),
+        ["rc_pull_request"] = InteropType("RcPullRequest"),
+        ["rc_pull_result"] = InteropType("RcPullResult"),
+        ["rc_region_info"] = InteropType("RcRegionInfo"),
     };
 
     private static Type InteropType(string name) =>

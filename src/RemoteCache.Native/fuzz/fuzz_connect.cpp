@@ -342,7 +342,7 @@ void fuzz_capability(Script& in) {
 
   // What was minted: the fields, zeroed padding, and a MAC over everything before it.
   FUZZ_CHECK(c.magic == wire::kCapabilityMagic && c.version == wire::kCapabilityVersion);
-  FUZZ_CHECK(c.reserved[0] == 0 && c.reserved[1] == 0 && c.reserved[2] == 0);
+  FUZZ_CHECK(c.rights == 0 && c.reserved[0] == 0 && c.reserved[1] == 0);
   FUZZ_CHECK(c.cache_id == cache_id && c.expires_unix_ms == expires && c.regions == regions);
   FUZZ_CHECK(c.server_id_length == server.size() && std::memcmp(c.server_id, server.data(), server.size()) == 0);
   for (std::size_t i = server.size(); i < sizeof c.server_id; ++i) FUZZ_CHECK(c.server_id[i] == 0);
@@ -438,9 +438,14 @@ class RegistryRun {
       return;
     }
     FUZZ_CHECK(cache != nullptr);
-    FUZZ_CHECK(g.region_size == kRegionSize && g.regions.size() == r.regions);
+    const bool migration = (r.flags & wire::kConnectMigrationSource) != 0;
+    FUZZ_CHECK(g.read_only == migration);
+    const uint32_t granted = migration ? target->regions : r.regions;
+    FUZZ_CHECK(g.region_size == kRegionSize && g.regions.size() == granted);
     const bool has_cap = admission_ && r.capability_length != 0;
-    if (target != nullptr) {  // joined
+    if (migration) {  // joined as nobody's client: no sharing, no lease
+      FUZZ_CHECK(cache.get() == target->real);
+    } else if (target != nullptr) {  // joined
       FUZZ_CHECK(cache.get() == target->real);
       const bool same_client = std::memcmp(target->first_client.data(), r.client_id, sizeof r.client_id) == 0;
       target->shared = target->shared || !same_client;
@@ -468,7 +473,7 @@ class RegistryRun {
       region.base[region.size - 1] = std::byte{2};
       FUZZ_CHECK(region.base[region.size - 1] == std::byte{2});
     }
-    FUZZ_CHECK(cache->views.size() == r.regions);
+    FUZZ_CHECK(cache->views.size() == granted);
     conns_.push_back(Connection{std::move(cache), target});
     check_memory();
   }
@@ -525,9 +530,10 @@ class RegistryRun {
   Status model_attach(const wire::ConnectRequest& r, uint64_t now, ModelCache*& target) const {
     target = nullptr;
     if (r.token_length > wire::kTokenMax) return RC_E_INVALID_ARGUMENT;
+    if ((r.flags & ~(wire::kConnectExclusive | wire::kConnectMigrationSource)) != 0) return RC_E_INVALID_ARGUMENT;
+    if ((r.flags & wire::kConnectMigrationSource) != 0) return model_migration_source(r, now, target);
     if (r.regions == 0 || r.regions > RC_MAX_REGIONS_PER_SERVER) return RC_E_INVALID_ARGUMENT;
-    if ((r.flags & ~wire::kConnectExclusive) != 0) return RC_E_INVALID_ARGUMENT;
-    if (admission_ && !capability_admits(r, now)) return RC_E_AUTH;
+    if (admission_ && !capability_admits(r, now, 0)) return RC_E_AUTH;
     const std::string token(r.token, r.token_length);
     for (const auto& m : caches_) {
       if (!m->listed || m->id != r.cache_id || m->token != token) continue;
@@ -547,7 +553,22 @@ class RegistryRun {
     return RC_OK;
   }
 
-  bool capability_admits(const wire::ConnectRequest& r, uint64_t now) const {
+  // A server pulling a region: read-only, into the one listed cache with the id, never in open mode.
+  Status model_migration_source(const wire::ConnectRequest& r, uint64_t now, ModelCache*& target) const {
+    if (r.flags != wire::kConnectMigrationSource || r.regions != 0 || r.token_length != 0) return RC_E_INVALID_ARGUMENT;
+    if (!admission_ || !capability_admits(r, now, wire::kCapabilityRightMigrationSource)) return RC_E_AUTH;
+    std::size_t count = 0;
+    for (const auto& m : caches_) {
+      if (!m->listed || m->id != r.cache_id) continue;
+      target = m.get();
+      ++count;
+    }
+    if (count == 1) return RC_OK;
+    target = nullptr;
+    return RC_E_INVALID_ARGUMENT;
+  }
+
+  bool capability_admits(const wire::ConnectRequest& r, uint64_t now, uint8_t rights) const {
     if (r.capability_length != sizeof(wire::Capability)) return false;
     const wire::Capability& c = r.capability;
     if (c.magic != wire::kCapabilityMagic || c.version != wire::kCapabilityVersion) return false;
@@ -556,7 +577,8 @@ class RegistryRun {
     const std::string_view server(c.server_id, std::min<std::size_t>(c.server_id_length, sizeof c.server_id));
     // Leases in these scripts end an hour or more away from now, so the registry's own clock
     // reading cannot disagree with ours.
-    return server == kRgServerId && c.cache_id == r.cache_id && c.expires_unix_ms > now && r.regions <= c.regions;
+    return c.rights == rights && server == kRgServerId && c.cache_id == r.cache_id && c.expires_unix_ms > now &&
+           r.regions <= c.regions;
   }
 
   void check_memory() const {
@@ -584,7 +606,7 @@ wire::Capability scripted_capability(Script& in, uint64_t cache_id, uint32_t sel
   std::vector<uint8_t> key = admission_key();
   if (sel == 4) key[0] ^= 1;  // signed with another key
   wire::Capability c = cap::mint(key, (which & 1) ? cache_id + 1 : cache_id, (which & 2) ? "other-server" : kRgServerId,
-                                 regions, expires);
+                                 regions, expires, (which & 4) ? wire::kCapabilityRightMigrationSource : 0);
   if (sel == 5) {
     const uint32_t bit = in.upto(8 * sizeof c - 1);
     reinterpret_cast<uint8_t*>(&c)[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
@@ -638,7 +660,10 @@ void fuzz_registry(Script& in) {
                     : regions < 240 ? 250u + regions % 3
                                     : in.u32();
         const uint8_t flags = in.u8();
-        r.flags = flags < 160 ? 0u : flags < 250 ? wire::kConnectExclusive : in.u32();
+        r.flags = flags < 150   ? 0u
+                  : flags < 240 ? wire::kConnectExclusive
+                  : flags < 250 ? wire::kConnectMigrationSource
+                                : in.u32();
         std::memset(r.client_id, static_cast<int>(in.upto(2)) + 1, sizeof r.client_id);
         r.server_threads = in.u8();
         const uint32_t sel = in.upto(7);

@@ -75,10 +75,12 @@ inline constexpr int kSqMaxSteps = 256;
 //                 upto(8) flips + upto(1151) bit each in the capability
 //   3 Registry    u8 config (kRg*), upto(15) limit in regions-1, upto(15) extra 4 KiB pages,
 //                 then steps (at most kRgMaxSteps) of:
-//     Attach      upto(3) cache id, upto(3) token, u8 regions sel, u8 flags sel, upto(2) client,
+//     Attach      upto(3) cache id, upto(3) token, u8 regions sel, u8 flags sel (< 150 none, < 240
+//                 exclusive, < 250 migration source, else u32), upto(2) client,
 //                 u8 threads, upto(7) capability sel (0 none, 1-3 minted right, 4 wrong key,
 //                 5 minted + one bit flipped, 6 144 raw bytes, 7 u32 raw capability_length);
-//                 minted: u8 (bit 0: another cache id, bit 1: another server), upto(8) regions,
+//                 minted: u8 (bit 0: another cache id, bit 1: another server, bit 2: migration
+//                 rights), upto(8) regions,
 //                 upto(3) expiry sel (now+1h, now-1h, 0, max); flip: upto(1151) bit;
 //                 then u8 (bit 0: through encode/decode_connect_request)
 //     AttachRaw   256 bytes ConnectRequest, u8 (bit 0: through the codec)

@@ -411,6 +411,21 @@ void connect_seeds() {
     w.u8(kRgDetach).u8(1);
     save(t, "registry-admission", w);
   }
+  {  // migration sources: before the cache exists, with a client's capability, joined read-only, then
+     // ambiguous once a second cache shares the id; a migration capability in an ordinary Connect
+    ScriptWriter w;
+    w.u8(kCnRegistry).u8(kRgAdmission).upto(7, 15).upto(0, 15);
+    attach(w, 1, 0, 210, 245, 0, 1, 4, 0, 0);  // no cache 1 yet
+    attach(w, 1, 1, 1, 0, 0, 1, 0, 4, 0);      // the owner: 2 regions of 4
+    attach(w, 1, 0, 210, 245, 0, 1, 0, 0, 0);  // a client's capability
+    attach(w, 1, 0, 210, 245, 0, 1, 4, 0, 0);  // joined read-only
+    attach(w, 1, 1, 1, 0, 0, 1, 4, 4, 0);      // a migration capability as a client's: refused
+    attach(w, 1, 2, 0, 0, 1, 1, 0, 4, 0);      // another token: a second cache with id 1
+    attach(w, 1, 0, 210, 245, 0, 1, 4, 0, 0);  // two caches share the id
+    w.u8(kRgDetach).u8(1);
+    w.u8(kRgExpire).upto(3, 3);
+    save(t, "registry-migration", w);
+  }
   {  // a raw Connect carrying a capability minted with the registry's key
     ScriptWriter w;
     w.u8(kCnRegistry).u8(kRgAdmission).upto(3, 15).upto(0, 15);

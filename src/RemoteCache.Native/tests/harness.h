@@ -1534,4 +1534,25 @@ inline std::string mint(const std::vector<uint8_t>& key, uint64_t cache_id, cons
   return text;
 }
 
+// A command's exit status and output (stdout and stderr), for the tests of the command-line tools.
+struct Command {
+  int exit_code = -1;
+  std::string out;
+};
+
+inline Command run_tool(const char* tool, const std::vector<std::string>& args) {
+  std::string line = tool;
+  for (const auto& a : args) line += " '" + a + "'";
+  line += " 2>&1";
+  Command c;
+  FILE* p = ::popen(line.c_str(), "r");
+  if (p == nullptr) return c;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) c.out.append(buf, n);
+  const int status = ::pclose(p);
+  c.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return c;
+}
+
 }  // namespace rctest

@@ -782,25 +782,6 @@ TEST_F(Admin, DeadOrSilentServersFailWithinTheTimeout) {
 
 // ---- the remotecache-admin command -----------------------------------------------------------------
 
-struct Command {
-  int exit_code = -1;
-  std::string out;  // stdout and stderr
-};
-
-Command run_admin_tool(const std::vector<std::string>& args) {
-  std::string line = RC_ADMIN_PATH;
-  for (const auto& a : args) line += " '" + a + "'";
-  line += " 2>&1";
-  Command c;
-  FILE* p = ::popen(line.c_str(), "r");
-  if (p == nullptr) return c;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) c.out.append(buf, n);
-  const int status = ::pclose(p);
-  c.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return c;
-}
 
 // remotecache-admin prints stats and caches as text and JSON, drops caches, and reports failures
 // with exit status 1 and the reason.
@@ -815,7 +796,7 @@ TEST_F(Admin, CommandPrintsStatsCachesAndDrops) {
   const auto with = [&](std::vector<std::string> more) {
     std::vector<std::string> args = base;
     args.insert(args.end(), more.begin(), more.end());
-    return run_admin_tool(args);
+    return run_tool(RC_ADMIN_PATH, args);
   };
 
   Command c = with({"stats"});
@@ -841,7 +822,7 @@ TEST_F(Admin, CommandPrintsStatsCachesAndDrops) {
   EXPECT_TRUE(contains(c.out, "\"dropped\":0")) << c.out;
 
   KeyFile other;
-  c = run_admin_tool({"--connect", ep, "--key", other.path, "stats"});
+  c = run_tool(RC_ADMIN_PATH, {"--connect", ep, "--key", other.path, "stats"});
   EXPECT_EQ(c.exit_code, 1) << c.out;
   EXPECT_TRUE(contains(c.out, "RC_E_AUTH")) << c.out;
   c = with({"drop"});

@@ -77,6 +77,14 @@ static const field_layout rc_completion_fields[] = {
     FIELD(rc_completion, reserved),
 };
 
+static const field_layout rc_region_info_fields[] = {
+    FIELD(rc_region_info, holder),
+    FIELD(rc_region_info, holder_region),
+    FIELD(rc_region_info, size),
+    FIELD(rc_region_info, moving),
+    FIELD(rc_region_info, reserved),
+};
+
 static const field_layout rc_server_options_fields[] = {
     FIELD(rc_server_options, listen),
     FIELD(rc_server_options, listen_count),
@@ -125,14 +133,34 @@ static const field_layout rc_admin_cache_fields[] = {
     FIELD(rc_admin_cache, exclusive),
 };
 
+static const field_layout rc_pull_request_fields[] = {
+    FIELD(rc_pull_request, cache_id),
+    FIELD(rc_pull_request, target_region),
+    FIELD(rc_pull_request, source_region),
+    FIELD(rc_pull_request, source_endpoint),
+    FIELD(rc_pull_request, source_capability),
+    FIELD(rc_pull_request, timeout_ms),
+    FIELD(rc_pull_request, reserved),
+};
+
+static const field_layout rc_pull_result_fields[] = {
+    FIELD(rc_pull_result, bytes),
+    FIELD(rc_pull_result, elapsed_ns),
+    FIELD(rc_pull_result, one_sided),
+    FIELD(rc_pull_result, reserved),
+};
+
 static const struct_layout structs[] = {
     STRUCT(rc_config),
     STRUCT(rc_cache_options),
     STRUCT(rc_completion),
+    STRUCT(rc_region_info),
     STRUCT(rc_server_options),
     STRUCT(rc_object_counts),
     STRUCT(rc_server_stats),
     STRUCT(rc_admin_cache),
+    STRUCT(rc_pull_request),
+    STRUCT(rc_pull_result),
 };
 
 static const named_value statuses[] = {
@@ -177,6 +205,8 @@ static const named_value defines[] = {
     VALUE(RC_OPEN_EXCLUSIVE),
     VALUE(RC_MAX_ADMIN_CONNECTIONS),
     VALUE(RC_DEFAULT_ADMIN_TIMEOUT_MS),
+    VALUE(RC_DEFAULT_PULL_TIMEOUT_MS),
+    VALUE(RC_MAX_PULL_ENDPOINT_BYTES),
 };
 
 /* ---- checking the tables ------------------------------------------------------------------ */

@@ -5,6 +5,8 @@
 //   remotecache-admin --connect ENDPOINT --key FILE [--timeout MS] [--json] stats
 //   remotecache-admin --connect ENDPOINT --key FILE [--timeout MS] [--json] caches
 //   remotecache-admin --connect ENDPOINT --key FILE [--timeout MS] [--json] drop CACHE_ID
+//   remotecache-admin --connect TARGET --key FILE [--timeout MS] [--json] pull CACHE_ID --source ENDPOINT
+//                     --source-region N --target-region N --capability TEXT [--pull-timeout MS]
 //
 // Prints readable text, or one JSON object with --json. Exit status: 0 done, 1 the server or the
 // connection failed (the reason on stderr), 2 bad arguments.
@@ -29,10 +31,19 @@ int usage(const char* why) {
                "  COMMAND: stats            what the server lends and holds\n"
                "           caches           every cache it holds\n"
                "           drop CACHE_ID    drops every cache with this id (their clients get RC_E_EXPIRED)\n"
+               "           pull CACHE_ID    the server (the target) copies a region of the cache with this id\n"
+               "                            from another server (the source) into a region of its own cache\n"
+               "                            with this id (live migration); needs:\n"
+               "             --source ENDPOINT   the source's endpoint as the target reaches it (tcp:, shm:, verbs:)\n"
+               "             --source-region N   the region to copy, within the source's cache\n"
+               "             --target-region N   the region to overwrite, within the target's cache\n"
+               "             --capability TEXT   a migration capability for the source (remotecache-capability\n"
+               "                                 --migration with the SOURCE's key)\n"
+               "             --pull-timeout MS   bound of the copy on the target (default %u)\n"
                "  ENDPOINT: one of the server's tcp:HOST:PORT or shm:PATH endpoints\n"
                "  --key: the server's admission key file (--admission-key of remotecache-server)\n"
-               "  --timeout: bound of every step in milliseconds (default %u)\n",
-               why, RC_DEFAULT_ADMIN_TIMEOUT_MS);
+               "  --timeout: bound of every step in milliseconds (default %u; a pull waits its --pull-timeout more)\n",
+               why, RC_DEFAULT_PULL_TIMEOUT_MS, RC_DEFAULT_ADMIN_TIMEOUT_MS);
   return 2;
 }
 
@@ -169,12 +180,48 @@ int drop(rc_admin* admin, uint64_t cache_id, bool json) {
   return 0;
 }
 
+struct PullArgs {
+  std::string source;
+  std::string capability;
+  uint64_t source_region = UINT64_MAX;
+  uint64_t target_region = UINT64_MAX;
+  uint64_t timeout_ms = 0;
+};
+
+int pull(rc_admin* admin, uint64_t cache_id, const PullArgs& args, bool json) {
+  rc_pull_request request{};
+  request.cache_id = cache_id;
+  request.source_region = static_cast<uint32_t>(args.source_region);
+  request.target_region = static_cast<uint32_t>(args.target_region);
+  request.source_endpoint = args.source.c_str();
+  request.source_capability = args.capability.c_str();
+  request.timeout_ms = static_cast<uint32_t>(args.timeout_ms);
+  rc_pull_result result{};
+  if (const rc_status st = rc_admin_pull_region(admin, &request, &result); st != RC_OK)
+    return failed("pulling the region", st);
+  const auto ms = static_cast<unsigned long long>(result.elapsed_ns / 1'000'000);
+  if (json) {
+    std::printf("{\"cache_id\":%llu,\"source\":%s,\"source_region\":%u,\"target_region\":%u,\"bytes\":%llu,"
+                "\"elapsed_ns\":%llu,\"one_sided\":%s}\n",
+                static_cast<unsigned long long>(cache_id), json_string(args.source).c_str(), request.source_region,
+                request.target_region, static_cast<unsigned long long>(result.bytes),
+                static_cast<unsigned long long>(result.elapsed_ns), result.one_sided != 0 ? "true" : "false");
+  } else {
+    std::printf("pulled region %u of cache %llu from %s into region %u: %llu bytes in %llu ms (%s)\n",
+                request.source_region, static_cast<unsigned long long>(cache_id), args.source.c_str(),
+                request.target_region, static_cast<unsigned long long>(result.bytes), ms,
+                result.one_sided != 0 ? "one-sided reads" : "batched reads");
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string endpoint, key_path;
   uint64_t timeout_ms = RC_DEFAULT_ADMIN_TIMEOUT_MS;
   bool json = false;
+  PullArgs pull_args;
   std::vector<std::string> command;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -188,6 +235,17 @@ int main(int argc, char** argv) {
         return usage("bad --timeout (milliseconds, at least 1)");
     } else if (arg == "--json") {
       json = true;
+    } else if (arg == "--source" && has_value) {
+      pull_args.source = argv[++i];
+    } else if (arg == "--capability" && has_value) {
+      pull_args.capability = argv[++i];
+    } else if ((arg == "--source-region" || arg == "--target-region") && has_value) {
+      uint64_t& region = arg == "--source-region" ? pull_args.source_region : pull_args.target_region;
+      if (!parse_u64(argv[++i], region) || region >= RC_MAX_REGIONS_PER_SERVER)
+        return usage(("bad " + arg + " (0.." + std::to_string(RC_MAX_REGIONS_PER_SERVER - 1) + ")").c_str());
+    } else if (arg == "--pull-timeout" && has_value) {
+      if (!parse_u64(argv[++i], pull_args.timeout_ms) || pull_args.timeout_ms == 0 || pull_args.timeout_ms > UINT32_MAX)
+        return usage("bad --pull-timeout (milliseconds, at least 1)");
     } else if (arg == "--help" || arg == "-h") {
       usage("help");
       return 0;
@@ -199,9 +257,17 @@ int main(int argc, char** argv) {
   }
   if (endpoint.empty() || key_path.empty()) return usage("--connect and --key are required");
   uint64_t cache_id = 0;
-  if (command.empty()) return usage("no command (stats, caches or drop CACHE_ID)");
-  if (command[0] == "drop") {
-    if (command.size() != 2 || !parse_u64(command[1], cache_id)) return usage("drop needs one CACHE_ID (a number)");
+  if (command.empty()) return usage("no command (stats, caches, drop CACHE_ID or pull CACHE_ID ...)");
+  const bool pulling = command[0] == "pull";
+  if (!pulling && (!pull_args.source.empty() || !pull_args.capability.empty() || pull_args.timeout_ms != 0 ||
+                   pull_args.source_region != UINT64_MAX || pull_args.target_region != UINT64_MAX))
+    return usage("--source, --capability, --source-region, --target-region and --pull-timeout are for pull");
+  if (command[0] == "drop" || pulling) {
+    if (command.size() != 2 || !parse_u64(command[1], cache_id))
+      return usage((command[0] + " needs one CACHE_ID (a number)").c_str());
+    if (pulling && (pull_args.source.empty() || pull_args.capability.empty() ||
+                    pull_args.source_region == UINT64_MAX || pull_args.target_region == UINT64_MAX))
+      return usage("pull needs --source, --capability, --source-region and --target-region");
   } else if ((command[0] != "stats" && command[0] != "caches") || command.size() != 1) {
     return usage(("unknown command '" + command[0] + "'").c_str());
   }
@@ -218,6 +284,7 @@ int main(int argc, char** argv) {
     return failed(("connecting to " + endpoint).c_str(), st);
   const int rc = command[0] == "stats"    ? stats(admin, json)
                  : command[0] == "caches" ? caches(admin, json)
+                 : pulling                ? pull(admin, cache_id, pull_args, json)
                                           : drop(admin, cache_id, json);
   rc_admin_close(admin);
   return rc;

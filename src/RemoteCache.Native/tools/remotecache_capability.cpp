@@ -2,11 +2,13 @@
 // manager does for its clients), for operators and tests.
 //
 //   remotecache-capability --key FILE --cache-id N --server ID --regions N [--ttl SECONDS]
+//   remotecache-capability --key FILE --cache-id N --server ID --migration [--ttl SECONDS]
 //   remotecache-capability --new-key FILE
 //
 // Prints the capability's text form; give it to the client (rc_cache_options.capabilities, or
-// RemoteCacheOptions.Capabilities in .NET), one per server. --new-key writes 32 random bytes,
-// readable by the owner only.
+// RemoteCacheOptions.Capabilities in .NET), one per server. --migration mints a migration capability
+// instead (rc_capability_mint_migration): for a region pull from that server (remotecache-admin pull
+// on the target), never for a client. --new-key writes 32 random bytes, readable by the owner only.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -30,9 +32,12 @@ int usage(const char* why) {
   std::fprintf(stderr,
                "remotecache-capability: %s\n"
                "usage: remotecache-capability --key FILE --cache-id N --server ID --regions N [--ttl SECONDS]\n"
+               "       remotecache-capability --key FILE --cache-id N --server ID --migration [--ttl SECONDS]\n"
                "       remotecache-capability --new-key FILE\n"
                "  --server: the server's id (printed by remotecache-server as 'server id ...')\n"
-               "  --ttl: seconds until the capability, and the lease of the cache it opens, ends (default 3600)\n",
+               "  --ttl: seconds until the capability, and the lease of the cache it opens, ends (default 3600)\n"
+               "  --migration: a migration capability for that server (the SOURCE of a region pull, its key):\n"
+               "               it lets a target server read the live cache with that id, and admits no client\n",
                why);
   return 2;
 }
@@ -60,6 +65,7 @@ int main(int argc, char** argv) {
   std::string key_path, server, new_key_path;
   uint64_t cache_id = 0, regions = 0, ttl = 3600;
   bool have_id = false;
+  bool migration = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const bool has_value = i + 1 < argc;
@@ -82,6 +88,8 @@ int main(int argc, char** argv) {
       const auto v = rc::tools::parse_size(argv[++i]);
       if (!v || *v == 0 || *v > 10ull * 365 * 24 * 3600) return usage("bad --ttl");
       ttl = *v;
+    } else if (arg == "--migration") {
+      migration = true;
     } else if (arg == "--help" || arg == "-h") {
       usage("help");
       return 0;
@@ -90,8 +98,9 @@ int main(int argc, char** argv) {
     }
   }
   if (!new_key_path.empty()) return new_key(new_key_path);
-  if (key_path.empty() || server.empty() || !have_id || regions == 0)
-    return usage("--key, --cache-id, --server and --regions are required");
+  if (migration && regions != 0) return usage("--migration grants no regions: leave out --regions");
+  if (key_path.empty() || server.empty() || !have_id || (regions == 0 && !migration))
+    return usage("--key, --cache-id, --server and --regions (or --migration) are required");
   std::string why;
   const std::vector<uint8_t> key = rc::tools::read_key_file(key_path, why);
   if (key.empty()) {
@@ -102,8 +111,12 @@ int main(int argc, char** argv) {
                                                 std::chrono::system_clock::now().time_since_epoch())
                                                 .count());
   char text[RC_MAX_CAPABILITY_TEXT];
-  if (rc_capability_mint(key.data(), key.size(), cache_id, server.c_str(), static_cast<uint32_t>(regions),
-                         now_ms + ttl * 1000, text, sizeof text) != RC_OK) {
+  const uint64_t expires = now_ms + ttl * 1000;
+  const rc_status st =
+      migration ? rc_capability_mint_migration(key.data(), key.size(), cache_id, server.c_str(), expires, text, sizeof text)
+                : rc_capability_mint(key.data(), key.size(), cache_id, server.c_str(), static_cast<uint32_t>(regions),
+                                     expires, text, sizeof text);
+  if (st != RC_OK) {
     std::fprintf(stderr, "remotecache-capability: %s\n", rc_last_error());
     return 1;
   }

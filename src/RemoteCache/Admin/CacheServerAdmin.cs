@@ -206,6 +206,52 @@ public sealed class CacheServerAdmin : IAsyncDisposable, IDisposable
             return (int)dropped;
         }, cancellationToken);
 
+    /// <summary>
+    /// Makes this (the target) server copy a region of a cache from another (the source) server, straight into its own
+    /// region of the same cache: pipelined one-sided reads where the source's endpoint allows them, request messages
+    /// otherwise. The source admits the target with <see cref="RegionPull.SourceCapability"/>, read-only. The call
+    /// returns when the copy is done or has failed; it may take up to <see cref="RegionPull.Timeout"/> plus
+    /// <see cref="Timeout"/>.
+    /// </summary>
+    /// <exception cref="ArgumentException">A field of <paramref name="pull"/> is out of range (checked before anything is sent).</exception>
+    /// <exception cref="RemoteCacheException">The pull failed; its message names what failed, on which server. A failed pull
+    /// may leave the target region partly overwritten.</exception>
+    /// <exception cref="ObjectDisposedException">This instance was disposed.</exception>
+    /// <exception cref="OperationCanceledException"><paramref name="cancellationToken"/> was cancelled (the pull goes on
+    /// on the target until it ends).</exception>
+    public Task<RegionPullResult> PullRegionAsync(RegionPull pull, CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(pull);
+        ArgumentOutOfRangeException.ThrowIfNegative(pull.SourceRegion);
+        ArgumentOutOfRangeException.ThrowIfNegative(pull.TargetRegion);
+        ArgumentException.ThrowIfNullOrEmpty(pull.SourceEndpoint);
+        ArgumentException.ThrowIfNullOrEmpty(pull.SourceCapability);
+        if (Encoding.UTF8.GetByteCount(pull.SourceEndpoint) > NativeLimits.MaxPullEndpointBytes)
+            throw new ArgumentException($"a source endpoint has at most {NativeLimits.MaxPullEndpointBytes} bytes", nameof(pull));
+        uint timeoutMs = pull.Timeout is { } t
+            ? (uint)Math.Clamp(t.TotalMilliseconds, 1, uint.MaxValue)
+            : 0;
+        return CallAsync(() =>
+        {
+            using var strings = new Utf8StringArray(new[] { pull.SourceEndpoint, pull.SourceCapability });
+            RcPullResult result;
+            unsafe
+            {
+                var request = new RcPullRequest
+                {
+                    CacheId = pull.CacheId,
+                    SourceRegion = (uint)pull.SourceRegion,
+                    TargetRegion = (uint)pull.TargetRegion,
+                    SourceEndpoint = strings.Pointers[0],
+                    SourceCapability = strings.Pointers[1],
+                    TimeoutMs = timeoutMs,
+                };
+                ThrowIfFailed(NativeMethods.AdminPullRegion(_handle, in request, out result));
+            }
+            return new RegionPullResult((long)result.Bytes, TimeSpan.FromTicks((long)(result.ElapsedNs / 100)), result.OneSided != 0);
+        }, cancellationToken);
+    }
+
     private async Task<T> CallAsync<T>(Func<T> call, CancellationToken cancellationToken)
     {
         ObjectDisposedException.ThrowIf(Volatile.Read(ref _disposed) != 0, this);

@@ -1,3 +1,4 @@
+using System;
 using System.Runtime.InteropServices;
 
 namespace RemoteCache.Interop;
@@ -46,4 +47,38 @@ internal struct RcAdminCache
     public uint ServerThreads;
     /// <summary>1 when opened exclusively, else 0.</summary>
     public uint Exclusive;
+}
+
+/// <summary><c>rc_pull_request</c>: a region pull the target server runs (live migration).</summary>
+[StructLayout(LayoutKind.Sequential)]
+internal struct RcPullRequest
+{
+    /// <summary>The one live cache with this id on each server.</summary>
+    public ulong CacheId;
+    /// <summary>The region to overwrite, within the target's cache.</summary>
+    public uint TargetRegion;
+    /// <summary>The region to copy, within the source's cache.</summary>
+    public uint SourceRegion;
+    /// <summary>NUL-terminated UTF-8: the source's endpoint as the target reaches it.</summary>
+    public IntPtr SourceEndpoint;
+    /// <summary>NUL-terminated: a migration capability for the source, in text form.</summary>
+    public IntPtr SourceCapability;
+    /// <summary>Bound of the pull on the target in milliseconds; 0 = <see cref="NativeLimits.DefaultPullTimeoutMs"/>.</summary>
+    public uint TimeoutMs;
+    /// <summary>0.</summary>
+    public uint Reserved;
+}
+
+/// <summary><c>rc_pull_result</c>: what a region pull did.</summary>
+[StructLayout(LayoutKind.Sequential)]
+internal struct RcPullResult
+{
+    /// <summary>Bytes copied.</summary>
+    public ulong Bytes;
+    /// <summary>The pull's time on the target, in nanoseconds.</summary>
+    public ulong ElapsedNs;
+    /// <summary>1: one-sided reads; 0: batched reads on the message path.</summary>
+    public uint OneSided;
+    /// <summary>0.</summary>
+    public uint Reserved;
 }

@@ -27,6 +27,10 @@ internal static unsafe partial class NativeMethods
     [LibraryImport(Library, EntryPoint = "rc_admin_drop_cache")]
     public static partial RemoteCacheStatus AdminDropCache(AdminHandle admin, ulong cacheId, out uint dropped);
 
+    /// <summary><c>rc_admin_pull_region</c>.</summary>
+    [LibraryImport(Library, EntryPoint = "rc_admin_pull_region")]
+    public static partial RemoteCacheStatus AdminPullRegion(AdminHandle admin, in RcPullRequest request, out RcPullResult result);
+
     /// <summary><c>rc_admin_close</c> (use <see cref="AdminHandle"/> instead).</summary>
     [LibraryImport(Library, EntryPoint = "rc_admin_close")]
     public static partial RemoteCacheStatus AdminClose(IntPtr admin);

@@ -159,6 +159,43 @@ internal static unsafe partial class NativeMethods
     [LibraryImport(Library, EntryPoint = "rc_cache_server_count")]
     public static partial nuint CacheServerCount(CacheHandle cache);
 
+    /// <summary><c>rc_cache_region_count</c>.</summary>
+    [LibraryImport(Library, EntryPoint = "rc_cache_region_count")]
+    public static partial nuint CacheRegionCount(CacheHandle cache);
+
+    /// <summary><c>rc_cache_region_info</c>.</summary>
+    [LibraryImport(Library, EntryPoint = "rc_cache_region_info")]
+    public static partial RemoteCacheStatus CacheRegionInfo(CacheHandle cache, uint region, out RcRegionInfo info);
+
+    /// <summary><c>rc_cache_holder_count</c>.</summary>
+    [LibraryImport(Library, EntryPoint = "rc_cache_holder_count")]
+    public static partial nuint CacheHolderCount(CacheHandle cache);
+
+    /// <summary><c>rc_cache_holder_endpoint</c>.</summary>
+    [LibraryImport(Library, EntryPoint = "rc_cache_holder_endpoint")]
+    public static partial RemoteCacheStatus CacheHolderEndpoint(CacheHandle cache, uint holder, byte* text, nuint capacity);
+
+    /// <summary><c>rc_cache_add_holder</c>: capability null when the cache has none.</summary>
+    [LibraryImport(Library, EntryPoint = "rc_cache_add_holder", StringMarshalling = StringMarshalling.Utf8)]
+    public static partial RemoteCacheStatus CacheAddHolder(CacheHandle cache, string endpoint, string? capability, uint regions,
+                                                           out uint holder);
+
+    /// <summary><c>rc_cache_migration_begin</c>.</summary>
+    [LibraryImport(Library, EntryPoint = "rc_cache_migration_begin")]
+    public static partial RemoteCacheStatus CacheMigrationBegin(CacheHandle cache, uint region, uint timeoutMs);
+
+    /// <summary><c>rc_cache_migration_commit</c>.</summary>
+    [LibraryImport(Library, EntryPoint = "rc_cache_migration_commit")]
+    public static partial RemoteCacheStatus CacheMigrationCommit(CacheHandle cache, uint region, uint holder, uint holderRegion);
+
+    /// <summary><c>rc_cache_migration_abort</c>.</summary>
+    [LibraryImport(Library, EntryPoint = "rc_cache_migration_abort")]
+    public static partial RemoteCacheStatus CacheMigrationAbort(CacheHandle cache, uint region);
+
+    /// <summary><c>rc_cache_remove_holder</c>.</summary>
+    [LibraryImport(Library, EntryPoint = "rc_cache_remove_holder")]
+    public static partial RemoteCacheStatus CacheRemoveHolder(CacheHandle cache, uint holder);
+
     /// <summary><c>rc_cache_close</c> (use <see cref="CacheHandle"/> instead).</summary>
     [LibraryImport(Library, EntryPoint = "rc_cache_close")]
     public static partial RemoteCacheStatus CacheClose(IntPtr cache);
@@ -203,6 +240,11 @@ internal static unsafe partial class NativeMethods
     [LibraryImport(Library, EntryPoint = "rc_capability_mint")]
     public static partial RemoteCacheStatus CapabilityMint(byte* key, nuint keyLength, ulong cacheId, byte* serverId, uint regions,
                                                   ulong expiresUnixMs, byte* outText, nuint outCapacity);
+
+    /// <summary><c>rc_capability_mint_migration</c>: as <see cref="CapabilityMint"/>, for a server pulling a region.</summary>
+    [LibraryImport(Library, EntryPoint = "rc_capability_mint_migration")]
+    public static partial RemoteCacheStatus CapabilityMintMigration(byte* key, nuint keyLength, ulong cacheId, byte* serverId,
+                                                           ulong expiresUnixMs, byte* outText, nuint outCapacity);
 
     /// <summary><c>rc_server_start</c>.</summary>
     [LibraryImport(Library, EntryPoint = "rc_server_start")]

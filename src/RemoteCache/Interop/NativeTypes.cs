@@ -92,3 +92,19 @@ internal struct RcObjectCounts
     /// <summary>Running servers.</summary>
     public ulong Servers;
 }
+
+/// <summary><c>rc_region_info</c>: where a region of the address space lives now.</summary>
+[StructLayout(LayoutKind.Sequential)]
+internal struct RcRegionInfo
+{
+    /// <summary>The holder (a server the cache is connected to, by join order) it lives on.</summary>
+    public uint Holder;
+    /// <summary>Its index among the regions that holder lent the cache.</summary>
+    public uint HolderRegion;
+    /// <summary>Bytes.</summary>
+    public ulong Size;
+    /// <summary>1 while it migrates.</summary>
+    public uint Moving;
+    /// <summary>0.</summary>
+    public uint Reserved;
+}

@@ -24,38 +24,6 @@ public sealed class CacheServerAdminTests
 {
     private static readonly TimeSpan Limit = TimeSpan.FromSeconds(60);
 
-    /// <summary>A server process keyed with a fresh admission key (and the key), removing the key file at the end.</summary>
-    private sealed class KeyedServer : IDisposable
-    {
-        private readonly string _keyFile;
-
-        public KeyedServer(string transport)
-        {
-            Key = RandomNumberGenerator.GetBytes(32);
-            _keyFile = Path.Combine(Path.GetTempPath(), $"rc-admin-key-{Environment.ProcessId}-{Guid.NewGuid():N}");
-            File.WriteAllBytes(_keyFile, Key);
-            File.SetUnixFileMode(_keyFile, UnixFileMode.UserRead | UnixFileMode.UserWrite);
-            Process = ServerProcess.Start(transport, extraArgs: new[] { "--admission-key", _keyFile, "--server-id", $"admin-{transport}" });
-        }
-
-        public byte[] Key { get; }
-
-        public ServerProcess Process { get; }
-
-        public RemoteCacheOptions CacheOptions(int regions, string name, DateTimeOffset leaseEnd)
-        {
-            var options = Options(regions, name: name);
-            options.Capabilities = new[] { RemoteCacheCapability.Mint(Key, options.CacheId, Process.ServerId, regions, leaseEnd) };
-            return options;
-        }
-
-        public void Dispose()
-        {
-            Process.Dispose();
-            File.Delete(_keyFile);
-        }
-    }
-
     private static async Task<CacheServerStats> WaitForMemoryLent(CacheServerAdmin admin, long want)
     {
         var watch = Stopwatch.StartNew();

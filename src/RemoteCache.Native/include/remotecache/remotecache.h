@@ -39,7 +39,7 @@ extern "C" {
 /* The version of this header. A binding built against one version must not drive a library built
  * from another (struct layouts, limits and semantics may differ): it compares rc_api_version() of
  * the library it loaded with the RC_API_VERSION it was built against and refuses a mismatch. */
-#define RC_API_VERSION 6 /* 4: admin interface (remotecache_admin.h); 5: rc_cache_grow/shrink; 6: commit_memory */
+#define RC_API_VERSION 7 /* 4: admin interface (remotecache_admin.h); 5: rc_cache_grow/shrink; 6: commit_memory; 7: region pull (rc_capability_mint_migration, rc_admin_pull_region) */
 
 /* Limits and defaults of the API, defined here once (bindings take them from this header). */
 #define RC_MAX_TOKEN_BYTES 64            /* rc_cache_options.token, UTF-8 bytes */
@@ -139,9 +139,10 @@ RC_API rc_status rc_cache_get_config(const rc_cache* cache, rc_config* out_confi
 /* Applies a new (c, s, b, q). Operations already submitted complete in order and no data is lost;
  * sessions move to the new client threads at their next submission. */
 RC_API rc_status rc_cache_reconfigure(rc_cache* cache, const rc_config* config);
-/* Presents new capabilities, one per endpoint (e.g. after the manager renewed the lease): each server
- * extends the cache's lease to the new expiry, and later connections present them. On failure the
- * cache keeps working under its old lease. */
+/* Presents new capabilities, one per holder in holder order (rc_cache_holder_count; without migrations
+ * the holders are the endpoints, in endpoint order; NULL for a holder let go), e.g. after the manager
+ * renewed the lease: each server extends the cache's lease to the new expiry, and later connections
+ * present them. On failure the cache keeps working under its old lease. */
 RC_API rc_status rc_cache_renew(rc_cache* cache, const char* const* capabilities);
 /* Appends servers to the cache (Redy §3.3's grow): each is connected with the cache's id, token and
  * regions_per_server, and their regions extend the address space past the current capacity, in
@@ -156,11 +157,65 @@ RC_API rc_status rc_cache_grow(rc_cache* cache, const char* const* endpoints, si
  * RC_E_OUT_OF_RANGE. Operations already in flight to the dropped servers complete (or fail if their
  * server drops the cache first). A server's share is freed once no session uses it. */
 RC_API rc_status rc_cache_shrink(rc_cache* cache, size_t server_count);
-/* The servers the cache spans now (0 for a null handle). */
+/* The servers whose shares make up the address space now, as rc_cache_grow and rc_cache_shrink count
+ * them (0 for a null handle). A share is the regions_per_server regions a server lent when it joined,
+ * wherever migrations have moved them since. */
 RC_API size_t rc_cache_server_count(const rc_cache* cache);
 /* Fails with RC_E_INVALID_ARGUMENT while sessions are open, and changes nothing: the cache stays
  * open and usable, and rc_last_error() names the sessions still open (their handle addresses). */
 RC_API rc_status rc_cache_close(rc_cache* cache);
+
+/* ---- migration (Redy §6.2) -------------------------------------------------------------- */
+
+/* A region of the address space is region_size bytes at address region * region_size (regions of one
+ * cache share a size when its servers do). It lives on one "holder": a server the cache is connected
+ * to. Holders are numbered in the order they joined (the servers of rc_cache_open, then of
+ * rc_cache_grow and rc_cache_add_holder); a holder left with no region is let go (its connections close
+ * and its server frees its share) but keeps its number, unless it was the last.
+ *
+ * Moving region r from its holder to another server, as the manager drives it:
+ *  1. rc_cache_add_holder(target): connect the target, which lends regions of its own to this cache;
+ *  2. rc_cache_migration_begin(r): from now on writes to r wait in their sessions (as do requests that
+ *     follow a waiting one and touch r); reads of r still go to the source. Returns once no request sent
+ *     before can still change r on the source;
+ *  3. the target copies r from the source (rc_admin_pull_region on the target, remotecache_admin.h);
+ *  4. rc_cache_migration_commit(r, target, its region): r lives on the target from now on; waiting
+ *     requests go there in order, at their session's next submission or poll. Or
+ *     rc_cache_migration_abort(r): r stays where it was and waiting requests go there.
+ * Other regions are not touched at any step. A request that waits longer than op_timeout_ms fails
+ * with RC_E_TIMEOUT. After a server failed, the same steps without the copy place its regions on a new
+ * server (their content is then gone: the region reads as zeros). */
+
+typedef struct rc_region_info {
+  uint32_t holder;        /* the holder it lives on */
+  uint32_t holder_region; /* its index among the regions that holder lent this cache */
+  uint64_t size;          /* bytes */
+  uint32_t moving;        /* 1 between rc_cache_migration_begin and commit or abort */
+  uint32_t reserved;
+} rc_region_info;
+
+/* Regions of the address space now. */
+RC_API size_t rc_cache_region_count(const rc_cache* cache);
+RC_API rc_status rc_cache_region_info(const rc_cache* cache, uint32_t region, rc_region_info* out_info);
+/* Holders, let-go ones included. */
+RC_API size_t rc_cache_holder_count(const rc_cache* cache);
+/* The endpoint of a holder as given when it joined (NUL-terminated into out, which holds out_capacity bytes). */
+RC_API rc_status rc_cache_holder_endpoint(const rc_cache* cache, uint32_t holder, char* out, size_t out_capacity);
+/* Connects a server that lends `regions` regions to this cache (created empty there) but holds none of
+ * its address space until a commit places one on it. capability: required when the cache was opened
+ * with capabilities, NULL when it was not. */
+RC_API rc_status rc_cache_add_holder(rc_cache* cache, const char* endpoint, const char* capability, uint32_t regions,
+                                     uint32_t* out_holder);
+/* Starts moving a region: see above. timeout_ms bounds the wait for requests already sent (0 =
+ * op_timeout_ms); on RC_E_TIMEOUT the region is not moving any more and rc_last_error() says how many
+ * sessions held requests back (a session that stops polling keeps its partly filled batches). */
+RC_API rc_status rc_cache_migration_begin(rc_cache* cache, uint32_t region, uint32_t timeout_ms);
+/* Places a moving region on region holder_region of holder (same size, not holding another region). */
+RC_API rc_status rc_cache_migration_commit(rc_cache* cache, uint32_t region, uint32_t holder, uint32_t holder_region);
+/* Ends a migration with the region where it was. */
+RC_API rc_status rc_cache_migration_abort(rc_cache* cache, uint32_t region);
+/* Lets go of a holder that holds no region (the target of an aborted migration). */
+RC_API rc_status rc_cache_remove_holder(rc_cache* cache, uint32_t holder);
 
 /* ---- sessions ------------------------------------------------------------------------- */
 
@@ -197,6 +252,16 @@ RC_API rc_status rc_session_close(rc_session* session);
 RC_API rc_status rc_capability_mint(const uint8_t* key, size_t key_length, uint64_t cache_id,
                                     const char* server_id, uint32_t regions, uint64_t expires_unix_ms,
                                     char* out_text, size_t out_capacity);
+
+/* Mints a migration capability (Redy §6.2): it lets its holder — a target server pulling a region,
+ * to which the manager hands it with rc_admin_pull_region — open the live cache with cache_id on the
+ * server named server_id READ-ONLY, without the cache's token, until expires_unix_ms. Mint it with
+ * that (the source) server's admission key. It grants no regions of its own and admits no client: a
+ * server refuses it in an ordinary Connect (RC_E_AUTH), and refuses an ordinary capability where a
+ * migration one is needed. Text form and sizes as for rc_capability_mint. */
+RC_API rc_status rc_capability_mint_migration(const uint8_t* key, size_t key_length, uint64_t cache_id,
+                                              const char* server_id, uint64_t expires_unix_ms, char* out_text,
+                                              size_t out_capacity);
 
 /* ---- embedded server (tests, single-host use) ------------------------------------------ */
 

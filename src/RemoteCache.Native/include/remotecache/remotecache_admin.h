@@ -3,7 +3,8 @@
  *
  * The cache manager (or an operator, with the remotecache-admin command) connects to one of a
  * server's endpoints, proves that it holds the server's admission key, and asks the server what it
- * holds (rc_admin_stats, rc_admin_list_caches) or tells it to drop caches (rc_admin_drop_cache).
+ * holds (rc_admin_stats, rc_admin_list_caches), tells it to drop caches (rc_admin_drop_cache), or
+ * to pull a region of a cache from another server (rc_admin_pull_region, for live migration).
  * Servers never call the manager; this is how the manager probes and commands them.
  *
  * Security (docs/admin.md). The admission key never travels: the server sends a random nonce, both
@@ -40,6 +41,8 @@ extern "C" {
 
 #define RC_MAX_ADMIN_CONNECTIONS 4       /* admin connections a server holds at once, apart from data ones */
 #define RC_DEFAULT_ADMIN_TIMEOUT_MS 5000 /* rc_admin_connect timeout_ms = 0 */
+#define RC_DEFAULT_PULL_TIMEOUT_MS 60000 /* rc_pull_request.timeout_ms = 0 */
+#define RC_MAX_PULL_ENDPOINT_BYTES 127   /* rc_pull_request.source_endpoint, NUL excluded */
 
 typedef struct rc_admin rc_admin;
 
@@ -92,6 +95,39 @@ RC_API rc_status rc_admin_list_caches(rc_admin* admin, rc_admin_cache* out, uint
  * manager"), and their memory is freed once those connections are gone. *out_dropped: how many
  * caches were dropped (0 when the server holds none with this id). */
 RC_API rc_status rc_admin_drop_cache(rc_admin* admin, uint64_t cache_id, uint32_t* out_dropped);
+
+/* A region pull (Redy §6.2): the server the handle is connected to (the target) copies one region of
+ * a cache from another server (the source) into one region of its own cache with the same id. */
+typedef struct rc_pull_request {
+  uint64_t cache_id;             /* the one live cache with this id on each server */
+  uint32_t target_region;        /* index of the region to overwrite, within the target's cache */
+  uint32_t source_region;        /* index of the region to copy, within the source's cache */
+  const char* source_endpoint;   /* a tcp:, shm: or verbs: endpoint of the source, at most
+                                    RC_MAX_PULL_ENDPOINT_BYTES, as the TARGET reaches it */
+  const char* source_capability; /* text form, from rc_capability_mint_migration with the source's key */
+  uint32_t timeout_ms;           /* bounds the pull on the target; 0 = RC_DEFAULT_PULL_TIMEOUT_MS */
+  uint32_t reserved;             /* 0 */
+} rc_pull_request;
+
+typedef struct rc_pull_result {
+  uint64_t bytes;      /* bytes copied: the region size on success */
+  uint64_t elapsed_ns; /* the pull's time on the target */
+  uint32_t one_sided;  /* 1: one-sided reads (shm, verbs); 0: batched reads on the message path (tcp) */
+  uint32_t reserved;
+} rc_pull_result;
+
+/* Pulls source_region of the source's cache into target_region of the target's cache. The target
+ * connects to the source as a migration source (read-only, authorized by the capability), checks
+ * that both regions have the same size, and copies the region straight into its own memory. Each
+ * server must hold exactly one live cache with cache_id (RC_E_INVALID_ARGUMENT otherwise); a region
+ * index past its cache is RC_E_OUT_OF_RANGE; a capability the source refuses is RC_E_AUTH; a source
+ * that dies or falls silent fails the pull (RC_E_DISCONNECTED, RC_E_TIMEOUT) within timeout_ms. The
+ * target region's old content is overwritten as the copy goes, so after a failure it may hold part of
+ * the source's: keep writers away from it while it moves. rc_last_error() names what failed, on which
+ * server. This call waits up to the pull's timeout_ms plus the handle's timeout; a pull that fails
+ * leaves the handle usable, a reply that never comes breaks it (as for every call). *out_result may
+ * be NULL. */
+RC_API rc_status rc_admin_pull_region(rc_admin* admin, const rc_pull_request* request, rc_pull_result* out_result);
 
 /* Closes the connection and frees the handle. */
 RC_API rc_status rc_admin_close(rc_admin* admin);

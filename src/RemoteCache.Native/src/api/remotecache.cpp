@@ -74,6 +74,21 @@ constexpr size_t kSessionsNamedOnRefusedClose = 8;
 using rc::api::guarded;
 using rc::api::null_argument;
 
+rc_status mint_capability(const uint8_t* key, size_t key_length, uint64_t cache_id, const char* server_id,
+                          uint32_t regions, uint64_t expires_unix_ms, uint8_t rights, char* out_text, size_t out_capacity) {
+  if (key == nullptr) return null_argument("key");
+  if (server_id == nullptr) return null_argument("server_id");
+  if (out_text == nullptr) return null_argument("out_text");
+  return guarded([&] {
+    const std::string text = rc::capability::to_text(
+        rc::capability::mint({key, key_length}, cache_id, server_id, regions, expires_unix_ms, rights));
+    if (text.size() + 1 > out_capacity)
+      return rc::fail(RC_E_INVALID_ARGUMENT, "out_text needs " + std::to_string(text.size() + 1) + " bytes");
+    std::memcpy(out_text, text.c_str(), text.size() + 1);
+    return RC_OK;
+  });
+}
+
 // Called with the cache's sessions_mutex held and at least one session open.
 rc_status refuse_close_with_open_sessions(const rc_cache& cache) {
   std::ostringstream text;
@@ -167,6 +182,67 @@ rc_status rc_cache_shrink(rc_cache* cache, size_t server_count) {
 }
 
 size_t rc_cache_server_count(const rc_cache* cache) { return cache == nullptr ? 0 : cache->impl->server_count(); }
+
+size_t rc_cache_region_count(const rc_cache* cache) { return cache == nullptr ? 0 : cache->impl->region_count(); }
+
+rc_status rc_cache_region_info(const rc_cache* cache, uint32_t region, rc_region_info* out_info) {
+  if (cache == nullptr) return null_argument("cache");
+  if (out_info == nullptr) return null_argument("out_info");
+  return guarded([&] {
+    rc::client::Cache::Placement p{};
+    if (const rc_status st = cache->impl->region_placement(region, p); st != RC_OK) return st;
+    *out_info = rc_region_info{p.holder, p.region, p.size, p.moving ? 1u : 0u, 0};
+    return RC_OK;
+  });
+}
+
+size_t rc_cache_holder_count(const rc_cache* cache) { return cache == nullptr ? 0 : cache->impl->holder_count(); }
+
+rc_status rc_cache_holder_endpoint(const rc_cache* cache, uint32_t holder, char* out, size_t out_capacity) {
+  if (cache == nullptr) return null_argument("cache");
+  if (out == nullptr) return null_argument("out");
+  return guarded([&] {
+    std::string text;
+    if (const rc_status st = cache->impl->holder_endpoint(holder, text); st != RC_OK) return st;
+    if (text.size() + 1 > out_capacity)
+      return rc::fail(RC_E_INVALID_ARGUMENT, "out needs " + std::to_string(text.size() + 1) + " bytes");
+    std::memcpy(out, text.c_str(), text.size() + 1);
+    return RC_OK;
+  });
+}
+
+rc_status rc_cache_add_holder(rc_cache* cache, const char* endpoint, const char* capability, uint32_t regions,
+                              uint32_t* out_holder) {
+  if (cache == nullptr) return null_argument("cache");
+  if (endpoint == nullptr) return null_argument("endpoint");
+  if (out_holder == nullptr) return null_argument("out_holder");
+  return guarded([&] {
+    std::size_t holder = 0;
+    if (const rc_status st = cache->impl->add_holder(endpoint, capability, regions, holder); st != RC_OK) return st;
+    *out_holder = static_cast<uint32_t>(holder);
+    return RC_OK;
+  });
+}
+
+rc_status rc_cache_migration_begin(rc_cache* cache, uint32_t region, uint32_t timeout_ms) {
+  if (cache == nullptr) return null_argument("cache");
+  return guarded([&] { return cache->impl->migration_begin(region, timeout_ms); });
+}
+
+rc_status rc_cache_migration_commit(rc_cache* cache, uint32_t region, uint32_t holder, uint32_t holder_region) {
+  if (cache == nullptr) return null_argument("cache");
+  return guarded([&] { return cache->impl->migration_commit(region, holder, holder_region); });
+}
+
+rc_status rc_cache_migration_abort(rc_cache* cache, uint32_t region) {
+  if (cache == nullptr) return null_argument("cache");
+  return guarded([&] { return cache->impl->migration_abort(region); });
+}
+
+rc_status rc_cache_remove_holder(rc_cache* cache, uint32_t holder) {
+  if (cache == nullptr) return null_argument("cache");
+  return guarded([&] { return cache->impl->remove_holder(holder); });
+}
 
 rc_status rc_cache_close(rc_cache* cache) {
   if (cache == nullptr) return null_argument("cache");
@@ -262,17 +338,14 @@ rc_status rc_session_close(rc_session* session) {
 
 rc_status rc_capability_mint(const uint8_t* key, size_t key_length, uint64_t cache_id, const char* server_id,
                              uint32_t regions, uint64_t expires_unix_ms, char* out_text, size_t out_capacity) {
-  if (key == nullptr) return null_argument("key");
-  if (server_id == nullptr) return null_argument("server_id");
-  if (out_text == nullptr) return null_argument("out_text");
-  return guarded([&] {
-    const std::string text =
-        rc::capability::to_text(rc::capability::mint({key, key_length}, cache_id, server_id, regions, expires_unix_ms));
-    if (text.size() + 1 > out_capacity)
-      return rc::fail(RC_E_INVALID_ARGUMENT, "out_text needs " + std::to_string(text.size() + 1) + " bytes");
-    std::memcpy(out_text, text.c_str(), text.size() + 1);
-    return RC_OK;
-  });
+  return mint_capability(key, key_length, cache_id, server_id, regions, expires_unix_ms, 0, out_text, out_capacity);
+}
+
+rc_status rc_capability_mint_migration(const uint8_t* key, size_t key_length, uint64_t cache_id, const char* server_id,
+                                       uint64_t expires_unix_ms, char* out_text, size_t out_capacity) {
+  // Regions 0: the capability admits its holder to a cache that exists, never to new regions.
+  return mint_capability(key, key_length, cache_id, server_id, 0, expires_unix_ms,
+                         rc::wire::kCapabilityRightMigrationSource, out_text, out_capacity);
 }
 
 rc_status rc_server_start(const rc_server_options* options, rc_server** out_server) {

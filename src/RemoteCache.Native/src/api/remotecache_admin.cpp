@@ -8,6 +8,7 @@
 
 #include "api/api_guard.h"
 #include "client/admin_client.h"
+#include "common/capability.h"
 #include "common/status.h"
 
 struct rc_admin {
@@ -75,6 +76,36 @@ rc_status rc_admin_drop_cache(rc_admin* admin, uint64_t cache_id, uint32_t* out_
   if (admin == nullptr) return null_argument("admin");
   if (out_dropped == nullptr) return null_argument("out_dropped");
   return guarded([&] { return admin->impl->drop_cache(cache_id, *out_dropped); });
+}
+
+rc_status rc_admin_pull_region(rc_admin* admin, const rc_pull_request* request, rc_pull_result* out_result) {
+  if (admin == nullptr) return null_argument("admin");
+  if (request == nullptr) return null_argument("request");
+  if (request->source_endpoint == nullptr) return null_argument("request->source_endpoint");
+  if (request->source_capability == nullptr) return null_argument("request->source_capability");
+  if (request->reserved != 0) return rc::fail(RC_E_INVALID_ARGUMENT, "rc_pull_request.reserved must be 0");
+  const std::size_t endpoint_length = std::strlen(request->source_endpoint);
+  if (endpoint_length == 0 || endpoint_length > RC_MAX_PULL_ENDPOINT_BYTES)
+    return rc::fail(RC_E_INVALID_ARGUMENT, "rc_pull_request.source_endpoint has " + std::to_string(endpoint_length) +
+                                               " bytes; 1 to " + std::to_string(RC_MAX_PULL_ENDPOINT_BYTES) + " are allowed");
+  return guarded([&] {
+    const auto capability = rc::capability::from_text(request->source_capability);
+    if (!capability)
+      return rc::fail(RC_E_INVALID_ARGUMENT,
+                      "rc_pull_request.source_capability is not the text form of a capability (rc_capability_mint_migration)");
+    rc::wire::AdminPullRequest wire_request{};
+    wire_request.cache_id = request->cache_id;
+    wire_request.target_region = request->target_region;
+    wire_request.source_region = request->source_region;
+    wire_request.timeout_ms = request->timeout_ms;
+    std::memcpy(wire_request.source_endpoint, request->source_endpoint, endpoint_length);
+    wire_request.source_capability = *capability;
+    rc_pull_result result{};
+    const rc_status st = admin->impl->pull_region(wire_request, result);
+    // A failed pull still says how far it got.
+    if (out_result != nullptr) *out_result = result;
+    return st;
+  });
 }
 
 rc_status rc_admin_close(rc_admin* admin) {

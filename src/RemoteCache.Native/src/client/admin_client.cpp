@@ -82,12 +82,16 @@ Status AdminClient::broken(Status status, std::string why) {
 
 Status AdminClient::call(wire::AdminOp op, const wire::AdminRequest& request, uint64_t deadline_ns,
                          std::vector<std::byte>& payload) {
+  return call_with(op, admin::bytes_of(request), deadline_ns, payload);
+}
+
+Status AdminClient::call_with(wire::AdminOp op, std::span<const std::byte> request, uint64_t deadline_ns,
+                              std::vector<std::byte>& payload) {
   if (broken_ != RC_OK)
     return fail(RC_E_DISCONNECTED, "this admin connection to " + endpoint_ + " broke earlier (" + broken_why_ +
                                        "): close it and connect again");
   const uint64_t seq = next_seq_++;
-  const Status sent = link_->send(admin::seal(session_key_, wire::Kind::AdminRequest, op, seq, admin::bytes_of(request)),
-                                  deadline_ns);
+  const Status sent = link_->send(admin::seal(session_key_, wire::Kind::AdminRequest, op, seq, request), deadline_ns);
   if (sent != RC_OK)
     return broken(sent == RC_E_TIMEOUT ? RC_E_TIMEOUT : RC_E_DISCONNECTED,
                   "cannot send an admin request to " + endpoint_ + (sent == RC_E_TIMEOUT ? ": it takes nothing" : ": gone"));
@@ -185,6 +189,31 @@ Status AdminClient::drop_cache(uint64_t cache_id, uint32_t& dropped) {
   std::memcpy(&result, payload.data(), sizeof result);
   dropped = result.dropped;
   return RC_OK;
+}
+
+Status AdminClient::pull_region(const wire::AdminPullRequest& request, rc_pull_result& out) {
+  std::lock_guard lock(mutex_);
+  const uint32_t pull_ms = request.timeout_ms != 0 ? request.timeout_ms : RC_DEFAULT_PULL_TIMEOUT_MS;
+  // The server bounds the pull by pull_ms; the handle's timeout covers getting the request there and
+  // the reply back.
+  const uint64_t deadline_ns = deadline() + uint64_t{pull_ms} * 1'000'000;
+  std::vector<std::byte> payload;
+  if (const Status st = call_with(wire::AdminOp::PullRegion, admin::bytes_of(request), deadline_ns, payload);
+      st != RC_OK) {
+    if (st != RC_E_TIMEOUT) return st;
+    return fail(st, endpoint_ + " did not answer the pull within its " + std::to_string(pull_ms) + " ms plus " +
+                        std::to_string(timeout_ms_) + " ms: close the handle and connect again");
+  }
+  wire::AdminPullResult result{};
+  if (payload.size() != sizeof result) return broken(RC_E_PROTOCOL, endpoint_ + " sent a pull result of the wrong size");
+  std::memcpy(&result, payload.data(), sizeof result);
+  result.message[sizeof result.message - 1] = '\0';
+  out = rc_pull_result{result.bytes, result.elapsed_ns, result.one_sided != 0 ? 1u : 0u, 0};
+  if (result.status == RC_OK) return RC_OK;
+  // Range-check the peer's integer before it becomes an rc_status.
+  if (!is_known_status(result.status))
+    return broken(RC_E_PROTOCOL, endpoint_ + " answered the pull with an unknown status " + std::to_string(result.status));
+  return fail(static_cast<Status>(result.status), "the pull on " + endpoint_ + " failed: " + result.message);
 }
 
 }  // namespace rc::client

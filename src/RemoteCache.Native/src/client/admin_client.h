@@ -29,6 +29,9 @@ class AdminClient {
   Status stats(rc_server_stats& out);
   Status list_caches(rc_admin_cache* out, uint32_t max, uint32_t& count);
   Status drop_cache(uint64_t cache_id, uint32_t& dropped);
+  // Waits for the pull's own timeout (request.timeout_ms, resolved) plus the handle's. A pull that
+  // fails is not a broken connection: its status and reason come back as the result.
+  Status pull_region(const wire::AdminPullRequest& request, rc_pull_result& out);
 
  private:
   AdminClient(std::unique_ptr<transport::MessageLink> link, std::string endpoint, uint32_t timeout_ms);
@@ -37,6 +40,9 @@ class AdminClient {
   // Sends one request and returns its verified reply's payload. Called with mutex_ held.
   Status call(wire::AdminOp op, const wire::AdminRequest& request, uint64_t deadline_ns,
               std::vector<std::byte>& payload);
+  // The same for a request whose payload is not an AdminRequest (PullRegion).
+  Status call_with(wire::AdminOp op, std::span<const std::byte> request, uint64_t deadline_ns,
+                   std::vector<std::byte>& payload);
   // Marks the connection unusable and returns `status` with `why` as the last error.
   Status broken(Status status, std::string why);
   uint64_t deadline() const;

@@ -1,7 +1,12 @@
 #include "client/cache.h"
 
+#include "client/session.h"
+
+#include <linux/membarrier.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -19,6 +24,14 @@ constexpr uint64_t kYieldNs = 100'000;
 constexpr std::size_t kInboxOps = 4096;
 // A token the caller did not give: 32 random bytes as text, so the cache is this client's alone.
 constexpr std::size_t kRandomTokenBytes = 32;
+constexpr uint64_t kQuiescencePollNs = 50'000;  // between checks of the sessions while a migration begins
+
+// A full memory barrier on every thread of this process (Linux membarrier), so that sessions mark their
+// submissions with plain stores and the rare migration pays for the ordering instead.
+bool barrier_all_threads() {
+  static const bool registered = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+  return registered && syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0;
+}
 }  // namespace
 
 // ---- Worker -----------------------------------------------------------------------------------
@@ -45,9 +58,12 @@ bool Worker::step(const Knobs& k) {
     ++n;
   }
   // Nothing else is coming: partly filled batches go out as soon as a slot is free.
-  if (inbox_.empty_hint())
-    for (auto& ch : channels_) ch->flush(k);
-  for (auto& ch : channels_) n += ch->progress(k);
+  const bool drained = inbox_.empty_hint();
+  for (auto& ch : channels_) {
+    if (!ch) continue;  // a holder let go
+    if (drained) ch->flush(k);
+    n += ch->progress(k);
+  }
   return n > 0;
 }
 
@@ -61,7 +77,7 @@ void Worker::run() {
     }
     if (stop_.load(std::memory_order_acquire)) {
       bool idle = inbox_.empty_hint();
-      for (auto& ch : channels_) idle = idle && (ch->idle() || ch->broken() != RC_OK);
+      for (auto& ch : channels_) idle = idle && (!ch || ch->idle() || ch->broken() != RC_OK);
       if (idle) return;
     }
     if (backoff.idle()) {
@@ -73,15 +89,16 @@ void Worker::run() {
 
 void Worker::sleep(const Knobs& k) {
   sleeping_.store(1, std::memory_order_seq_cst);
-  for (auto& ch : channels_) ch->link().arm_wait();
+  for (auto& ch : channels_)
+    if (ch) ch->link().arm_wait();
   bool busy = !inbox_.empty_hint() || step(k) || stop_.load();
   bool in_flight = false;
-  for (auto& ch : channels_) in_flight = in_flight || !ch->idle();
+  for (auto& ch : channels_) in_flight = in_flight || (ch && !ch->idle());
   if (!busy) {
     std::vector<int> raw{wake_.fd()};
     // A broken connection's fds stay readable (end of stream): waiting on them would spin.
     for (auto& ch : channels_)
-      if (ch->broken() == RC_OK) ch->link().wait_fds(raw);
+      if (ch && ch->broken() == RC_OK) ch->link().wait_fds(raw);
     std::vector<pollfd> fds;
     for (int fd : raw) fds.push_back(pollfd{fd, POLLIN, 0});
     // While work is in flight wake up regularly so that deadlines and liveness are checked.
@@ -89,7 +106,8 @@ void Worker::sleep(const Knobs& k) {
   }
   sleeping_.store(0, std::memory_order_relaxed);
   wake_.drain();
-  for (auto& ch : channels_) ch->link().disarm_wait();
+  for (auto& ch : channels_)
+    if (ch) ch->link().disarm_wait();
 }
 
 // ---- Cache ------------------------------------------------------------------------------------
@@ -152,6 +170,9 @@ std::unique_ptr<Cache> Cache::open(const std::vector<std::string>& endpoints, co
     }
     cache->endpoints_.push_back(*ep);
   }
+  cache->asked_.assign(cache->endpoints_.size(), options.regions_per_server);
+  cache->awaiting_.assign(cache->endpoints_.size(), false);
+  cache->shares_ = cache->endpoints_.size();
   if (options.capabilities != nullptr) {
     status = parse_capabilities(cache->endpoints_, options.capabilities, cache->capabilities_);
     if (status != RC_OK) return nullptr;
@@ -170,6 +191,7 @@ std::unique_ptr<Cache> Cache::open(const std::vector<std::string>& endpoints, co
   cache->joined_.assign(cache->control_.size(), 0);
   status = cache->check_grants(cache->control_, 0);
   if (status != RC_OK) return nullptr;
+  cache->place_regions(0);
   cache->publish_layout();
   if (c.client_threads > 0) {
     status = cache->make_workers(c.client_threads, cache->workers_);
@@ -199,33 +221,50 @@ Knobs Cache::knobs() const {
 
 std::size_t Cache::server_count() const {
   std::lock_guard lock(mutex_);
-  return endpoints_.size();
+  return shares_;
 }
 
 Status Cache::connect_all(uint32_t server_threads, std::vector<std::unique_ptr<Channel>>& out, std::size_t first,
                           std::size_t end) {
-  std::vector<std::unique_ptr<transport::ClientConnection>> links;
-  if (const Status st = connect_links(server_threads, links, first, end); st != RC_OK) return st;
-  for (auto& link : links) out.push_back(std::make_unique<Channel>(std::move(link)));
+  // Data channels go to the holders that hold a region (not to a migration's target before its commit).
+  for (std::size_t i = first; i < std::min(end, endpoints_.size()); ++i) {
+    if (i < in_use_.size() && !in_use_[i]) {
+      out.push_back(nullptr);
+      continue;
+    }
+    std::vector<std::unique_ptr<transport::ClientConnection>> link;
+    if (const Status st = connect_links(server_threads, link, i, i + 1); st != RC_OK) return st;
+    out.push_back(link.front() ? std::make_unique<Channel>(std::move(link.front())) : nullptr);
+  }
   return RC_OK;
 }
 
 Status Cache::check_grants(const std::vector<std::unique_ptr<transport::ClientConnection>>& links,
                            std::size_t first) const {
   for (std::size_t i = 0; i < links.size(); ++i) {
+    if (!links[i]) continue;
     const auto& reply = links[i]->reply();
-    if (reply.region_count != options_.regions_per_server)
+    if (reply.region_count != asked_[first + i])
       return fail(RC_E_PROTOCOL, endpoints_[first + i].to_string() + " granted " + std::to_string(reply.region_count) +
-                                     " regions where " + std::to_string(options_.regions_per_server) + " were asked for");
+                                     " regions where " + std::to_string(asked_[first + i]) + " were asked for");
   }
   return RC_OK;
 }
 
+void Cache::place_regions(std::size_t first) {
+  for (std::size_t i = first; i < control_.size(); ++i) {
+    const auto& reply = control_[i]->reply();
+    for (uint32_t r = 0; r < reply.region_count; ++r)
+      layout_.push_back(Placement{static_cast<uint16_t>(i), static_cast<uint16_t>(r), reply.region_size, false});
+  }
+}
+
 void Cache::publish_layout() {
   auto table = std::make_shared<RegionTable>();
-  for (std::size_t i = 0; i < control_.size(); ++i) {
-    const auto& reply = control_[i]->reply();
-    table->add_server(static_cast<uint16_t>(i), reply.region_count, reply.region_size);
+  in_use_.assign(endpoints_.size(), false);
+  for (const Placement& p : layout_) {
+    table->add_region(p.holder, p.region, p.size, p.moving);
+    in_use_[p.holder] = true;
   }
   capacity_.store(table->capacity(), std::memory_order_release);
   table_ = std::move(table);
@@ -236,14 +275,18 @@ Status Cache::connect_links(uint32_t server_threads, std::vector<std::unique_ptr
   transport::ConnectParams params;
   params.timeout_ms = options_.connect_timeout_ms;
   params.request.cache_id = options_.cache_id;
-  params.request.regions = options_.regions_per_server;
   params.request.server_threads = server_threads;
   params.request.token_length = static_cast<uint32_t>(token_.size());
   params.request.flags = (options_.flags & RC_OPEN_EXCLUSIVE) != 0 ? wire::kConnectExclusive : 0;
   std::memcpy(params.request.client_id, client_id_.data(), client_id_.size());
   std::memcpy(params.request.token, token_.data(), token_.size());
   for (std::size_t i = first; i < std::min(end, endpoints_.size()); ++i) {
+    if (i < control_.size() && retired(i)) {
+      out.push_back(nullptr);
+      continue;
+    }
     const Endpoint& ep = endpoints_[i];
+    params.request.regions = asked_[i];
     params.request.capability_length = capabilities_.empty() ? 0 : sizeof(wire::Capability);
     params.request.capability = capabilities_.empty() ? wire::Capability{} : capabilities_[i];
     Status st = RC_OK;
@@ -269,7 +312,16 @@ Status Cache::parse_capabilities(const std::vector<Endpoint>& endpoints, const c
 Status Cache::renew(const char* const* capabilities) {
   std::lock_guard lock(mutex_);
   std::vector<wire::Capability> parsed;
-  if (const Status st = parse_capabilities(endpoints_, capabilities, parsed); st != RC_OK) return st;
+  for (std::size_t i = 0; i < endpoints_.size(); ++i) {
+    // A holder let go needs none (it keeps its old one, never presented again).
+    if (retired(i) && capabilities[i] == nullptr && !capabilities_.empty()) {
+      parsed.push_back(capabilities_[i]);
+      continue;
+    }
+    std::vector<wire::Capability> one;
+    if (const Status st = parse_capabilities({endpoints_[i]}, capabilities + i, one); st != RC_OK) return st;
+    parsed.push_back(one.front());
+  }
   capabilities_.swap(parsed);
   std::vector<std::unique_ptr<transport::ClientConnection>> fresh;
   if (const Status st = connect_links(s_.load(), fresh); st != RC_OK) {
@@ -309,8 +361,10 @@ Status Cache::grow(const std::vector<std::string>& texts, const char* const* cap
   // back if anything fails, which closes the new connections and so frees what the servers set aside.
   endpoints_.insert(endpoints_.end(), added.begin(), added.end());
   capabilities_.insert(capabilities_.end(), caps.begin(), caps.end());
+  asked_.resize(endpoints_.size(), options_.regions_per_server);
   const auto undo = [&](Status st) {
     endpoints_.resize(first);
+    asked_.resize(first);
     if (!capabilities_.empty()) capabilities_.resize(first);
     return st;
   };
@@ -323,6 +377,9 @@ Status Cache::grow(const std::vector<std::string>& texts, const char* const* cap
   }
   for (auto& link : fresh) control_.push_back(std::move(link));
   control_seq_.resize(control_.size(), 0);
+  awaiting_.resize(control_.size(), false);
+  place_regions(first);
+  shares_ += added.size();
   publish_layout();
   if (workers) workers_ = std::move(workers);
   const uint64_t epoch = epoch_.fetch_add(1, std::memory_order_acq_rel) + 1;
@@ -332,32 +389,54 @@ Status Cache::grow(const std::vector<std::string>& texts, const char* const* cap
 
 Status Cache::shrink(std::size_t servers) {
   std::lock_guard lock(mutex_);
-  if (servers == 0 || servers > endpoints_.size())
-    return fail(RC_E_INVALID_ARGUMENT, "a cache of " + std::to_string(endpoints_.size()) + " servers can keep 1.." +
-                                           std::to_string(endpoints_.size()) + " of them, not " +
-                                           std::to_string(servers));
-  if (servers == endpoints_.size()) return RC_OK;
-  std::shared_ptr<WorkerSet> workers;  // for the servers kept, made before anything changes
-  if (c_.load() > 0) {
-    if (const Status st = make_workers(c_.load(), workers, servers); st != RC_OK) return st;
-  }
-  endpoints_.resize(servers);
-  if (!capabilities_.empty()) capabilities_.resize(servers);
-  control_.resize(servers);  // the dropped servers free their share once the sessions have moved on
-  control_seq_.resize(servers);
-  joined_.resize(servers);
-  publish_layout();
-  if (workers) workers_ = std::move(workers);
-  epoch_.fetch_add(1, std::memory_order_acq_rel);
-  return RC_OK;
+  if (servers == 0 || servers > shares_)
+    return fail(RC_E_INVALID_ARGUMENT, "a cache of " + std::to_string(shares_) + " servers can keep 1.." +
+                                           std::to_string(shares_) + " of them, not " + std::to_string(servers));
+  if (servers == shares_) return RC_OK;
+  const std::size_t kept = servers * options_.regions_per_server;
+  for (std::size_t r = kept; r < layout_.size(); ++r)
+    if (layout_[r].moving)
+      return fail(RC_E_INVALID_ARGUMENT, "region " + std::to_string(r) + " is moving: commit or abort its migration "
+                                         "before shrinking the cache past it");
+  layout_.resize(kept);
+  shares_ = servers;
+  // The servers left without a region free their share once the sessions have moved on.
+  return relayout();
 }
 
-Status Cache::make_workers(uint32_t count, std::shared_ptr<WorkerSet>& out, std::size_t servers) {
+Status Cache::relayout() {
+  const std::vector<bool> was_in_use = in_use_;
+  std::vector<bool> used(endpoints_.size(), false);
+  for (const Placement& p : layout_) used[p.holder] = true;
+  for (std::size_t i = 0; i < endpoints_.size(); ++i)
+    if (!used[i] && !awaiting_[i] && !retired(i)) control_[i].reset();
+  // Trailing ones go altogether, so that a cache shrunk and grown back has the holders it started with.
+  while (!control_.empty() && retired(control_.size() - 1)) {
+    endpoints_.pop_back();
+    if (!capabilities_.empty()) capabilities_.pop_back();
+    control_.pop_back();
+    control_seq_.pop_back();
+    joined_.pop_back();
+    asked_.pop_back();
+    awaiting_.pop_back();
+  }
+  publish_layout();
+  Status st = RC_OK;
+  if (c_.load() > 0 && in_use_ != was_in_use) {
+    std::shared_ptr<WorkerSet> workers;
+    st = make_workers(c_.load(), workers);
+    if (st == RC_OK) workers_ = std::move(workers);
+  }
+  epoch_.fetch_add(1, std::memory_order_acq_rel);
+  return st;
+}
+
+Status Cache::make_workers(uint32_t count, std::shared_ptr<WorkerSet>& out) {
   // New data connections are made before the old ones close, so the server keeps the regions.
   auto set = std::make_shared<WorkerSet>();
   for (uint32_t i = 0; i < count; ++i) {
     std::vector<std::unique_ptr<Channel>> channels;
-    const Status st = connect_all(s_.load(), channels, 0, servers);
+    const Status st = connect_all(s_.load(), channels);
     if (st != RC_OK) return st;
     set->workers.push_back(std::make_unique<Worker>(*this, std::move(channels)));
   }
@@ -368,6 +447,7 @@ Status Cache::make_workers(uint32_t count, std::shared_ptr<WorkerSet>& out, std:
 // Tells every server the new s through a one-entry control batch on the control connection.
 Status Cache::set_server_threads(uint32_t s) {
   for (std::size_t i = 0; i < control_.size(); ++i) {
+    if (retired(i)) continue;
     transport::ClientConnection& link = *control_[i];
     const uint64_t seq = ++control_seq_[i];
     std::byte buffer[sizeof(wire::FrameHeader) + sizeof(wire::RequestEntry)];
@@ -419,12 +499,21 @@ Status Cache::bind(uint64_t& epoch, std::shared_ptr<const RegionTable>& table,
   epoch = epoch_.load();
   table = table_;
   if (c_.load() == 0) {
-    std::size_t keep = std::min(channels.size(), endpoints_.size());
-    for (std::size_t i = 0; i < keep; ++i) {
-      if (joined_[i] > bound) keep = i;
+    // Channels to holders the session already used are kept; a holder index let go and filled again since
+    // the session bound belongs to another server now.
+    std::vector<std::unique_ptr<Channel>> kept(endpoints_.size());
+    Status st = RC_OK;
+    for (std::size_t i = 0; i < endpoints_.size() && st == RC_OK; ++i) {
+      if (retired(i) || !in_use_[i]) continue;
+      if (i < channels.size() && channels[i] && joined_[i] <= bound) {
+        kept[i] = std::move(channels[i]);
+        continue;
+      }
+      std::vector<std::unique_ptr<Channel>> one;
+      st = connect_all(s_.load(), one, i, i + 1);
+      if (st == RC_OK) kept[i] = std::move(one.front());
     }
-    channels.resize(keep);
-    const Status st = connect_all(s_.load(), channels, channels.size());
+    channels = std::move(kept);
     if (st != RC_OK) {
       // Bound to nothing: the next submission tries again instead of using a partial set.
       epoch = 0;
@@ -438,6 +527,173 @@ Status Cache::bind(uint64_t& epoch, std::shared_ptr<const RegionTable>& table,
   const uint32_t n = workers->next.fetch_add(1);
   worker = workers->workers[n % workers->workers.size()].get();
   return RC_OK;
+}
+
+// ---- migration ----------------------------------------------------------------------------------
+
+std::size_t Cache::holder_count() const {
+  std::lock_guard lock(mutex_);
+  return endpoints_.size();
+}
+
+Status Cache::holder_endpoint(std::size_t holder, std::string& out) const {
+  std::lock_guard lock(mutex_);
+  if (holder >= endpoints_.size())
+    return fail(RC_E_INVALID_ARGUMENT, "holder " + std::to_string(holder) + ": the cache has " +
+                                           std::to_string(endpoints_.size()));
+  out = endpoints_[holder].to_string();
+  return RC_OK;
+}
+
+std::size_t Cache::region_count() const {
+  std::lock_guard lock(mutex_);
+  return layout_.size();
+}
+
+Status Cache::region_placement(std::size_t region, Placement& out) const {
+  std::lock_guard lock(mutex_);
+  if (region >= layout_.size())
+    return fail(RC_E_INVALID_ARGUMENT, "region " + std::to_string(region) + ": the cache has " +
+                                           std::to_string(layout_.size()) + " regions");
+  out = layout_[region];
+  return RC_OK;
+}
+
+Status Cache::add_holder(const std::string& text, const char* capability, uint32_t regions, std::size_t& holder) {
+  std::lock_guard lock(mutex_);
+  if (endpoints_.size() >= RC_MAX_ENDPOINTS)
+    return fail(RC_E_INVALID_ARGUMENT, "a cache has at most " + std::to_string(RC_MAX_ENDPOINTS) + " servers");
+  if (regions == 0 || regions > RC_MAX_REGIONS_PER_SERVER)
+    return fail(RC_E_INVALID_ARGUMENT, "a server lends 1.." + std::to_string(RC_MAX_REGIONS_PER_SERVER) +
+                                           " regions, not " + std::to_string(regions));
+  if (capabilities_.empty() != (capability == nullptr))
+    return fail(RC_E_INVALID_ARGUMENT, capabilities_.empty()
+                                           ? "this cache was opened without capabilities, so its new servers take none"
+                                           : "this cache was opened with capabilities: give one for the new server");
+  auto ep = parse_endpoint(text);
+  if (!ep) return RC_E_INVALID_ARGUMENT;
+  std::vector<wire::Capability> caps;
+  if (capability != nullptr) {
+    if (const Status st = parse_capabilities({*ep}, &capability, caps); st != RC_OK) return st;
+  }
+  const std::size_t index = endpoints_.size();
+  endpoints_.push_back(*ep);
+  asked_.push_back(regions);
+  if (!caps.empty()) capabilities_.push_back(caps.front());
+  std::vector<std::unique_ptr<transport::ClientConnection>> fresh;
+  Status st = connect_links(s_.load(), fresh, index, index + 1);
+  if (st == RC_OK) st = check_grants(fresh, index);
+  if (st != RC_OK) {
+    endpoints_.pop_back();
+    asked_.pop_back();
+    if (!caps.empty()) capabilities_.pop_back();
+    return st;
+  }
+  control_.push_back(std::move(fresh.front()));
+  control_seq_.push_back(0);
+  // A session bound before has no channel to it; one bound from now on connects at once.
+  joined_.push_back(epoch_.load());
+  awaiting_.push_back(true);
+  in_use_.push_back(false);  // data channels reach it once a commit places a region on it
+  holder = index;
+  return RC_OK;
+}
+
+void Cache::stop_moving(std::size_t region) {
+  layout_[region].moving = false;
+  relayout();  // nothing is let go: the region stays where it was
+}
+
+Status Cache::migration_begin(std::size_t region, uint32_t timeout_ms) {
+  uint64_t epoch = 0;
+  {
+    std::lock_guard lock(mutex_);
+    if (region >= layout_.size())
+      return fail(RC_E_INVALID_ARGUMENT, "region " + std::to_string(region) + ": the cache has " +
+                                             std::to_string(layout_.size()) + " regions");
+    if (layout_[region].moving) return fail(RC_E_INVALID_ARGUMENT, "region " + std::to_string(region) + " is already moving");
+    layout_[region].moving = true;
+    publish_layout();
+    epoch = epoch_.fetch_add(1, std::memory_order_acq_rel) + 1;
+  }
+  const auto give_up = [&](Status st, const std::string& why) {
+    std::lock_guard lock(mutex_);
+    stop_moving(region);
+    return fail(st, "region " + std::to_string(region) + ": " + why);
+  };
+  if (!barrier_all_threads()) return give_up(RC_E_UNSUPPORTED, "this kernel has no private expedited membarrier");
+  const uint64_t wait_ns = uint64_t{timeout_ms == 0 ? options_.op_timeout_ms : timeout_ms} * 1'000'000;
+  const uint64_t deadline = now_ns() + wait_ns;
+  for (;;) {
+    std::size_t busy = 0;
+    {
+      std::lock_guard lock(sessions_mutex_);
+      for (const Session* s : sessions_) busy += s->quiescent_since(epoch) ? 0 : 1;
+    }
+    if (busy == 0) return RC_OK;
+    if (now_ns() >= deadline)
+      return give_up(RC_E_TIMEOUT, std::to_string(busy) + " session(s) still have requests in flight from before the "
+                                   "move began (a session that stops polling keeps its partly filled batches)");
+    const timespec pause{0, static_cast<long>(kQuiescencePollNs)};
+    nanosleep(&pause, nullptr);
+  }
+}
+
+Status Cache::migration_commit(std::size_t region, std::size_t holder, uint32_t holder_region) {
+  std::lock_guard lock(mutex_);
+  if (region >= layout_.size())
+    return fail(RC_E_INVALID_ARGUMENT, "region " + std::to_string(region) + ": the cache has " +
+                                           std::to_string(layout_.size()) + " regions");
+  if (!layout_[region].moving)
+    return fail(RC_E_INVALID_ARGUMENT, "region " + std::to_string(region) + " is not moving: begin its migration first");
+  if (holder >= endpoints_.size() || retired(holder))
+    return fail(RC_E_INVALID_ARGUMENT, "holder " + std::to_string(holder) + " is not connected to this cache");
+  const auto& reply = control_[holder]->reply();
+  if (holder_region >= reply.region_count)
+    return fail(RC_E_INVALID_ARGUMENT, endpoints_[holder].to_string() + " lends this cache " +
+                                           std::to_string(reply.region_count) + " regions, so it has no region " +
+                                           std::to_string(holder_region));
+  if (reply.region_size != layout_[region].size)
+    return fail(RC_E_INVALID_ARGUMENT, endpoints_[holder].to_string() + "'s regions hold " +
+                                           std::to_string(reply.region_size) + " bytes, region " +
+                                           std::to_string(region) + " " + std::to_string(layout_[region].size));
+  for (std::size_t r = 0; r < layout_.size(); ++r)
+    if (layout_[r].holder == holder && layout_[r].region == holder_region)
+      return fail(RC_E_INVALID_ARGUMENT, "region " + std::to_string(holder_region) + " of " +
+                                             endpoints_[holder].to_string() + " already holds region " + std::to_string(r));
+  layout_[region] = Placement{static_cast<uint16_t>(holder), static_cast<uint16_t>(holder_region), reply.region_size,
+                              false};
+  awaiting_[holder] = false;
+  return relayout();
+}
+
+Status Cache::migration_abort(std::size_t region) {
+  std::lock_guard lock(mutex_);
+  if (region >= layout_.size() || !layout_[region].moving)
+    return fail(RC_E_INVALID_ARGUMENT, "region " + std::to_string(region) + " is not moving");
+  stop_moving(region);
+  return RC_OK;
+}
+
+Status Cache::remove_holder(std::size_t holder) {
+  std::lock_guard lock(mutex_);
+  if (holder >= endpoints_.size() || retired(holder))
+    return fail(RC_E_INVALID_ARGUMENT, "holder " + std::to_string(holder) + " is not connected to this cache");
+  for (std::size_t r = 0; r < layout_.size(); ++r)
+    if (layout_[r].holder == holder)
+      return fail(RC_E_INVALID_ARGUMENT, endpoints_[holder].to_string() + " still holds region " + std::to_string(r));
+  awaiting_[holder] = false;
+  return relayout();
+}
+
+void Cache::add_session(const Session* session) {
+  std::lock_guard lock(sessions_mutex_);
+  sessions_.push_back(session);
+}
+
+void Cache::remove_session(const Session* session) {
+  std::lock_guard lock(sessions_mutex_);
+  std::erase(sessions_, session);
 }
 
 }  // namespace rc::client

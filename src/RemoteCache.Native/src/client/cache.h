@@ -22,6 +22,7 @@
 namespace rc::client {
 
 class Cache;
+class Session;
 
 // A client thread: drains its sessions' ring into its channels (one per server), sends batches
 // when full or when the ring runs dry, and reaps responses. Backs off to sleep when idle.
@@ -72,8 +73,41 @@ class Cache {
   // Appends servers (Redy §3.3's grow): their regions extend the address space past the current
   // capacity. All or nothing. Sessions see the new layout at their next submission.
   Status grow(const std::vector<std::string>& endpoints, const char* const* capabilities);
-  // Keeps the first `servers` servers and drops the rest of the address space.
+  // Keeps the first `servers` shares (a share: the regions_per_server regions a server lent when it
+  // joined, wherever they live now) and drops the rest of the address space.
   Status shrink(std::size_t servers);
+
+  // ---- migration (Redy §6.2) ----
+  // Servers the cache has connected to, in the order they joined (a holder's index never changes;
+  // one that holds no region any more keeps its index, without a connection).
+  std::size_t holder_count() const;
+  Status holder_endpoint(std::size_t holder, std::string& out) const;
+  // Where address-space region `region` lives now.
+  struct Placement {
+    uint16_t holder;
+    uint16_t region;  // among the regions the holder lent this cache
+    uint64_t size;
+    bool moving;
+  };
+  std::size_t region_count() const;
+  Status region_placement(std::size_t region, Placement& out) const;
+  // Connects a server that lends `regions` regions to this cache but holds none of its address space
+  // yet: migrations move regions onto it. `holder` is its index.
+  Status add_holder(const std::string& endpoint, const char* capability, uint32_t regions, std::size_t& holder);
+  // Marks a region moving (writes to it wait in the sessions), then waits up to timeout_ms until no
+  // request sent before can still reach it. On timeout the region is not moving any more.
+  Status migration_begin(std::size_t region, uint32_t timeout_ms);
+  // The region lives at (holder, holder_region) from now on; waiting requests go there. A holder left
+  // with no region is let go (its connections close, so its server frees its share).
+  Status migration_commit(std::size_t region, std::size_t holder, uint32_t holder_region);
+  // The region stays where it was; waiting requests go there.
+  Status migration_abort(std::size_t region);
+  // Lets go of a holder that holds no region (a migration's target after an abort).
+  Status remove_holder(std::size_t holder);
+
+  // Sessions register so that a migration can wait for what they have in flight.
+  void add_session(const Session* session);
+  void remove_session(const Session* session);
 
   // Epoch of the data path's shape (bumped when c or the servers change) and what a session binds to
   // for it. With c = 0 the session's channels to servers still in the cache are kept and only the
@@ -85,7 +119,8 @@ class Cache {
 
  private:
   Cache() = default;
-  // Connects to endpoints_[first, end) in order (end kToLast: up to the last), appending to `out`.
+  // Connects to endpoints_[first, end) in order (end kToLast: up to the last), appending to `out` (null
+  // for a holder let go).
   static constexpr std::size_t kToLast = SIZE_MAX;
   Status connect_links(uint32_t server_threads, std::vector<std::unique_ptr<transport::ClientConnection>>& out,
                        std::size_t first = 0, std::size_t end = kToLast);
@@ -96,14 +131,28 @@ class Cache {
                      std::size_t end = kToLast);
   // Whether the servers behind `links` (endpoints_[first..]) granted the regions asked for.
   Status check_grants(const std::vector<std::unique_ptr<transport::ClientConnection>>& links, std::size_t first) const;
-  // Publishes the region table the control connections' servers make, in their order.
+  // Appends the regions the control connections of holders [first, ...) lent, in their order.
+  void place_regions(std::size_t first);
+  // Publishes the region table of layout_.
   void publish_layout();
-  // `count` client threads, each connected to the first `servers` servers.
-  Status make_workers(uint32_t count, std::shared_ptr<WorkerSet>& out, std::size_t servers = kToLast);
+  // After layout_ changed: lets go of holders that hold no region (dropping trailing ones altogether),
+  // publishes the table, gives the client threads (c > 0) channels to exactly the holders in use, and
+  // bumps the epoch. Called with mutex_ held.
+  Status relayout();
+  bool retired(std::size_t holder) const { return control_[holder] == nullptr; }
+  // Unmarks a moving region and publishes. Called with mutex_ held.
+  void stop_moving(std::size_t region);
+  // `count` client threads, each connected to every holder still in use.
+  Status make_workers(uint32_t count, std::shared_ptr<WorkerSet>& out);
   Status set_server_threads(uint32_t s);
   static Status validate(const rc_config& config);
 
-  std::vector<Endpoint> endpoints_;
+  std::vector<Endpoint> endpoints_;  // per holder, as are capabilities_, control_, control_seq_, joined_, asked_
+  std::vector<uint32_t> asked_;       // regions each holder was asked to lend
+  std::vector<bool> awaiting_;        // added for a migration that has not placed a region on it yet
+  std::vector<Placement> layout_;     // per address-space region
+  std::vector<bool> in_use_;          // per holder: holds a region of layout_ (sessions connect to those)
+  std::size_t shares_ = 0;
   rc_cache_options options_{};
   std::string token_;
   std::array<uint8_t, 16> client_id_{};      // tells the servers this client's connections apart
@@ -121,6 +170,9 @@ class Cache {
   std::atomic<uint64_t> epoch_{1};
   std::shared_ptr<WorkerSet> workers_;
   uint64_t timeout_ns_ = 0;
+
+  mutable std::mutex sessions_mutex_;
+  std::vector<const Session*> sessions_;
 };
 
 }  // namespace rc::client

@@ -5,16 +5,26 @@
 
 namespace rc::client {
 
-void RegionTable::add_server(uint16_t server, uint32_t count, uint64_t region_size) {
-  for (uint32_t r = 0; r < count; ++r) {
-    regions_.push_back(Entry{capacity_, region_size, server, static_cast<uint16_t>(r)});
-    capacity_ += region_size;
-  }
+void RegionTable::add_region(uint16_t server, uint16_t region, uint64_t size, bool moving) {
+  regions_.push_back(Entry{capacity_, size, server, region, moving});
+  capacity_ += size;
+  if (moving) ++moving_;
   // Servers may lend different region sizes; the shift applies only while they all agree.
-  const bool same = std::all_of(regions_.begin(), regions_.end(),
-                                [&](const Entry& e) { return e.size == regions_.front().size; });
-  const uint64_t size = regions_.empty() ? 0 : regions_.front().size;
-  uniform_shift_ = same && std::has_single_bit(size) ? std::countr_zero(size) : -1;
+  const uint64_t first = regions_.front().size;
+  const bool same = uniform_shift_ >= 0 ? size == first : regions_.size() == 1;
+  uniform_shift_ = same && std::has_single_bit(first) ? std::countr_zero(first) : -1;
+}
+
+void RegionTable::add_server(uint16_t server, uint32_t count, uint64_t region_size) {
+  for (uint32_t r = 0; r < count; ++r) add_region(server, static_cast<uint16_t>(r), region_size);
+}
+
+bool RegionTable::touches_moving(uint64_t address, uint64_t length) const {
+  if (moving_ == 0) return false;
+  const uint64_t end = address + (length == 0 ? 1 : length);
+  for (std::size_t i = find(address); i < regions_.size() && regions_[i].start < end; ++i)
+    if (regions_[i].moving) return true;
+  return false;
 }
 
 std::size_t RegionTable::search(uint64_t address) const {

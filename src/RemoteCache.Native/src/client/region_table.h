@@ -1,5 +1,7 @@
 // Maps a cache's flat address space [0, capacity) onto (server, region, offset): regions are laid
-// end to end in server order, then region order (Redy §3.3's region table).
+// end to end in the order they joined (Redy §3.3's region table). A region that migrated is held by
+// another server than its neighbours; one that is moving now is marked, so that sessions hold its
+// writes back (Redy §6.2's pause-on-migration writes).
 #pragma once
 
 #include <cstdint>
@@ -17,6 +19,8 @@ struct RegionSlice {
 
 class RegionTable {
  public:
+  // Appends one region of `size` bytes: `server`'s region number `region` (moving: writes to it wait).
+  void add_region(uint16_t server, uint16_t region, uint64_t size, bool moving = false);
   // Appends `count` regions of `region_size` bytes held by `server`.
   void add_server(uint16_t server, uint32_t count, uint64_t region_size);
 
@@ -30,6 +34,11 @@ class RegionTable {
 
   // The common case in one lookup: true (with `out` set) when the range sits inside one region
   // and needs no cut.
+  // Whether any region is moving; then touches_moving tells which requests wait.
+  bool any_moving() const { return moving_ > 0; }
+  // Whether [address, address + length) (inside the cache) touches a moving region.
+  bool touches_moving(uint64_t address, uint64_t length) const;
+
   bool single(uint64_t address, uint64_t length, uint32_t max_slice, RegionSlice& out) const {
     if (length == 0 || length > max_slice) return false;
     const Entry& e = regions_[find(address)];
@@ -63,6 +72,7 @@ class RegionTable {
     uint64_t size;
     uint16_t server;
     uint16_t region;
+    bool moving;
   };
   std::size_t find(uint64_t address) const {
     return uniform_shift_ >= 0 ? static_cast<std::size_t>(address >> uniform_shift_) : search(address);
@@ -71,6 +81,7 @@ class RegionTable {
 
   std::vector<Entry> regions_;
   uint64_t capacity_ = 0;
+  uint32_t moving_ = 0;
   int uniform_shift_ = -1;  // log2 of the region size when all regions share one power-of-two size
 };
 

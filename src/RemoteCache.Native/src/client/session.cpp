@@ -24,11 +24,32 @@ Session::Session(Cache& cache, uint32_t capacity)
   for (uint32_t i = capacity; i > 0; --i) free_slots_.push_back(i - 1);
 }
 
-Session::~Session() = default;
+Session::~Session() {
+  if (registered_) cache_.remove_session(this);
+}
 
-Status Session::open() { return bind(); }
+Status Session::open() {
+  const Status st = bind();
+  if (st != RC_OK) return st;
+  cache_.add_session(this);
+  registered_ = true;
+  return RC_OK;
+}
 
-Status Session::bind() { return cache_.bind(epoch_, table_, channels_, workers_, worker_); }
+Status Session::bind() {
+  const Status st = cache_.bind(epoch_, table_, channels_, workers_, worker_);
+  bound_epoch_.store(epoch_, std::memory_order_release);
+  return st;
+}
+
+bool Session::quiescent_since(uint64_t epoch) const {
+  if (bound_epoch_.load(std::memory_order_acquire) >= epoch) return true;  // it waited for its earlier work
+  if (submitting_.load(std::memory_order_acquire) != 0) return false;
+  // Bound to an earlier epoch and not submitting: its next submission sees the new epoch (the cache's
+  // membarrier) and rebinds first, so what it has in flight now is all it can send to the source.
+  return submitted_.load(std::memory_order_acquire) - held_count_.load(std::memory_order_acquire) ==
+         completed_.load(std::memory_order_acquire);
+}
 
 Status Session::read(uint64_t address, void* dst, uint64_t length, uint64_t tag) {
   return submit(wire::Op::Read, address, dst, length, tag);
@@ -38,10 +59,29 @@ Status Session::write(uint64_t address, const void* src, uint64_t length, uint64
   return submit(wire::Op::Write, address, const_cast<void*>(src), length, tag);
 }
 
+namespace {
+// Marks a submission in progress for Session::quiescent_since, from before it reads the cache's epoch
+// until it is counted. Plain stores: the migrating thread's membarrier orders them against its own.
+class Submitting {
+ public:
+  explicit Submitting(std::atomic<uint32_t>& flag) : flag_(flag) {
+    flag_.store(1, std::memory_order_relaxed);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  }
+  ~Submitting() { flag_.store(0, std::memory_order_release); }
+  Submitting(const Submitting&) = delete;
+  Submitting& operator=(const Submitting&) = delete;
+
+ private:
+  std::atomic<uint32_t>& flag_;
+};
+}  // namespace
+
 Status Session::submit(wire::Op kind, uint64_t address, void* buffer, uint64_t length, uint64_t tag) {
   if (length > 0 && buffer == nullptr) return fail(RC_E_INVALID_ARGUMENT, "null buffer");
   if (free_slots_.empty())
     return fail(RC_E_BUSY, "the session has " + std::to_string(capacity_) + " operations outstanding");
+  const Submitting submitting(submitting_);
   // Before the range check: a cache that grew or shrank is checked against its new layout.
   if (const Status st = rebind_if_needed(); st != RC_OK) return st;
   const RegionTable& table = *table_;
@@ -51,8 +91,26 @@ Status Session::submit(wire::Op kind, uint64_t address, void* buffer, uint64_t l
 
   const uint32_t slot = free_slots_.back();
   free_slots_.pop_back();
-  ++submitted_;
-  auto* bytes = static_cast<std::byte*>(buffer);
+  submitted_.store(submitted_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  requests_[slot].tag = tag;
+  if (table.any_moving() && must_wait(table, kind, address, length)) {
+    requests_[slot].remaining = 1;
+    requests_[slot].status = RC_OK;
+    held_.push_back(Held{kind, address, buffer, length, slot, now_ns()});
+    held_count_.store(held_.size(), std::memory_order_relaxed);
+    return RC_OK;
+  }
+  start(kind, address, static_cast<std::byte*>(buffer), length, slot);
+  return RC_OK;
+}
+
+bool Session::must_wait(const RegionTable& table, wire::Op kind, uint64_t address, uint64_t length) const {
+  return (kind == wire::Op::Write || !held_.empty()) && table.touches_moving(address, length);
+}
+
+void Session::start(wire::Op kind, uint64_t address, std::byte* bytes, uint64_t length, uint32_t slot) {
+  const RegionTable& table = *table_;
+  const uint64_t tag = requests_[slot].tag;
   const auto dispatch = [&](const RegionSlice& s, const Knobs& k) {
     const Op op{this, bytes + s.buffer_offset, s.offset, s.length, slot, s.server, s.region,
                 static_cast<uint8_t>(kind)};
@@ -66,7 +124,7 @@ Status Session::submit(wire::Op kind, uint64_t address, void* buffer, uint64_t l
   if (table.single(address, length, wire::kMaxChunk, one)) {
     requests_[slot] = Request{tag, 1, RC_OK};
     dispatch(one, cache_.knobs());
-    return RC_OK;
+    return;
   }
   // The slice count must be known before the first slice goes out: it may complete at once.
   uint32_t slices = 0;
@@ -74,11 +132,38 @@ Status Session::submit(wire::Op kind, uint64_t address, void* buffer, uint64_t l
   requests_[slot] = Request{tag, slices == 0 ? 1 : slices, RC_OK};
   if (slices == 0) {
     on_complete(slot, RC_OK);
-    return RC_OK;
+    return;
   }
   const Knobs k = cache_.knobs();
   table.split(address, length, wire::kMaxChunk, [&](const RegionSlice& s) { dispatch(s, k); });
-  return RC_OK;
+}
+
+void Session::resume_held() {
+  // Sends like a submission, so a migration that begins meanwhile waits for it (quiescent_since).
+  const Submitting submitting(submitting_);
+  if (rebind_if_needed() == RC_OK) release_held();
+}
+
+void Session::release_held() {
+  if (held_.empty()) return;
+  std::deque<Held> waiting;
+  waiting.swap(held_);
+  const uint64_t now = now_ns();
+  const uint64_t limit = cache_.knobs().timeout_ns;
+  for (const Held& h : waiting) {
+    if (must_wait(*table_, h.kind, h.address, h.length)) {
+      if (now - h.since_ns < limit) {
+        held_.push_back(h);
+        continue;
+      }
+      // Its region has been moving for longer than an operation may take: the caller hears of it.
+      fail(RC_E_TIMEOUT, "a request waited op_timeout_ms for its region's migration to end");
+      on_complete(h.slot, RC_E_TIMEOUT);
+      continue;
+    }
+    start(h.kind, h.address, static_cast<std::byte*>(h.buffer), h.length, h.slot);
+  }
+  held_count_.store(held_.size(), std::memory_order_relaxed);
 }
 
 void Session::on_complete(uint32_t slot, Status status) {
@@ -95,6 +180,7 @@ void Session::on_complete(uint32_t slot, Status status) {
 
 void Session::drive(const Knobs& k) {
   for (auto& ch : channels_) {
+    if (!ch) continue;  // a server that holds none of the cache's regions now
     ch->flush(k);
     ch->progress(k);
   }
@@ -106,6 +192,8 @@ Status Session::flush() {
 }
 
 int32_t Session::poll(rc_completion* out, uint32_t max) {
+  // A caller waiting for a held write only polls: this is where it learns that the region arrived.
+  if (!held_.empty()) resume_held();
   if (!channels_.empty()) drive(cache_.knobs());
   uint32_t slots[64];
   uint32_t total = 0;
@@ -143,6 +231,7 @@ int32_t Session::wait(rc_completion* out, uint32_t max, int32_t timeout_ms) {
       sleeping_.store(1, std::memory_order_seq_cst);
     } else {
       for (auto& ch : channels_) {
+        if (!ch) continue;
         ch->link().arm_wait();
         if (ch->broken() == RC_OK) ch->link().wait_fds(raw);  // a broken one's fds stay readable
       }
@@ -158,7 +247,8 @@ int32_t Session::wait(rc_completion* out, uint32_t max, int32_t timeout_ms) {
     if (worker_ != nullptr) {
       sleeping_.store(0, std::memory_order_relaxed);
     } else {
-      for (auto& ch : channels_) ch->link().disarm_wait();
+      for (auto& ch : channels_)
+        if (ch) ch->link().disarm_wait();
     }
     if (again != 0) return again;
   }
@@ -169,7 +259,9 @@ void Session::wake() {
   wake_.signal();
 }
 
-bool Session::in_flight() const { return submitted_ != completed_.load(std::memory_order_acquire); }
+bool Session::in_flight() const {
+  return submitted_.load(std::memory_order_relaxed) - held_.size() != completed_.load(std::memory_order_acquire);
+}
 
 // Drives this session's own channels (c = 0) or waits for its client thread until every request
 // handed to the data path has completed (their completions stay queued for rc_poll).
@@ -192,12 +284,20 @@ Status Session::rebind_if_needed() {
   // With c = 0 the channels to servers still in the cache are kept: bind cuts or extends them.
   workers_.reset();
   worker_ = nullptr;
-  return bind();
+  const Status st = bind();
+  if (st == RC_OK) release_held();
+  return st;
 }
 
 Status Session::close() {
-  // Operations time out on their own (op_timeout_ms), so this wait ends even on a dead server.
+  // Operations time out on their own (op_timeout_ms), so this wait ends even on a dead server; so do
+  // requests waiting for a migration.
   wait_idle(INT32_MAX / 2);
+  while (!held_.empty()) {
+    resume_held();
+    wait_idle(INT32_MAX / 2);
+    if (!held_.empty()) sched_yield();
+  }
   uint32_t discarded[64];
   while (completions_.pop_many(discarded, 64) > 0) {
   }

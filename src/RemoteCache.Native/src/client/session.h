@@ -6,9 +6,17 @@
 // fits a 2-core machine); with c > 0 slices go through a lock-free ring to one client thread.
 // After a reconfiguration that changes c, a session moves to the new mode at its next submission,
 // once its own in-flight work has completed, so no request can overtake an earlier one.
+//
+// While a region migrates (Redy §6.2), a request that touches it waits in the session if it is a
+// write, or if it comes after a waiting request (so that a read after a waiting write to the same
+// bytes sees that write); other reads go to the source. Waiting requests go out, in order, once the
+// session sees the region's new home (at its next submission or poll), or fail with RC_E_TIMEOUT
+// after op_timeout_ms.
 #pragma once
 
 #include <atomic>
+#include <cstdint>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -30,6 +38,8 @@ class Session {
  public:
   Session(Cache& cache, uint32_t capacity);
   ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
 
   Status open();  // binds to the cache's current mode (may connect)
   Status read(uint64_t address, void* dst, uint64_t length, uint64_t tag);
@@ -41,6 +51,11 @@ class Session {
   uint32_t outstanding() const { return capacity_ - static_cast<uint32_t>(free_slots_.size()); }
   Status close();
 
+  // For a migration that began at `epoch` (any thread): whether no request this session sent before
+  // that epoch is still in flight, so that none of its writes can reach the moving region's source.
+  // Sound together with the cache's membarrier: the session's own path uses no locked instruction.
+  bool quiescent_since(uint64_t epoch) const;
+
   // Called by whoever does the client work (this thread or a client thread).
   void on_complete(uint32_t slot, Status status);
 
@@ -51,11 +66,29 @@ class Session {
     int32_t status;
   };
 
+  // A request waiting for its region's migration to end.
+  struct Held {
+    wire::Op kind;
+    uint64_t address;
+    void* buffer;
+    uint64_t length;
+    uint32_t slot;
+    uint64_t since_ns;
+  };
+
   Status submit(wire::Op kind, uint64_t address, void* buffer, uint64_t length, uint64_t tag);
+  // Whether a request must wait for a migration (see the header comment).
+  bool must_wait(const RegionTable& table, wire::Op kind, uint64_t address, uint64_t length) const;
+  // Splits requests_[slot] into slices and hands them to the data path.
+  void start(wire::Op kind, uint64_t address, std::byte* buffer, uint64_t length, uint32_t slot);
+  // Sends the waiting requests whose regions have arrived, in order; fails those waiting too long.
+  void release_held();
+  // Rebinds if the cache changed, then release_held.
+  void resume_held();
   Status rebind_if_needed();
   Status bind();
   void drive(const Knobs& k);
-  bool in_flight() const;
+  bool in_flight() const;  // requests handed to the data path and not finished (waiting ones excluded)
   void wait_idle(int timeout_ms);
 
   Cache& cache_;
@@ -63,8 +96,15 @@ class Session {
   std::vector<Request> requests_;
   std::vector<uint32_t> free_slots_;  // touched by the owning thread only
   SpscQueue<uint32_t> completions_;   // finished slots
-  uint64_t submitted_ = 0;            // requests handed to the data path
+  // Requests accepted (waiting ones included) and finished. Atomic for quiescent_since (plain stores:
+  // one thread writes each).
+  std::atomic<uint64_t> submitted_{0};
   std::atomic<uint64_t> completed_{0};
+  std::deque<Held> held_;
+  std::atomic<uint64_t> held_count_{0};       // held_.size(), for quiescent_since
+  std::atomic<uint32_t> submitting_{0};       // 1 from before a submission reads the epoch until it is counted
+  std::atomic<uint64_t> bound_epoch_{0};      // epoch_, for quiescent_since
+  bool registered_ = false;                   // with the cache, for migrations
 
   uint64_t epoch_ = 0;  // of the cache configuration this session is bound to
   std::shared_ptr<const RegionTable> table_;        // the layout of that epoch

@@ -16,7 +16,7 @@ std::span<const uint8_t> signed_bytes(const wire::Capability& cap) {
 }  // namespace
 
 wire::Capability mint(std::span<const uint8_t> key, uint64_t cache_id, std::string_view server_id, uint32_t regions,
-                      uint64_t expires_unix_ms) {
+                      uint64_t expires_unix_ms, uint8_t rights) {
   if (key.size() < RC_MIN_ADMISSION_KEY_BYTES)
     throw std::invalid_argument("an admission key has at least " + std::to_string(RC_MIN_ADMISSION_KEY_BYTES) + " bytes");
   wire::Capability cap{};
@@ -24,6 +24,7 @@ wire::Capability mint(std::span<const uint8_t> key, uint64_t cache_id, std::stri
     throw std::invalid_argument("a server id has 1 to " + std::to_string(sizeof cap.server_id) + " bytes");
   cap.magic = wire::kCapabilityMagic;
   cap.version = wire::kCapabilityVersion;
+  cap.rights = rights;
   cap.cache_id = cache_id;
   cap.expires_unix_ms = expires_unix_ms;
   cap.regions = regions;
@@ -54,6 +55,17 @@ Status verify(const wire::Capability& cap, std::span<const uint8_t> key, const E
   // The signature first: nothing else in a forged capability deserves an answer.
   const auto mac = crypto::hmac_sha256(key, signed_bytes(cap));
   if (!crypto::equal(mac, cap.mac)) return fail(RC_E_AUTH, "capability refused: its signature does not verify with this server's admission key");
+  // Rights before the rest: a migration capability grants 0 regions, and "grants 0 regions" would
+  // hide that it is the wrong kind of capability altogether.
+  if (cap.rights != want.rights) {
+    // Short enough for a ConnectReply's message.
+    if (want.rights == 0 && cap.rights == wire::kCapabilityRightMigrationSource)
+      return fail(RC_E_AUTH, "capability refused: a migration capability admits a server pulling a region, not a client");
+    if (want.rights == wire::kCapabilityRightMigrationSource && cap.rights == 0)
+      return fail(RC_E_AUTH, "capability refused: a migration source needs a migration capability, not a client's");
+    return fail(RC_E_AUTH, "capability refused: it carries rights " + std::to_string(cap.rights) + ", this Connect needs " +
+                               std::to_string(want.rights));
+  }
   const std::string_view server(cap.server_id, std::min<std::size_t>(cap.server_id_length, sizeof cap.server_id));
   if (server != want.server_id)
     return fail(RC_E_AUTH, "capability refused: it is for server '" + std::string(server) + "', this is '" +

@@ -15,9 +15,9 @@
 namespace rc::capability {
 
 // Throws std::invalid_argument for a key shorter than RC_MIN_ADMISSION_KEY_BYTES or a server id
-// longer than the field.
+// longer than the field. `rights`: 0 (a client's admission) or one wire::kCapabilityRight*.
 wire::Capability mint(std::span<const uint8_t> key, uint64_t cache_id, std::string_view server_id, uint32_t regions,
-                      uint64_t expires_unix_ms);
+                      uint64_t expires_unix_ms, uint8_t rights = 0);
 
 std::string to_text(const wire::Capability& cap);
 // Nothing when `text` is not the text form of a capability of a known version.
@@ -29,6 +29,7 @@ struct Expectation {
   std::string_view server_id;
   uint32_t regions;  // asked for
   uint64_t now_unix_ms;
+  uint8_t rights = 0;  // what the Connect needs: exactly these (0: an ordinary admission)
 };
 
 // RC_OK, or RC_E_AUTH with the reason as the last error (names what did not match and why).

@@ -15,6 +15,7 @@
 #include <span>
 
 #include <remotecache/remotecache.h>
+#include <remotecache/remotecache_admin.h>
 
 namespace rc::wire {
 
@@ -100,10 +101,15 @@ constexpr uint32_t response_cost(Op op, uint32_t length) {
 
 // A capability: the admission of one cache on one server, signed by the key the server shares with
 // the cache manager. Versioned on its own, since the manager mints it and outlives wire changes.
+//
+// `rights` took a byte that was reserved (zero) in version 1, so every capability minted before it
+// has rights 0: an ordinary admission. A server that predates rights reads a migration capability
+// (regions 0) as an admission of no regions, which admits nothing.
 struct Capability {
   uint32_t magic;    // kCapabilityMagic
   uint8_t version;   // kCapabilityVersion
-  uint8_t reserved[3];
+  uint8_t rights;    // 0 (a client's admission) or one kCapabilityRight*; signed like the rest
+  uint8_t reserved[2];
   uint64_t cache_id;
   uint64_t expires_unix_ms;  // wall clock; the cache's lease ends here
   uint32_t regions;          // regions this cache may hold on the server
@@ -116,9 +122,18 @@ static_assert(sizeof(Capability) == 144);
 inline constexpr uint32_t kCapabilityMagic = 0x31434352;  // "RCC1"
 inline constexpr uint8_t kCapabilityVersion = 1;
 inline constexpr std::size_t kCapabilitySigned = offsetof(Capability, mac);
+// Lets a server pulling a region (Redy §6.2) open the live cache with the capability's id READ-ONLY,
+// without its token, through a kConnectMigrationSource Connect; it grants no regions of its own and
+// admits nothing else, and an ordinary capability never admits such a Connect.
+inline constexpr uint8_t kCapabilityRightMigrationSource = 1;
 
 // Connect flags.
 inline constexpr uint32_t kConnectExclusive = 1;  // RC_OPEN_EXCLUSIVE
+// The connecting party is a server pulling a region of the live cache with this id (an admin
+// PullRegion on the target): the Connect carries a capability with kCapabilityRightMigrationSource,
+// no token and regions 0, and is granted every region of that cache, read-only. It never creates a
+// cache and is nobody's client (exclusivity and sharing ignore it).
+inline constexpr uint32_t kConnectMigrationSource = 2;
 
 // Connect: the first frame on a connection (payload of a Kind::Connect frame).
 struct ConnectRequest {
@@ -150,12 +165,17 @@ struct RegionDescriptor {
   uint64_t key;
 };
 
+// ConnectReply flags.
+// The regions are granted read-only (a migration source): shm passes read-only fds, which the client
+// must map PROT_READ; verbs registers them for remote reads only; the executor refuses writes.
+inline constexpr uint32_t kReplyReadOnly = 1;
+
 struct ConnectReply {
   int32_t status;  // rc_status
   uint32_t region_count;
   uint64_t region_size;
   uint32_t max_frame;
-  uint32_t reserved;
+  uint32_t flags;  // kReply*; was reserved (zero) before kReplyReadOnly, so older servers send none
   char message[96];  // why, when status is an error
   // followed by region_count RegionDescriptors
 };
@@ -169,6 +189,11 @@ static_assert(sizeof(ConnectReply) == 120);
 // client's nonce). In both, `flags` holds the AdminOp, `count` is 0, and `seq` numbers the requests
 // of the connection from 1 (a reply carries its request's). The server refuses a request that is not
 // exactly the next one with a valid MAC by sending a Notice and closing the connection.
+//
+// Request payloads: AdminRequest for every op but PullRegion, whose payload is an AdminPullRequest.
+// Reply payloads, by op: none (Ping), AdminStats, AdminListHead + entries, AdminDropResult,
+// AdminPullResult. A pull that fails (no such cache, a dead source, a refused capability...) is not a
+// protocol fault: its reply carries the status and the reason, and the connection goes on.
 
 inline constexpr uint32_t kAdminVersion = 1;  // of the admin exchange, apart from kVersion
 inline constexpr std::size_t kAdminServerNonceBytes = 32;
@@ -183,6 +208,10 @@ enum class AdminOp : uint16_t {
   Stats = 2,       // reply: AdminStats
   ListCaches = 3,  // request: AdminRequest.after / max_count; reply: AdminListHead + entries
   DropCache = 4,   // request: AdminRequest.cache_id; reply: AdminDropResult
+  // request: AdminPullRequest; reply: AdminPullResult. The server (the migration target) connects to
+  // the source endpoint as a migration source (kConnectMigrationSource) and copies one region of the
+  // source's cache into one of its own cache with the same id, within the request's deadline.
+  PullRegion = 5,
 };
 
 struct AdminHello {
@@ -200,7 +229,7 @@ struct AdminChallenge {
 };
 static_assert(sizeof(AdminChallenge) == 136);
 
-// Payload of every AdminRequest (the fields its op does not use are 0).
+// Payload of every AdminRequest but a PullRegion's (the fields its op does not use are 0).
 struct AdminRequest {
   uint64_t cache_id;   // DropCache
   uint64_t after;      // ListCaches: the serial of the last cache of the previous page; 0 = from the start
@@ -249,11 +278,36 @@ struct AdminDropResult {
 };
 static_assert(sizeof(AdminDropResult) == 8);
 
+// A PullRegion's source endpoint: text, NUL-padded, with at least one NUL.
+inline constexpr std::size_t kAdminEndpointBytes = RC_MAX_PULL_ENDPOINT_BYTES + 1;
+
+// Payload of a PullRegion request.
+struct AdminPullRequest {
+  uint64_t cache_id;       // the one live cache with this id on the target, and on the source
+  uint32_t target_region;  // index within the target's cache
+  uint32_t source_region;  // index within the source's cache
+  uint32_t timeout_ms;     // bounds the whole pull; 0 = RC_DEFAULT_PULL_TIMEOUT_MS
+  uint32_t reserved;
+  char source_endpoint[kAdminEndpointBytes];
+  Capability source_capability;  // kCapabilityRightMigrationSource, minted with the source's key
+};
+static_assert(sizeof(AdminPullRequest) == 296);
+
+struct AdminPullResult {
+  int32_t status;       // RC_OK, or why the pull failed (the region may then be partly written)
+  uint32_t one_sided;   // 1: the copy used one-sided reads; 0: batched reads on the message path
+  uint64_t bytes;       // copied
+  uint64_t elapsed_ns;  // from the request's arrival to its reply
+  char message[256];    // what failed and on which server, when status is an error (it quotes the source's reason)
+};
+static_assert(sizeof(AdminPullResult) == 280);
+
 // The largest admin frame: a full ListCaches reply. It fits the data path's frame limit, so tcp's
 // FrameReader carries admin frames too.
 inline constexpr uint32_t kMaxAdminFrame = sizeof(FrameHeader) + sizeof(AdminListHead) +
                                            kAdminListPage * sizeof(AdminCacheEntry) + kAdminMacBytes;
 static_assert(kMaxAdminFrame <= kMaxFrame);
+static_assert(sizeof(FrameHeader) + sizeof(AdminPullRequest) + kAdminMacBytes <= kMaxAdminFrame);
 
 inline FrameHeader read_header(const std::byte* p) {
   FrameHeader h;

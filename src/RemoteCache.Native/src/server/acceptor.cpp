@@ -119,6 +119,7 @@ void Acceptor::release_slot(const std::shared_ptr<Handshake>& slot) {
 void Acceptor::run(std::shared_ptr<Handshake> slot, std::unique_ptr<transport::PendingConnection> pending) {
   std::shared_ptr<CacheState> cache;
   std::unique_ptr<ConnectionTicket> ticket;
+  bool read_only = false;
   const transport::Admit admit = [&](const wire::ConnectRequest& request) -> transport::Grant {
     slot->admitting.store(true);
     {
@@ -139,6 +140,7 @@ void Acceptor::run(std::shared_ptr<Handshake> slot, std::unique_ptr<transport::P
     }
     ticket = std::make_unique<ConnectionTicket>(counts_, slot->peer);
     transport::Grant grant = registry_.attach(request, cache);
+    read_only = grant.read_only;
     if (grant.status != RC_OK) {
       ticket.reset();
       RC_LOG_WARN("refusing a connection from %s: %s", slot->peer.c_str(), grant.message.c_str());
@@ -154,7 +156,7 @@ void Acceptor::run(std::shared_ptr<Handshake> slot, std::unique_ptr<transport::P
                                                 }};
     std::unique_ptr<transport::ServerConnection> link = pending->handshake(handlers, slot->evict, st);
     pending.reset();
-    if (link && !stopping_.load()) deliver_(std::move(link), std::move(cache), std::move(ticket));
+    if (link && !stopping_.load()) deliver_(std::move(link), std::move(cache), std::move(ticket), read_only);
   } catch (const std::exception& e) {
     RC_LOG_ERROR("a handshake with %s failed: %s", slot->peer.c_str(), e.what());
   }

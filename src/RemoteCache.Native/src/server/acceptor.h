@@ -50,9 +50,9 @@ struct AcceptorLimits {
 
 class Acceptor {
  public:
-  // Takes an admitted connection (on the handshake's thread).
+  // Takes an admitted connection (on the handshake's thread); `read_only`: a migration source's.
   using Deliver = std::function<void(std::unique_ptr<transport::ServerConnection>, std::shared_ptr<CacheState>,
-                                     std::unique_ptr<ConnectionTicket>)>;
+                                     std::unique_ptr<ConnectionTicket>, bool read_only)>;
 
   Acceptor(Registry& registry, AcceptorLimits limits, Deliver deliver, transport::AdminHandoff admin);
   ~Acceptor();

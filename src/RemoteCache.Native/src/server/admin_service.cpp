@@ -46,6 +46,7 @@ void AdminService::accept(std::unique_ptr<transport::MessageLink> link, std::spa
     link->send(AdminSession::refusal(RC_E_LIMIT, why), handshake_deadline());
     return;
   }
+  session->set_cancel(&slot->end);  // a pull under way ends with the connection
   try {
     std::thread([this, slot, owned_link = std::move(link), owned_session = std::move(session),
                  challenge = std::move(greeting.frame)]() mutable {

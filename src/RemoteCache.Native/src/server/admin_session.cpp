@@ -59,6 +59,10 @@ Status unused_field(const char* name) {
   return fail(RC_E_PROTOCOL, std::string("a request sets ") + name + ", which its op does not use");
 }
 
+Status payload_size(std::size_t got, std::size_t want) {
+  return fail(RC_E_PROTOCOL, "a request payload of " + std::to_string(got) + " bytes, not " + std::to_string(want));
+}
+
 }  // namespace
 
 AdminSession::AdminSession(AdminContext context, std::span<const uint8_t> key)
@@ -108,19 +112,18 @@ AdminSession::Answer AdminSession::handle(std::span<const std::byte> frame) {
   if (opened.seq != next_seq_)
     return refuse(RC_E_AUTH, "sequence " + std::to_string(opened.seq) + ", expected " + std::to_string(next_seq_) +
                                  ": a replayed or reordered request");
-  wire::AdminRequest request{};
-  if (opened.payload.size() != sizeof request)
-    return refuse(RC_E_PROTOCOL, "a request payload of " + std::to_string(opened.payload.size()) + " bytes, not " +
-                                     std::to_string(sizeof request));
-  std::memcpy(&request, opened.payload.data(), sizeof request);
   const auto op = static_cast<wire::AdminOp>(opened.op);
   std::vector<std::byte> payload;
-  if (const Status st = execute(op, request, payload); st != RC_OK) return refuse(st, last_error());
+  if (const Status st = execute(op, opened.payload, payload); st != RC_OK) return refuse(st, last_error());
   const uint64_t seq = next_seq_++;
   return Answer{admin::seal(session_key_, wire::Kind::AdminReply, op, seq, payload), false, ""};
 }
 
-Status AdminSession::execute(wire::AdminOp op, const wire::AdminRequest& r, std::vector<std::byte>& payload) {
+Status AdminSession::execute(wire::AdminOp op, std::span<const std::byte> request, std::vector<std::byte>& payload) {
+  if (op == wire::AdminOp::PullRegion) return execute_pull(request, payload);
+  wire::AdminRequest r{};
+  if (request.size() != sizeof r) return payload_size(request.size(), sizeof r);
+  std::memcpy(&r, request.data(), sizeof r);
   if (r.reserved != 0) return unused_field("reserved");
   switch (op) {
     case wire::AdminOp::Ping:
@@ -139,8 +142,32 @@ Status AdminSession::execute(wire::AdminOp op, const wire::AdminRequest& r, std:
       if (r.after != 0 || r.max_count != 0) return unused_field("after or max_count");
       payload = drop_payload(context_, r.cache_id);
       return RC_OK;
+    case wire::AdminOp::PullRegion:
+      break;  // taken above: its payload is its own
   }
   return fail(RC_E_PROTOCOL, "unknown admin op " + std::to_string(static_cast<unsigned>(op)));
+}
+
+Status AdminSession::execute_pull(std::span<const std::byte> request, std::vector<std::byte>& payload) {
+  wire::AdminPullRequest r{};
+  if (request.size() != sizeof r) return payload_size(request.size(), sizeof r);
+  std::memcpy(&r, request.data(), sizeof r);
+  if (r.reserved != 0) return unused_field("reserved");
+  const char* end = std::find(r.source_endpoint, r.source_endpoint + sizeof r.source_endpoint, '\0');
+  if (end == r.source_endpoint + sizeof r.source_endpoint)
+    return fail(RC_E_PROTOCOL, "a pull's source endpoint is not NUL-terminated text");
+  if (end == r.source_endpoint) return fail(RC_E_PROTOCOL, "a pull names no source endpoint");
+  // What fails from here on is the pull's, not the protocol's: the reply says so and the session goes on.
+  wire::AdminPullResult result{};
+  if (context_.pull_region) {
+    result = context_.pull_region(r, cancel_);
+  } else {
+    result.status = RC_E_UNSUPPORTED;
+    std::strncpy(result.message, "this admin session cannot pull regions", sizeof result.message - 1);
+  }
+  const auto bytes = admin::bytes_of(result);
+  payload.assign(bytes.begin(), bytes.end());
+  return RC_OK;
 }
 
 }  // namespace rc::server

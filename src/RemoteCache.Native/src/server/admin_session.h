@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/admin_codec.h"
+#include "common/notifier.h"
 #include "common/status.h"
 #include "server/registry.h"
 
@@ -26,6 +27,9 @@ struct AdminContext {
   uint64_t started_ns = 0;                      // now_ns() when the server started
   std::function<uint32_t()> admin_connections;  // admin connections the server holds now
   std::function<void()> caches_dropped;         // wakes the threads that close dropped caches' connections
+  // Runs a PullRegion (server/region_puller.h) until it ends or `cancel` fires; null: this session
+  // answers every pull RC_E_UNSUPPORTED (a session run apart from a server, as the fuzzer does).
+  std::function<wire::AdminPullResult(const wire::AdminPullRequest&, const EventFd* cancel)> pull_region = nullptr;
 };
 
 class AdminSession {
@@ -48,13 +52,18 @@ class AdminSession {
   // Whether a request has verified (the peer holds the key).
   bool authenticated() const { return next_seq_ > 1; }
 
+  // The signal that ends the connection (displaced, the server stopping): it also ends a pull under way.
+  void set_cancel(const EventFd* cancel) { cancel_ = cancel; }
+
   // The challenge of a connection the server turns away before any exchange (a limit).
   static std::vector<std::byte> refusal(Status status, std::string_view why);
 
  private:
   Answer refuse(Status status, std::string why);
-  // The reply payload of a verified request, or a refusal (RC_E_PROTOCOL) for fields that do not fit its op.
-  Status execute(wire::AdminOp op, const wire::AdminRequest& request, std::vector<std::byte>& payload);
+  // The reply payload of a verified request, or a refusal (RC_E_PROTOCOL) for a payload or fields
+  // that do not fit its op.
+  Status execute(wire::AdminOp op, std::span<const std::byte> request, std::vector<std::byte>& payload);
+  Status execute_pull(std::span<const std::byte> request, std::vector<std::byte>& payload);
 
   enum class State { AwaitingHello, Open, Closed };
 
@@ -63,6 +72,7 @@ class AdminSession {
   State state_ = State::AwaitingHello;
   admin::SessionKey session_key_{};
   uint64_t next_seq_ = 1;
+  const EventFd* cancel_ = nullptr;
 };
 
 }  // namespace rc::server

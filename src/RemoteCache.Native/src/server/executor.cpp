@@ -29,7 +29,7 @@ bool in_range(const RequestEntry& e, std::span<const RegionView> regions) {
 }  // namespace
 
 ExecResult execute_batch(std::span<const std::byte> frame, std::span<const RegionView> regions,
-                         uint64_t expected_seq, std::byte* out) {
+                         uint64_t expected_seq, std::byte* out, Access access) {
   if (frame.size() < sizeof(FrameHeader)) return malformed("frame shorter than its header");
   const FrameHeader h = wire::read_header(frame.data());
   if (!wire::header_ok(h, wire::Kind::Batch, frame.size()) || h.bytes != frame.size())
@@ -80,7 +80,10 @@ ExecResult execute_batch(std::span<const std::byte> frame, std::span<const Regio
     in += sizeof e;
     const Op op = static_cast<Op>(e.op);
     ResponseEntry r{RC_OK, 0};
-    if (op == Op::SetServerThreads) {
+    if (op != Op::Read && access == Access::ReadOnly) {
+      r.status = RC_E_AUTH;
+      all_ok = false;
+    } else if (op == Op::SetServerThreads) {
       result.server_threads = static_cast<uint32_t>(e.offset > 0xffff ? 0xffff : e.offset);
     } else if (!in_range(e, regions)) {
       r.status = RC_E_OUT_OF_RANGE;

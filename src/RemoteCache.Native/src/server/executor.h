@@ -26,8 +26,13 @@ struct ExecResult {
   std::optional<uint32_t> server_threads; // a SetServerThreads entry asked for this s
 };
 
+// What a connection may do to its regions. A migration source (wire::kConnectMigrationSource) only
+// reads: its writes and SetServerThreads entries are answered RC_E_AUTH and change nothing, like an
+// entry out of range, so the rest of its batch still runs.
+enum class Access : uint8_t { ReadWrite, ReadOnly };
+
 // `out` must hold wire::kMaxFrame bytes. `expected_seq` is the sequence the batch must carry.
 ExecResult execute_batch(std::span<const std::byte> frame, std::span<const RegionView> regions,
-                         uint64_t expected_seq, std::byte* out);
+                         uint64_t expected_seq, std::byte* out, Access access = Access::ReadWrite);
 
 }  // namespace rc::server

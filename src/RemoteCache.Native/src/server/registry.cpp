@@ -63,10 +63,12 @@ transport::Grant Registry::admit_capability(const wire::ConnectRequest& request)
 
 transport::Grant Registry::attach(const wire::ConnectRequest& request, std::shared_ptr<CacheState>& cache) {
   if (request.token_length > wire::kTokenMax) return refuse(RC_E_INVALID_ARGUMENT, "token too long");
+  if ((request.flags & ~(wire::kConnectExclusive | wire::kConnectMigrationSource)) != 0)
+    return refuse(RC_E_INVALID_ARGUMENT, "unknown Connect flags");
+  if ((request.flags & wire::kConnectMigrationSource) != 0) return attach_migration_source(request, cache);
   if (request.regions == 0 || request.regions > RC_MAX_REGIONS_PER_SERVER)
     return refuse(RC_E_INVALID_ARGUMENT,
                   "a cache asks for 1 to " + std::to_string(RC_MAX_REGIONS_PER_SERVER) + " regions per server");
-  if ((request.flags & ~wire::kConnectExclusive) != 0) return refuse(RC_E_INVALID_ARGUMENT, "unknown Connect flags");
   if (auto refused = admit_capability(request); refused.status != RC_OK) return refused;
 
   const Key key{request.cache_id,
@@ -84,6 +86,73 @@ transport::Grant Registry::attach(const wire::ConnectRequest& request, std::shar
   g.regions = cache->regions;
   g.region_size = region_size_;
   return g;
+}
+
+transport::Grant Registry::attach_migration_source(const wire::ConnectRequest& request,
+                                                   std::shared_ptr<CacheState>& cache) {
+  if (request.flags != wire::kConnectMigrationSource)
+    return refuse(RC_E_INVALID_ARGUMENT, "a migration source cannot open a cache exclusively: it is nobody's client");
+  if (request.regions != 0 || request.token_length != 0)
+    return refuse(RC_E_INVALID_ARGUMENT, "a migration-source Connect names no regions and no token (it gets every region)");
+  if (open_mode())
+    return refuse(RC_E_AUTH, "open mode (no admission key): no migration capability can exist for this server");
+  if (request.capability_length != sizeof(wire::Capability))
+    return refuse(RC_E_AUTH, "a migration source needs a migration capability, and the Connect carries none");
+  const capability::Expectation want{request.cache_id, admission_.server_id, 0, capability::unix_now_ms(),
+                                     wire::kCapabilityRightMigrationSource};
+  if (capability::verify(request.capability, admission_.key, want) != RC_OK) return refuse(RC_E_AUTH, last_error());
+
+  std::lock_guard lock(mutex_);
+  transport::Grant g;
+  std::shared_ptr<CacheState> live = unique_live(request.cache_id, g);
+  if (!live) return g;
+  {
+    std::lock_guard cache_lock(live->mutex);
+    ++live->connections;
+  }
+  ++connections_;
+  cache = live;
+  g.regions = cache->regions;
+  g.region_size = region_size_;
+  g.read_only = true;
+  RC_LOG_INFO("%s: a migration source connected (read-only, %zu regions)", cache_name(cache->id).c_str(),
+              cache->regions.size());
+  return g;
+}
+
+std::shared_ptr<CacheState> Registry::unique_live(uint64_t cache_id, transport::Grant& refused) const {
+  std::shared_ptr<CacheState> found;
+  std::size_t count = 0;
+  for (const auto& [key, cache] : caches_) {
+    if (cache->id != cache_id) continue;
+    found = cache;
+    ++count;
+  }
+  if (count == 1) return found;
+  refused = count == 0 ? refuse(RC_E_INVALID_ARGUMENT, "no live cache with id " + std::to_string(cache_id) +
+                                                           " on this server")
+                       : refuse(RC_E_INVALID_ARGUMENT, std::to_string(count) + " caches share id " +
+                                                           std::to_string(cache_id) +
+                                                           " on this server: a migration needs exactly one");
+  return nullptr;
+}
+
+std::shared_ptr<CacheState> Registry::hold(uint64_t cache_id) {
+  std::lock_guard lock(mutex_);
+  transport::Grant refused;
+  std::shared_ptr<CacheState> cache = unique_live(cache_id, refused);
+  if (!cache) {
+    fail(refused.status, refused.message);
+    return nullptr;
+  }
+  std::lock_guard cache_lock(cache->mutex);
+  ++cache->connections;
+  return cache;
+}
+
+void Registry::release(const std::shared_ptr<CacheState>& cache) {
+  std::lock_guard lock(mutex_);
+  unref(cache);
 }
 
 transport::Grant Registry::join(CacheState& cache, const wire::ConnectRequest& request) {
@@ -151,6 +220,10 @@ transport::Grant Registry::create(const Key& key, const wire::ConnectRequest& re
 void Registry::detach(const std::shared_ptr<CacheState>& cache) {
   std::lock_guard lock(mutex_);
   --connections_;
+  unref(cache);
+}
+
+void Registry::unref(const std::shared_ptr<CacheState>& cache) {
   {
     std::lock_guard cache_lock(cache->mutex);
     if (--cache->connections > 0) return;

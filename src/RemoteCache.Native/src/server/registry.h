@@ -7,6 +7,10 @@
 //
 // Admission: with an admission key, a Connect needs a capability signed by it for this server and
 // this cache id; the regions of all caches with that id stay within what the capability grants.
+//
+// Migration sources (wire::kConnectMigrationSource, Redy §6.2): a server pulling a region presents a
+// migration capability instead; it joins the one live cache with that id, read-only and with all of
+// its regions, without creating anything or counting as one of the cache's clients.
 #pragma once
 
 #include <atomic>
@@ -85,6 +89,12 @@ class Registry {
   // Called once per attached connection when it closes.
   void detach(const std::shared_ptr<CacheState>& cache);
 
+  // Keeps the one live cache with this id from being freed while a region pull writes into it (as a
+  // connection would), or refuses (RC_E_INVALID_ARGUMENT: none, or several, the reason as the last
+  // error). Every hold is released once.
+  std::shared_ptr<CacheState> hold(uint64_t cache_id);
+  void release(const std::shared_ptr<CacheState>& cache);
+
   // Drops every cache whose lease has ended by `now_unix_ms` (marks it, so its connections close;
   // its memory is freed with the last of them). Returns how many, and the next lease end (or 0).
   std::size_t expire(uint64_t now_unix_ms, uint64_t& next_end_ms);
@@ -115,6 +125,11 @@ class Registry {
   };
 
   transport::Grant admit_capability(const wire::ConnectRequest& request) const;
+  transport::Grant attach_migration_source(const wire::ConnectRequest& request, std::shared_ptr<CacheState>& cache);
+  // The one live cache with this id, or null with the refusal in `refused`. Called with mutex_ held.
+  std::shared_ptr<CacheState> unique_live(uint64_t cache_id, transport::Grant& refused) const;
+  // Takes one reference (connection or hold) off a cache and frees it with the last. Called with mutex_ held.
+  void unref(const std::shared_ptr<CacheState>& cache);
   transport::Grant join(CacheState& cache, const wire::ConnectRequest& request);
   transport::Grant create(const Key& key, const wire::ConnectRequest& request, std::shared_ptr<CacheState>& cache);
   static void free_regions(CacheState& cache);

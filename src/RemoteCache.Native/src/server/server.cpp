@@ -21,6 +21,7 @@
 #include "server/acceptor.h"
 #include "server/admin_service.h"
 #include "server/executor.h"
+#include "server/region_puller.h"
 #include "server/registry.h"
 #include "transport/connect_codec.h"
 #include "transport/transport.h"
@@ -71,6 +72,7 @@ struct Conn {
   std::shared_ptr<CacheState> cache;
   std::unique_ptr<ConnectionTicket> ticket;
   uint32_t index = 0;          // within its cache, for placement
+  Access access = Access::ReadWrite;  // ReadOnly: a migration source
   uint64_t next_seq = 1;
   bool probe = false;          // its fds reported an event while the thread slept: check the peer
   std::vector<int> watched;    // its fds in the owning thread's epoll set
@@ -100,7 +102,7 @@ struct Server::Impl {
   ServerThread& thread_for(int home);
   int home_of(const Conn& conn) const;
   void deliver(std::unique_ptr<transport::ServerConnection> link, std::shared_ptr<CacheState> cache,
-               std::unique_ptr<ConnectionTicket> ticket);
+               std::unique_ptr<ConnectionTicket> ticket, bool read_only);
   void wake_all();
   void lease_loop();
 };
@@ -238,7 +240,7 @@ class ServerThread {
       if (st == RC_E_BUSY) break;
       if (st != RC_OK) return Closing{st == RC_E_PROTOCOL ? CloseReason::Malformed : CloseReason::PeerClosed};
       worked = true;
-      const ExecResult r = execute_batch(frame, c.cache->views, c.next_seq, out_.get());
+      const ExecResult r = execute_batch(frame, c.cache->views, c.next_seq, out_.get(), c.access);
       if (r.malformed) return Closing{CloseReason::Malformed, r.reason};
       ++c.next_seq;
       if (c.link->send_response({out_.get(), r.response_bytes}) != RC_OK) return Closing{CloseReason::PeerClosed};
@@ -340,7 +342,7 @@ int Server::Impl::home_of(const Conn& conn) const {
 }
 
 void Server::Impl::deliver(std::unique_ptr<transport::ServerConnection> link, std::shared_ptr<CacheState> cache,
-                           std::unique_ptr<ConnectionTicket> ticket) {
+                           std::unique_ptr<ConnectionTicket> ticket, bool read_only) {
   std::unique_ptr<Conn> conn;
   try {
     conn = std::make_unique<Conn>();
@@ -353,6 +355,7 @@ void Server::Impl::deliver(std::unique_ptr<transport::ServerConnection> link, st
   conn->link = std::move(link);
   conn->cache = std::move(cache);
   conn->ticket = std::move(ticket);
+  conn->access = read_only ? Access::ReadOnly : Access::ReadWrite;
   {
     std::lock_guard lock(conn->cache->mutex);
     conn->index = conn->cache->next_connection_index++;
@@ -424,12 +427,16 @@ std::unique_ptr<Server> Server::start(const ServerOptions& options, Status& stat
   impl->housekeeping = std::make_unique<ServerThread>(*impl, kHousekeeping, false);
   Impl* self = impl.get();
   impl->admin = std::make_unique<AdminService>(
-      AdminContext{&*impl->registry, threads, impl->started_ns, nullptr, [self] { self->wake_all(); }},
+      AdminContext{&*impl->registry, threads, impl->started_ns, nullptr, [self] { self->wake_all(); },
+                   [self](const wire::AdminPullRequest& request, const EventFd* cancel) {
+                     return pull_region(*self->registry, request, cancel);
+                   }},
       options.admission_key);
   impl->acceptor = std::make_unique<Acceptor>(
       *impl->registry, AcceptorLimits{options.max_connections, options.max_connections_per_peer},
       [self](std::unique_ptr<transport::ServerConnection> link, std::shared_ptr<CacheState> cache,
-             std::unique_ptr<ConnectionTicket> ticket) { self->deliver(std::move(link), std::move(cache), std::move(ticket)); },
+             std::unique_ptr<ConnectionTicket> ticket,
+             bool read_only) { self->deliver(std::move(link), std::move(cache), std::move(ticket), read_only); },
       [self](std::unique_ptr<transport::MessageLink> link, std::span<const std::byte> hello) {
         self->admin->accept(std::move(link), hello);
       });

@@ -56,6 +56,7 @@ std::vector<std::byte> encode_connect_reply(const Grant& grant, std::span<const 
   reply.region_count = static_cast<uint32_t>(regions.size());
   reply.region_size = grant.region_size;
   reply.max_frame = wire::kMaxFrame;
+  reply.flags = grant.status == RC_OK && grant.read_only ? wire::kReplyReadOnly : 0;
   copy_message(reply.message, grant.message);
   auto out = frame_of(wire::Kind::ConnectReply, bytes_of(reply), regions.size_bytes());
   if (!regions.empty()) std::memcpy(out.data() + sizeof(wire::FrameHeader) + sizeof reply, regions.data(), regions.size_bytes());

@@ -76,6 +76,12 @@ class ClientConnection {
   // Largest write carried inside the work request itself.
   virtual uint32_t max_inline() const = 0;
 
+  // The longest one-sided operation post_read / post_write take, and how many may be in flight at
+  // once. The data path never asks for more than kMaxChunk and q; a bulk copy (a region pull) asks
+  // for as much as the transport allows.
+  virtual uint32_t max_one_sided_length() const { return wire::kMaxChunk; }
+  virtual uint32_t max_one_sided_in_flight() const { return RC_MAX_QUEUE_DEPTH; }
+
   virtual Status post_read(uint64_t wr_id, uint16_t region, uint64_t offset, void* dst, uint32_t length) = 0;
   virtual Status post_write(uint64_t wr_id, uint16_t region, uint64_t offset, const void* src,
                             uint32_t length) = 0;
@@ -125,6 +131,9 @@ struct Grant {
   std::string message;
   std::vector<RegionMemory> regions;
   uint64_t region_size = 0;
+  // A migration source: the transport hands the regions over for reading only (shm: read-only fds,
+  // verbs: MRs without remote write) and the reply says so (wire::kReplyReadOnly).
+  bool read_only = false;
 };
 using Admit = std::function<Grant(const wire::ConnectRequest&)>;
 

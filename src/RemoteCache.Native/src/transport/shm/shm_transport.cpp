@@ -1,5 +1,6 @@
 #include "transport/shm/shm_transport.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -93,6 +94,15 @@ ssize_t recv_with_fds(int sock, std::byte* buf, std::size_t cap, std::vector<Uni
   return n;
 }
 
+// A read-only descriptor of the memfd behind `fd`, for a migration source: it can be mapped only
+// PROT_READ. The inode's mode drops to owner-read first, so that the holder cannot reopen the fd for
+// writing through /proc/self/fd (root still can: the holder is a server, trusted as such). The
+// server's own descriptor and every client's were opened read-write and keep working.
+UniqueFd read_only_copy(int fd) {
+  if (fchmod(fd, S_IRUSR) != 0) return UniqueFd();
+  return UniqueFd(open(("/proc/self/fd/" + std::to_string(fd)).c_str(), O_RDONLY | O_CLOEXEC));
+}
+
 // The uid of the process at the other end of a Unix socket.
 bool peer_uid(int sock, uid_t& uid) {
   ucred cred{};
@@ -171,7 +181,8 @@ class ShmClientConnection final : public ClientConnection {
  public:
   ShmClientConnection(UniqueFd sock, const wire::ConnectReply& reply, Mapping segment,
                       std::vector<Mapping> regions, UniqueFd server_bell, UniqueFd client_bell)
-      : sock_(std::move(sock)),
+      : read_only_((reply.flags & wire::kReplyReadOnly) != 0),
+        sock_(std::move(sock)),
         reply_(reply),
         segment_(std::move(segment)),
         regions_(std::move(regions)),
@@ -184,6 +195,9 @@ class ShmClientConnection final : public ClientConnection {
   const wire::ConnectReply& reply() const override { return reply_; }
   bool one_sided() const override { return true; }
   uint32_t max_inline() const override { return 0; }
+  // A one-sided operation is a memcpy: any length within the region, as many as memory holds.
+  uint32_t max_one_sided_length() const override { return UINT32_MAX; }
+  uint32_t max_one_sided_in_flight() const override { return UINT32_MAX; }
 
   // A small read is only started here: its lines are prefetched and the copy happens when the
   // completion is polled, as a NIC's DMA would overlap with the caller's work. With many reads in
@@ -204,6 +218,7 @@ class ShmClientConnection final : public ClientConnection {
 
   Status post_write(uint64_t wr_id, uint16_t region, uint64_t offset, const void* src,
                     uint32_t length) override {
+    if (read_only_) return fail(RC_E_AUTH, "this shm connection is read-only (a migration source): its regions are mapped for reading");
     if (const Status st = peer_still_there(); st != RC_OK) return st;
     std::byte* dst = locate(region, offset, length);
     if (dst == nullptr) return fail(RC_E_OUT_OF_RANGE, "one-sided write outside the granted region");
@@ -308,6 +323,7 @@ class ShmClientConnection final : public ClientConnection {
     return static_cast<std::byte*>(regions_[region].base) + offset;
   }
 
+  const bool read_only_;  // the regions are mapped PROT_READ: a write would fault
   UniqueFd sock_;
   wire::ConnectReply reply_;
   Mapping segment_;
@@ -458,6 +474,12 @@ class ShmPending final : public PendingConnection {
     if (grant.status == RC_OK && grant.regions.size() + kFixedFds > kMaxFds) {
       grant = Grant{RC_E_INVALID_ARGUMENT, "too many regions for one shm connection", {}, 0};
     }
+    std::vector<UniqueFd> read_only;  // the kernel holds its own references once they are sent
+    for (std::size_t i = 0; grant.status == RC_OK && grant.read_only && i < grant.regions.size(); ++i) {
+      read_only.push_back(read_only_copy(grant.regions[i].fd));
+      if (!read_only.back())
+        grant = Grant{RC_E_INTERNAL, std::string("cannot hand a region over read-only: ") + std::strerror(errno), {}, 0};
+    }
     if (grant.status != RC_OK) {
       const auto reply = encode_connect_reply(grant, {});
       send_with_fds(conn_.get(), reply, {});
@@ -479,7 +501,7 @@ class ShmPending final : public PendingConnection {
       std::vector<int> fds{seg_fd.get(), server_bell.fd(), client_bell.fd()};
       for (std::size_t i = 0; i < grant.regions.size(); ++i) {
         descriptors.push_back({0, kFixedFds + i});
-        fds.push_back(grant.regions[i].fd);
+        fds.push_back(grant.read_only ? read_only[i].get() : grant.regions[i].fd);
       }
       const auto reply = encode_connect_reply(grant, descriptors);
       status = send_with_fds(conn_.get(), reply, fds);
@@ -577,11 +599,11 @@ std::unique_ptr<ClientConnection> connect(const Endpoint& endpoint, const Connec
     status = fail(RC_E_PROTOCOL, "shm Connect reply carries the wrong number of fds");
     return nullptr;
   }
-  auto map = [](int fd, std::size_t size) {
-    void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  auto map = [](int fd, std::size_t size, int protection) {
+    void* base = mmap(nullptr, size, protection, MAP_SHARED, fd, 0);
     return Mapping(base, size);
   };
-  Mapping segment = map(fds[0].get(), kSegmentBytes);
+  Mapping segment = map(fds[0].get(), kSegmentBytes, PROT_READ | PROT_WRITE);
   if (segment.base == MAP_FAILED) {
     status = fail(RC_E_INTERNAL, std::string("mmap of the connection segment: ") + std::strerror(errno));
     return nullptr;
@@ -593,7 +615,9 @@ std::unique_ptr<ClientConnection> connect(const Endpoint& endpoint, const Connec
       status = fail(RC_E_PROTOCOL, "shm region descriptor names a bad fd");
       return nullptr;
     }
-    mapped.push_back(map(fds[key].get(), reply.region_size));
+    // A read-only grant comes as read-only fds, which cannot be mapped for writing.
+    const bool read_only = (reply.flags & wire::kReplyReadOnly) != 0;
+    mapped.push_back(map(fds[key].get(), reply.region_size, read_only ? PROT_READ : PROT_READ | PROT_WRITE));
     if (mapped.back().base == MAP_FAILED) {
       status = fail(RC_E_INTERNAL, std::string("mmap of a region: ") + std::strerror(errno));
       return nullptr;

@@ -397,12 +397,19 @@ class VerbsClientConnection final : public ClientConnection {
   const wire::ConnectReply& reply() const override { return reply_; }
   bool one_sided() const override { return true; }
   uint32_t max_inline() const override { return qp_->max_inline_; }
+  // One-sided data goes through a staging slot of kStageBytes per operation in flight.
+  uint32_t max_one_sided_length() const override { return kStageBytes; }
+  uint32_t max_one_sided_in_flight() const override { return kSlots; }
 
   Status post_read(uint64_t wr_id, uint16_t region, uint64_t offset, void* dst, uint32_t length) override {
     return post_one_sided(IBV_WR_RDMA_READ, wr_id, region, offset, dst, length);
   }
 
   Status post_write(uint64_t wr_id, uint16_t region, uint64_t offset, const void* src, uint32_t length) override {
+    // The server registered a read-only grant's regions without remote write: an RDMA WRITE would
+    // fail with a remote access error and break the queue pair, so it is refused here.
+    if ((reply_.flags & wire::kReplyReadOnly) != 0)
+      return fail(RC_E_AUTH, "verbs: this connection is read-only (a migration source)");
     return post_one_sided(IBV_WR_RDMA_WRITE, wr_id, region, offset, const_cast<void*>(src), length);
   }
 
@@ -579,6 +586,8 @@ class VerbsServerConnection final : public ServerConnection {
 };
 
 constexpr int kRemoteAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+// A read-only grant (a migration source): the NIC itself refuses the peer's RDMA WRITEs.
+constexpr int kRemoteReadAccess = IBV_ACCESS_REMOTE_READ;
 
 rdma_conn_param connection_parameters() {
   rdma_conn_param p{};
@@ -667,7 +676,7 @@ class VerbsPending final : public PendingConnection {
     std::vector<wire::RegionDescriptor> descriptors;
     if (grant.status == RC_OK) {
       for (const RegionMemory& r : grant.regions) {
-        ibv_mr* mr = qp->reg(r.base, r.size, kRemoteAccess);
+        ibv_mr* mr = qp->reg(r.base, r.size, grant.read_only ? kRemoteReadAccess : kRemoteAccess);
         if (mr == nullptr) {
           grant = Grant{RC_E_NO_MEMORY, errno_text("cannot register a region with the RDMA device"), {}, 0};
           descriptors.clear();

@@ -1,0 +1,35 @@
+using System;
+
+namespace RemoteCache.Admin;
+
+/// <summary>
+/// A region copy a target server makes from a source server (<see cref="CacheServerAdmin.PullRegionAsync"/>): the
+/// middle step of moving a region (<see cref="RemoteCacheClient.BeginMigrationAsync"/>, then this on the target, then
+/// <see cref="RemoteCacheClient.CommitMigration"/>).
+/// </summary>
+public sealed record RegionPull
+{
+    /// <summary>The cache: the one live cache with this id on each of the two servers.</summary>
+    public required ulong CacheId { get; init; }
+
+    /// <summary>The region to copy, among the regions the source lent the cache (<see cref="RemoteCacheRegion.HolderRegion"/>).</summary>
+    public required int SourceRegion { get; init; }
+
+    /// <summary>The source server as the target reaches it: its shm endpoint on one host, else tcp (or verbs).</summary>
+    public required string SourceEndpoint { get; init; }
+
+    /// <summary>A migration capability for the source (<see cref="RemoteCacheCapability.MintMigration"/>).</summary>
+    public required string SourceCapability { get; init; }
+
+    /// <summary>The region to overwrite, among the regions the target lent the cache.</summary>
+    public required int TargetRegion { get; init; }
+
+    /// <summary>How long the target may take; null: 60 s (RC_DEFAULT_PULL_TIMEOUT_MS).</summary>
+    public TimeSpan? Timeout { get; init; }
+}
+
+/// <summary>What a region pull did.</summary>
+/// <param name="Bytes">Bytes copied: the region's size.</param>
+/// <param name="Elapsed">The copy's time on the target.</param>
+/// <param name="OneSided">Whether it read with one-sided reads (shm, verbs) rather than request messages (tcp).</param>
+public sealed record RegionPullResult(long Bytes, TimeSpan Elapsed, bool OneSided);

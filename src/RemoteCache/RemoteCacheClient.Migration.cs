@@ -1,0 +1,143 @@
+using System;
+using System.Threading;
+using System.Threading.Tasks;
+using RemoteCache.Interop;
+
+namespace RemoteCache;
+
+// Region migration (Redy §6.2, remotecache.h's migration section): the primitives the manager's flows drive.
+public sealed partial class RemoteCacheClient
+{
+    private const int MaxEndpointBytes = 1024;  // a holder's endpoint text: a host name and port, or a socket path
+
+    /// <summary>Regions of the address space now.</summary>
+    public int RegionCount
+    {
+        get
+        {
+            ThrowIfDisposed();
+            return (int)NativeMethods.CacheRegionCount(_cache);
+        }
+    }
+
+    /// <summary>
+    /// Servers the cache has connected to, in the order they joined (its "holders"): the servers it opened on or grew
+    /// onto and those added by <see cref="AddHolderAsync"/>. One left without a region is let go but keeps its number.
+    /// </summary>
+    public int HolderCount
+    {
+        get
+        {
+            ThrowIfDisposed();
+            return (int)NativeMethods.CacheHolderCount(_cache);
+        }
+    }
+
+    /// <summary>Where region <paramref name="region"/> lives now.</summary>
+    /// <exception cref="ArgumentException">The cache has no such region.</exception>
+    public RemoteCacheRegion GetRegion(int region)
+    {
+        ArgumentOutOfRangeException.ThrowIfNegative(region);
+        ThrowIfDisposed();
+        Errors.ThrowIfFailed(NativeMethods.CacheRegionInfo(_cache, (uint)region, out var info), Name);
+        return new RemoteCacheRegion(region, (int)info.Holder, (int)info.HolderRegion, (long)info.Size, info.Moving != 0);
+    }
+
+    /// <summary>The endpoint of holder <paramref name="holder"/>, as given when it joined.</summary>
+    /// <exception cref="ArgumentException">The cache has no such holder.</exception>
+    public unsafe string GetHolderEndpoint(int holder)
+    {
+        ArgumentOutOfRangeException.ThrowIfNegative(holder);
+        ThrowIfDisposed();
+        byte* text = stackalloc byte[MaxEndpointBytes];
+        Errors.ThrowIfFailed(NativeMethods.CacheHolderEndpoint(_cache, (uint)holder, text, MaxEndpointBytes), Name);
+        return new string((sbyte*)text);
+    }
+
+    /// <summary>
+    /// Connects a server that lends <paramref name="regions"/> regions to this cache (created empty there) but holds
+    /// none of its address space until <see cref="CommitMigration"/> places a region on it: the target of a migration.
+    /// Returns its holder number.
+    /// </summary>
+    /// <param name="endpoint">The server.</param>
+    /// <param name="capability">Its capability for this cache when the cache was opened with capabilities; otherwise null.</param>
+    /// <param name="regions">Regions it lends, 1..<see cref="RemoteCacheOptions.MaxRegionsPerServer"/>.</param>
+    /// <param name="cancellationToken">Stops the wait before the connect starts; a connect under way finishes (it is
+    /// bounded by <see cref="RemoteCacheOptions.ConnectTimeout"/>).</param>
+    /// <exception cref="RemoteCacheException">The server refused or could not be reached; the cache is as it was.</exception>
+    public Task<int> AddHolderAsync(string endpoint, string? capability, int regions, CancellationToken cancellationToken = default)
+    {
+        ArgumentException.ThrowIfNullOrEmpty(endpoint);
+        ArgumentOutOfRangeException.ThrowIfLessThan(regions, 1);
+        ArgumentOutOfRangeException.ThrowIfGreaterThan(regions, RemoteCacheOptions.MaxRegionsPerServer);
+        ThrowIfDisposed();
+        return Task.Run(() =>
+        {
+            Errors.ThrowIfFailed(NativeMethods.CacheAddHolder(_cache, endpoint, capability, (uint)regions, out uint holder), Name);
+            Log.HolderAdded(_logger, Name, endpoint, (int)holder, regions);
+            return (int)holder;
+        }, cancellationToken);
+    }
+
+    /// <summary>
+    /// Starts moving region <paramref name="region"/>: from now on writes to it wait in the client (as do operations
+    /// that follow a waiting one and touch it), reads of it still go to its current server, other regions are not
+    /// touched. Completes once no operation sent before can still change the region on its current server: then its
+    /// content may be copied (the new server pulls it, driven by the manager), and <see cref="CommitMigration"/> or
+    /// <see cref="AbortMigration"/> ends the move. An operation that waits longer than
+    /// <see cref="RemoteCacheOptions.OperationTimeout"/> fails with <see cref="RemoteCacheStatus.Timeout"/>.
+    /// </summary>
+    /// <param name="region">The region (<see cref="RegionCount"/>).</param>
+    /// <param name="timeout">How long to wait for operations already sent; the region is not moving if it runs out.</param>
+    /// <param name="cancellationToken">Stops the wait before it starts.</param>
+    /// <exception cref="RemoteCacheException">Operations sent before did not finish within <paramref name="timeout"/>
+    /// (<see cref="RemoteCacheStatus.Timeout"/>), or the kernel lacks what the fence needs (<see cref="RemoteCacheStatus.Unsupported"/>).</exception>
+    /// <exception cref="ArgumentException">No such region, or it is moving already.</exception>
+    public Task BeginMigrationAsync(int region, TimeSpan timeout, CancellationToken cancellationToken = default)
+    {
+        ArgumentOutOfRangeException.ThrowIfNegative(region);
+        ArgumentOutOfRangeException.ThrowIfLessThan(timeout, TimeSpan.FromMilliseconds(1));
+        ArgumentOutOfRangeException.ThrowIfGreaterThan(timeout, TimeSpan.FromMilliseconds(uint.MaxValue));
+        ThrowIfDisposed();
+        return Task.Run(() =>
+        {
+            Errors.ThrowIfFailed(NativeMethods.CacheMigrationBegin(_cache, (uint)region, (uint)timeout.TotalMilliseconds), Name);
+            Log.MigrationBegun(_logger, Name, region);
+        }, cancellationToken);
+    }
+
+    /// <summary>
+    /// Ends a migration with region <paramref name="region"/> on region <paramref name="holderRegion"/> of holder
+    /// <paramref name="holder"/> (same size, holding no other region): the waiting operations go there, in order. A
+    /// holder left without a region is let go (its server frees the cache's share once the lanes have moved on).
+    /// </summary>
+    /// <exception cref="ArgumentException">The region is not moving, or the place does not fit.</exception>
+    public void CommitMigration(int region, int holder, int holderRegion)
+    {
+        ArgumentOutOfRangeException.ThrowIfNegative(region);
+        ArgumentOutOfRangeException.ThrowIfNegative(holder);
+        ArgumentOutOfRangeException.ThrowIfNegative(holderRegion);
+        ThrowIfDisposed();
+        Errors.ThrowIfFailed(NativeMethods.CacheMigrationCommit(_cache, (uint)region, (uint)holder, (uint)holderRegion), Name);
+        Log.MigrationCommitted(_logger, Name, region, holder, holderRegion);
+    }
+
+    /// <summary>Ends a migration with the region where it was; the waiting operations go there.</summary>
+    /// <exception cref="ArgumentException">The region is not moving.</exception>
+    public void AbortMigration(int region)
+    {
+        ArgumentOutOfRangeException.ThrowIfNegative(region);
+        ThrowIfDisposed();
+        Errors.ThrowIfFailed(NativeMethods.CacheMigrationAbort(_cache, (uint)region), Name);
+        Log.MigrationAborted(_logger, Name, region);
+    }
+
+    /// <summary>Lets go of a holder that holds no region (the target of an aborted migration).</summary>
+    /// <exception cref="ArgumentException">It holds a region, or there is no such holder.</exception>
+    public void RemoveHolder(int holder)
+    {
+        ArgumentOutOfRangeException.ThrowIfNegative(holder);
+        ThrowIfDisposed();
+        Errors.ThrowIfFailed(NativeMethods.CacheRemoveHolder(_cache, (uint)holder), Name);
+    }
+}
