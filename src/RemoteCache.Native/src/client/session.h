@@ -80,7 +80,7 @@ class Session {
   // Whether a request must wait for a migration (see the header comment).
   bool must_wait(const RegionTable& table, wire::Op kind, uint64_t address, uint64_t length) const;
   // Splits requests_[slot] into slices and hands them to the data path.
-  void start(wire::Op kind, uint64_t address, std::byte* buffer, uint64_t length, uint32_t slot);
+  [[gnu::always_inline]] inline void start(wire::Op kind, uint64_t address, std::byte* buffer, uint64_t length, uint32_t slot);
   // Sends the waiting requests whose regions have arrived, in order; fails those waiting too long.
   void release_held();
   // Rebinds if the cache changed, then release_held.
