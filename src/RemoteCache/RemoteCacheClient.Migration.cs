@@ -89,11 +89,13 @@ public sealed partial class RemoteCacheClient
     /// </summary>
     /// <param name="region">The region (<see cref="RegionCount"/>).</param>
     /// <param name="timeout">How long to wait for operations already sent; the region is not moving if it runs out.</param>
+    /// <param name="pauseReads">Reads of the region wait too, instead of going to its current server (Redy's move without
+    /// "unpaused reads": for comparisons).</param>
     /// <param name="cancellationToken">Stops the wait before it starts.</param>
     /// <exception cref="RemoteCacheException">Operations sent before did not finish within <paramref name="timeout"/>
     /// (<see cref="RemoteCacheStatus.Timeout"/>), or the kernel lacks what the fence needs (<see cref="RemoteCacheStatus.Unsupported"/>).</exception>
     /// <exception cref="ArgumentException">No such region, or it is moving already.</exception>
-    public Task BeginMigrationAsync(int region, TimeSpan timeout, CancellationToken cancellationToken = default)
+    public Task BeginMigrationAsync(int region, TimeSpan timeout, bool pauseReads = false, CancellationToken cancellationToken = default)
     {
         ArgumentOutOfRangeException.ThrowIfNegative(region);
         ArgumentOutOfRangeException.ThrowIfLessThan(timeout, TimeSpan.FromMilliseconds(1));
@@ -101,7 +103,8 @@ public sealed partial class RemoteCacheClient
         ThrowIfDisposed();
         return Task.Run(() =>
         {
-            Errors.ThrowIfFailed(NativeMethods.CacheMigrationBegin(_cache, (uint)region, (uint)timeout.TotalMilliseconds), Name);
+            uint flags = pauseReads ? NativeLimits.MigrationPauseReads : 0;
+            Errors.ThrowIfFailed(NativeMethods.CacheMigrationBegin(_cache, (uint)region, flags, (uint)timeout.TotalMilliseconds), Name);
             Log.MigrationBegun(_logger, Name, region);
         }, cancellationToken);
     }

@@ -73,7 +73,7 @@ internal static partial class NativeAbi
         string.Concat(cName.Split('_', StringSplitOptions.RemoveEmptyEntries)
                            .Select(p => char.ToUpperInvariant(p[0]) + p[1..].ToLowerInvariant()));
 
-    [GeneratedRegex(@"^[ \t]*#[ \t]*define[ \t]+(RC_(?:MAX|DEFAULT|MIN|OPEN)_\w+|RC_API_VERSION)[ \t]+(?:0[xX][0-9A-Fa-f]+|\d+)", RegexOptions.Multiline)]
+    [GeneratedRegex(@"^[ \t]*#[ \t]*define[ \t]+(RC_(?:MAX|DEFAULT|MIN|OPEN|MIGRATION)_\w+|RC_API_VERSION)[ \t]+(?:0[xX][0-9A-Fa-f]+|\d+)", RegexOptions.Multiline)]
     private static partial Regex DefineRegex();
 }
 

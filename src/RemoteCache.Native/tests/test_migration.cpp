@@ -226,7 +226,7 @@ TEST_P(Migration, RegionsMoveUnderVerifiedTrafficAndTheEmptiedServerIsLetGo) {
     const uint32_t to[] = {2, 0, 1};
     for (int k = 0; k < 3; ++k) {
       const uint32_t r = order[k];
-      ASSERT_EQ(rc_cache_migration_begin(cache, r, 5000), RC_OK) << last_error();
+      ASSERT_EQ(rc_cache_migration_begin(cache, r, 0, 5000), RC_OK) << last_error();
       rc_region_info info{};
       ASSERT_EQ(rc_cache_region_info(cache, r, &info), RC_OK);
       EXPECT_EQ(info.holder, 0u);
@@ -266,7 +266,7 @@ TEST_P(Migration, AWaitingWriteIsSeenByTheReadAfterItAndGoesToTheNewHolder) {
   uint64_t old_value = 0x1111, new_value = 0x2222, other = 0x3333, seen = 0, seen_other = 0;
   const uint64_t address = 2 * kRegion + 4096;
   sync_io(s, true, address, &old_value, 8);
-  ASSERT_EQ(rc_cache_migration_begin(cache, 2, 5000), RC_OK) << last_error();
+  ASSERT_EQ(rc_cache_migration_begin(cache, 2, 0, 5000), RC_OK) << last_error();
   // A read of the moving region before any waiting write goes to the source at once.
   sync_io(s, false, address, &seen, 8);
   EXPECT_EQ(seen, old_value);
@@ -306,9 +306,9 @@ TEST_P(Migration, TwoRegionsMoveAtOnceAndAnAbortLeavesTheRegionWhereItWas) {
   {
     VerifiedTraffic traffic(cache, 2);
     wait_for_ops(traffic, rctest::scaled(2000));
-    ASSERT_EQ(rc_cache_migration_begin(cache, 0, 5000), RC_OK) << last_error();
-    ASSERT_EQ(rc_cache_migration_begin(cache, 2, 5000), RC_OK) << last_error();
-    EXPECT_EQ(rc_cache_migration_begin(cache, 2, 5000), RC_E_INVALID_ARGUMENT);  // already moving
+    ASSERT_EQ(rc_cache_migration_begin(cache, 0, 0, 5000), RC_OK) << last_error();
+    ASSERT_EQ(rc_cache_migration_begin(cache, 2, 0, 5000), RC_OK) << last_error();
+    EXPECT_EQ(rc_cache_migration_begin(cache, 2, 0, 5000), RC_E_INVALID_ARGUMENT);  // already moving
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     copy_region(a.endpoint, kRegions, 0, b.endpoint, 2, 1);
     ASSERT_EQ(rc_cache_migration_commit(cache, 0, holder, 1), RC_OK) << last_error();
@@ -332,11 +332,11 @@ TEST_P(Migration, RefusalsNameWhatAndWhy) {
   rc_cache* cache = open_cache({a.endpoint}, kRegions, client_threads());
   uint32_t holder = 0;
   ASSERT_EQ(rc_cache_add_holder(cache, b.endpoint.c_str(), nullptr, 1, &holder), RC_OK) << last_error();
-  EXPECT_EQ(rc_cache_migration_begin(cache, kRegions, 0), RC_E_INVALID_ARGUMENT);
+  EXPECT_EQ(rc_cache_migration_begin(cache, kRegions, 0, 0), RC_E_INVALID_ARGUMENT);
   EXPECT_NE(last_error().find("has 3 regions"), std::string::npos) << last_error();
   EXPECT_EQ(rc_cache_migration_commit(cache, 1, holder, 0), RC_E_INVALID_ARGUMENT);
   EXPECT_NE(last_error().find("not moving"), std::string::npos) << last_error();
-  ASSERT_EQ(rc_cache_migration_begin(cache, 1, 0), RC_OK) << last_error();
+  ASSERT_EQ(rc_cache_migration_begin(cache, 1, 0, 0), RC_OK) << last_error();
   EXPECT_EQ(rc_cache_migration_commit(cache, 1, holder, 1), RC_E_INVALID_ARGUMENT);
   EXPECT_NE(last_error().find("no region 1"), std::string::npos) << last_error();
   EXPECT_EQ(rc_cache_migration_commit(cache, 1, 0, 0), RC_E_INVALID_ARGUMENT);  // A's region 0 holds region 0
@@ -359,6 +359,34 @@ TEST_P(Migration, RefusalsNameWhatAndWhy) {
   rc_cache_close(cache);
 }
 
+// Without unpaused reads (RC_MIGRATION_PAUSE_READS, for comparisons): reads of the moving region wait
+// too and see the region's content on its new holder; reads elsewhere do not wait.
+TEST_P(Migration, PausedReadsWaitForTheCommit) {
+  Server a(listen_for(transport(), 11)), b(listen_for(transport(), 12));
+  rc_cache* cache = open_cache({a.endpoint}, kRegions, client_threads());
+  uint32_t holder = 0;
+  ASSERT_EQ(rc_cache_add_holder(cache, b.endpoint.c_str(), nullptr, 1, &holder), RC_OK) << last_error();
+  rc_session* s = nullptr;
+  ASSERT_EQ(rc_session_open(cache, &s), RC_OK);
+  uint64_t value = 0x4444, seen = 0, elsewhere = 0;
+  sync_io(s, true, kRegion, &value, 8);
+  EXPECT_EQ(rc_cache_migration_begin(cache, 1, 0x80, 0), RC_E_INVALID_ARGUMENT);
+  ASSERT_EQ(rc_cache_migration_begin(cache, 1, RC_MIGRATION_PAUSE_READS, 5000), RC_OK) << last_error();
+  ASSERT_EQ(rc_read(s, kRegion, &seen, 8, 20), RC_OK);
+  ASSERT_EQ(rc_read(s, 0, &elsewhere, 8, 21), RC_OK);
+  auto done = wait_for(s, 1);
+  EXPECT_EQ(done[0].tag, 21u);
+  rc_completion none[4];
+  EXPECT_EQ(rc_wait(s, none, 4, 50), 0);
+  copy_region(a.endpoint, kRegions, 1, b.endpoint, 1, 0);
+  ASSERT_EQ(rc_cache_migration_commit(cache, 1, holder, 0), RC_OK) << last_error();
+  done = wait_for(s, 1);
+  EXPECT_EQ(done[0].tag, 20u);
+  EXPECT_EQ(seen, value);
+  rc_session_close(s);
+  rc_cache_close(cache);
+}
+
 // A session that keeps a batch unsent (it never polls) holds a migration back: begin gives up at its
 // timeout, names why, and the region is not moving afterwards.
 TEST_P(Migration, BeginGivesUpOnASessionThatNeverSends) {
@@ -369,7 +397,7 @@ TEST_P(Migration, BeginGivesUpOnASessionThatNeverSends) {
   ASSERT_EQ(rc_session_open(cache, &s), RC_OK);
   uint64_t value = 5;
   ASSERT_EQ(rc_write(s, kRegion, &value, 8, 1), RC_OK);  // b = 8: stays in the open batch
-  EXPECT_EQ(rc_cache_migration_begin(cache, 1, 100), RC_E_TIMEOUT);
+  EXPECT_EQ(rc_cache_migration_begin(cache, 1, 0, 100), RC_E_TIMEOUT);
   EXPECT_NE(last_error().find("1 session(s)"), std::string::npos) << last_error();
   rc_region_info info{};
   ASSERT_EQ(rc_cache_region_info(cache, 1, &info), RC_OK);

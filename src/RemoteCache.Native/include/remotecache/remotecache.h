@@ -206,10 +206,13 @@ RC_API rc_status rc_cache_holder_endpoint(const rc_cache* cache, uint32_t holder
  * with capabilities, NULL when it was not. */
 RC_API rc_status rc_cache_add_holder(rc_cache* cache, const char* endpoint, const char* capability, uint32_t regions,
                                      uint32_t* out_holder);
+/* rc_cache_migration_begin flags */
+#define RC_MIGRATION_PAUSE_READS 1u /* reads of the region wait too (no "unpaused reads": for comparisons) */
+
 /* Starts moving a region: see above. timeout_ms bounds the wait for requests already sent (0 =
  * op_timeout_ms); on RC_E_TIMEOUT the region is not moving any more and rc_last_error() says how many
  * sessions held requests back (a session that stops polling keeps its partly filled batches). */
-RC_API rc_status rc_cache_migration_begin(rc_cache* cache, uint32_t region, uint32_t timeout_ms);
+RC_API rc_status rc_cache_migration_begin(rc_cache* cache, uint32_t region, uint32_t flags, uint32_t timeout_ms);
 /* Places a moving region on region holder_region of holder (same size, not holding another region). */
 RC_API rc_status rc_cache_migration_commit(rc_cache* cache, uint32_t region, uint32_t holder, uint32_t holder_region);
 /* Ends a migration with the region where it was. */

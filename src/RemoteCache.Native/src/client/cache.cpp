@@ -255,7 +255,7 @@ void Cache::place_regions(std::size_t first) {
   for (std::size_t i = first; i < control_.size(); ++i) {
     const auto& reply = control_[i]->reply();
     for (uint32_t r = 0; r < reply.region_count; ++r)
-      layout_.push_back(Placement{static_cast<uint16_t>(i), static_cast<uint16_t>(r), reply.region_size, false});
+      layout_.push_back(Placement{static_cast<uint16_t>(i), static_cast<uint16_t>(r), reply.region_size, false, false});
   }
 }
 
@@ -263,7 +263,7 @@ void Cache::publish_layout() {
   auto table = std::make_shared<RegionTable>();
   in_use_.assign(endpoints_.size(), false);
   for (const Placement& p : layout_) {
-    table->add_region(p.holder, p.region, p.size, p.moving);
+    table->add_region(p.holder, p.region, p.size, p.moving, p.reads_wait);
     in_use_[p.holder] = true;
   }
   capacity_.store(table->capacity(), std::memory_order_release);
@@ -601,10 +601,12 @@ Status Cache::add_holder(const std::string& text, const char* capability, uint32
 
 void Cache::stop_moving(std::size_t region) {
   layout_[region].moving = false;
+  layout_[region].reads_wait = false;
   relayout();  // nothing is let go: the region stays where it was
 }
 
-Status Cache::migration_begin(std::size_t region, uint32_t timeout_ms) {
+Status Cache::migration_begin(std::size_t region, uint32_t flags, uint32_t timeout_ms) {
+  if ((flags & ~RC_MIGRATION_PAUSE_READS) != 0) return fail(RC_E_INVALID_ARGUMENT, "unknown bits in the migration flags");
   uint64_t epoch = 0;
   {
     std::lock_guard lock(mutex_);
@@ -613,6 +615,7 @@ Status Cache::migration_begin(std::size_t region, uint32_t timeout_ms) {
                                              std::to_string(layout_.size()) + " regions");
     if (layout_[region].moving) return fail(RC_E_INVALID_ARGUMENT, "region " + std::to_string(region) + " is already moving");
     layout_[region].moving = true;
+    layout_[region].reads_wait = (flags & RC_MIGRATION_PAUSE_READS) != 0;
     publish_layout();
     epoch = epoch_.fetch_add(1, std::memory_order_acq_rel) + 1;
   }
@@ -662,7 +665,7 @@ Status Cache::migration_commit(std::size_t region, std::size_t holder, uint32_t 
       return fail(RC_E_INVALID_ARGUMENT, "region " + std::to_string(holder_region) + " of " +
                                              endpoints_[holder].to_string() + " already holds region " + std::to_string(r));
   layout_[region] = Placement{static_cast<uint16_t>(holder), static_cast<uint16_t>(holder_region), reply.region_size,
-                              false};
+                              false, false};
   awaiting_[holder] = false;
   return relayout();
 }

@@ -88,15 +88,17 @@ class Cache {
     uint16_t region;  // among the regions the holder lent this cache
     uint64_t size;
     bool moving;
+    bool reads_wait;  // moving without unpaused reads (RC_MIGRATION_PAUSE_READS)
   };
   std::size_t region_count() const;
   Status region_placement(std::size_t region, Placement& out) const;
   // Connects a server that lends `regions` regions to this cache but holds none of its address space
   // yet: migrations move regions onto it. `holder` is its index.
   Status add_holder(const std::string& endpoint, const char* capability, uint32_t regions, std::size_t& holder);
-  // Marks a region moving (writes to it wait in the sessions), then waits up to timeout_ms until no
-  // request sent before can still reach it. On timeout the region is not moving any more.
-  Status migration_begin(std::size_t region, uint32_t timeout_ms);
+  // Marks a region moving (writes to it wait in the sessions; with RC_MIGRATION_PAUSE_READS its reads
+  // too), then waits up to timeout_ms until no request sent before can still reach it. On timeout the
+  // region is not moving any more.
+  Status migration_begin(std::size_t region, uint32_t flags, uint32_t timeout_ms);
   // The region lives at (holder, holder_region) from now on; waiting requests go there. A holder left
   // with no region is let go (its connections close, so its server frees its share).
   Status migration_commit(std::size_t region, std::size_t holder, uint32_t holder_region);

@@ -5,8 +5,8 @@
 
 namespace rc::client {
 
-void RegionTable::add_region(uint16_t server, uint16_t region, uint64_t size, bool moving) {
-  regions_.push_back(Entry{capacity_, size, server, region, moving});
+void RegionTable::add_region(uint16_t server, uint16_t region, uint64_t size, bool moving, bool reads_wait) {
+  regions_.push_back(Entry{capacity_, size, server, region, moving, moving && reads_wait});
   capacity_ += size;
   if (moving) ++moving_;
   // Servers may lend different region sizes; the shift applies only while they all agree.
@@ -19,11 +19,11 @@ void RegionTable::add_server(uint16_t server, uint32_t count, uint64_t region_si
   for (uint32_t r = 0; r < count; ++r) add_region(server, static_cast<uint16_t>(r), region_size);
 }
 
-bool RegionTable::touches_moving(uint64_t address, uint64_t length) const {
+bool RegionTable::waits(uint64_t address, uint64_t length, bool write_or_behind) const {
   if (moving_ == 0) return false;
   const uint64_t end = address + (length == 0 ? 1 : length);
   for (std::size_t i = find(address); i < regions_.size() && regions_[i].start < end; ++i)
-    if (regions_[i].moving) return true;
+    if (regions_[i].moving && (write_or_behind || regions_[i].reads_wait)) return true;
   return false;
 }
 

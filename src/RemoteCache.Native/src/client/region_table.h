@@ -19,8 +19,9 @@ struct RegionSlice {
 
 class RegionTable {
  public:
-  // Appends one region of `size` bytes: `server`'s region number `region` (moving: writes to it wait).
-  void add_region(uint16_t server, uint16_t region, uint64_t size, bool moving = false);
+  // Appends one region of `size` bytes: `server`'s region number `region` (moving: writes to it wait;
+  // reads_wait: its reads too).
+  void add_region(uint16_t server, uint16_t region, uint64_t size, bool moving = false, bool reads_wait = false);
   // Appends `count` regions of `region_size` bytes held by `server`.
   void add_server(uint16_t server, uint32_t count, uint64_t region_size);
 
@@ -34,10 +35,11 @@ class RegionTable {
 
   // The common case in one lookup: true (with `out` set) when the range sits inside one region
   // and needs no cut.
-  // Whether any region is moving; then touches_moving tells which requests wait.
+  // Whether any region is moving; then waits tells which requests wait.
   bool any_moving() const { return moving_ > 0; }
-  // Whether [address, address + length) (inside the cache) touches a moving region.
-  bool touches_moving(uint64_t address, uint64_t length) const;
+  // Whether a request on [address, address + length) (inside the cache) waits: it touches a moving region,
+  // and it is a write (or follows a waiting request: `write_or_behind`) or that region's reads wait too.
+  bool waits(uint64_t address, uint64_t length, bool write_or_behind) const;
 
   bool single(uint64_t address, uint64_t length, uint32_t max_slice, RegionSlice& out) const {
     if (length == 0 || length > max_slice) return false;
@@ -73,6 +75,7 @@ class RegionTable {
     uint16_t server;
     uint16_t region;
     bool moving;
+    bool reads_wait;
   };
   std::size_t find(uint64_t address) const {
     return uniform_shift_ >= 0 ? static_cast<std::size_t>(address >> uniform_shift_) : search(address);

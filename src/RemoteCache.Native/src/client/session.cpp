@@ -105,7 +105,7 @@ Status Session::submit(wire::Op kind, uint64_t address, void* buffer, uint64_t l
 }
 
 bool Session::must_wait(const RegionTable& table, wire::Op kind, uint64_t address, uint64_t length) const {
-  return (kind == wire::Op::Write || !held_.empty()) && table.touches_moving(address, length);
+  return table.waits(address, length, kind == wire::Op::Write || !held_.empty());
 }
 
 void Session::start(wire::Op kind, uint64_t address, std::byte* bytes, uint64_t length, uint32_t slot) {

@@ -1,5 +1,7 @@
 #include "server/region_puller.h"
 
+#include <sys/mman.h>
+
 #include <poll.h>
 
 #include <algorithm>
@@ -269,6 +271,9 @@ Status pull(Registry& registry, const wire::AdminPullRequest& request, const std
                                            std::to_string(reply.region_size) + " bytes, this server of " +
                                            std::to_string(region.size));
 
+  // The target's pages are zero-filled in one pass before the copy rather than faulted in one by one
+  // under it (a region a cache never wrote has none yet); best effort (older kernels lack it).
+  madvise(region.base, region.size, MADV_POPULATE_WRITE);
   out.one_sided = link->one_sided();
   RegionCopy copy(*link, static_cast<uint16_t>(request.source_region), region.base, region.size, source,
                   RegionCopy::Bounds{&target, cancel, deadline_ns, timeout_ms});

@@ -1,0 +1,531 @@
+using System;
+using System.Collections.Generic;
+using System.CommandLine;
+using System.Diagnostics;
+using System.Globalization;
+using System.IO;
+using System.Linq;
+using System.Runtime.InteropServices;
+using System.Security.Cryptography;
+using System.Text.Json;
+using System.Threading;
+using System.Threading.Tasks;
+using RemoteCache;
+using RemoteCache.Admin;
+using RemoteCache.Charts;
+using ScottPlot;
+
+namespace RemoteCache.Benchmarks.Migration;
+
+/// <summary>
+/// Region migration under load, after Redy §7.4 (Fig. 15/16). A cache of <c>--regions</c> regions lives on one
+/// embedded server; threads run 8 B reads (one run) or writes (another) at random addresses; at 1, 2 and 3 phases
+/// 1, 2 and 4 regions move to a second server, which pulls each through its admin interface. "optimized" is Redy's
+/// design: the regions move one at a time, only writes to the moving region wait, reads go on to the source.
+/// "paused" is the design without those two optimizations: all regions of a step stop (reads too) until the whole step
+/// has moved. Throughput is sampled every 100 ms. The generator keeps a window per region, as independent clients of
+/// each region would: an operation that waits for a move holds back its region only.
+/// </summary>
+internal static class Program
+{
+    private static readonly TimeSpan SampleEvery = TimeSpan.FromMilliseconds(100);
+    /// <summary>Regions moved at phases 1, 2 and 3 (Redy moves 1, 2 and 4 regions).</summary>
+    public static readonly int[][] Steps = { new[] { 0 }, new[] { 1, 2 }, new[] { 3, 4, 5, 6 } };
+
+    public static Task<int> Main(string[] args)
+    {
+        var transport = new Option<string>("--transport") { Description = "shm or tcp: the servers' endpoints (the clients' and the pull's)", DefaultValueFactory = _ => "shm" };
+        var regionMiB = new Option<int>("--region-mib") { Description = "Region size in MiB (Redy: 1024)", DefaultValueFactory = _ => 1024 };
+        var regions = new Option<int>("--regions") { Description = "Regions of the cache (Redy: 7; the steps move regions 0, 1-2, 3-6)", DefaultValueFactory = _ => 7 };
+        var phase = new Option<double>("--phase-seconds") { Description = "Seconds between steps (Redy: 60); a run lasts 4 phases", DefaultValueFactory = _ => 10 };
+        var threads = new Option<int>("--threads") { Description = "Threads issuing operations, one session each (1: on 2 cores the other core does the copy, as Redy's NIC does)", DefaultValueFactory = _ => 1 };
+        var window = new Option<int>("--window") { Description = "Operations outstanding per thread (spread over the regions)", DefaultValueFactory = _ => 448 };
+        var config = new Option<string?>("--config") { Description = "The cache's (c,s,b,q): one-sided (0,0,16,8: shm's default, no server thread) or high-throughput (0,1,64,4: tcp's default)" };
+        var output = new Option<string>("--out") { Description = "Folder for migration.json and the PNGs", DefaultValueFactory = _ => "benchmarks/Migration/results" };
+        var root = new RootCommand("Region migration under 8 B reads and writes (Redy Fig. 15/16): throughput per 100 ms with and without unpaused reads and pause-on-migration writes; move time against the transport's bulk copy")
+        {
+            transport, regionMiB, regions, phase, threads, window, config, output,
+        };
+        root.SetAction(async (parse, ct) =>
+        {
+            string t = parse.GetValue(transport)!;
+            var cacheConfig = (parse.GetValue(config) ?? (t == "shm" ? "one-sided" : "high-throughput")) switch
+            {
+                "one-sided" => CacheConfig.OneSided,
+                "high-throughput" => CacheConfig.HighThroughput,
+                var other => throw new ArgumentException($"--config: one-sided or high-throughput, not '{other}'"),
+            };
+            var setup = new Setup(t, (long)parse.GetValue(regionMiB) << 20, parse.GetValue(regions), TimeSpan.FromSeconds(parse.GetValue(phase)),
+                                  parse.GetValue(threads), parse.GetValue(window), cacheConfig);
+            if (setup.Regions < Steps.SelectMany(s => s).Max() + 1)
+                throw new ArgumentException($"--regions: the steps move regions 0..6, so the cache needs 7 or more, not {setup.Regions}");
+            var report = await Bench.RunAllAsync(setup, ct);
+            string dir = parse.GetValue(output)!;
+            Directory.CreateDirectory(dir);
+            string json = Path.Combine(dir, $"migration-{setup.Transport}.json");
+            await File.WriteAllTextAsync(json, JsonSerializer.Serialize(report, new JsonSerializerOptions { WriteIndented = true }), ct);
+            foreach (var op in new[] { "read", "write" })
+                Charts.Timeline(Path.Combine(dir, $"migration-{setup.Transport}-{op}s.png"), report, op);
+            Console.WriteLine(report.Summary());
+            Console.WriteLine($"wrote {json} and its charts");
+            return 0;
+        });
+        return root.Parse(args).InvokeAsync();
+    }
+}
+
+internal sealed record Setup(string Transport, long RegionSize, int Regions, TimeSpan Phase, int Threads, int Window, CacheConfig Config);
+
+internal sealed record Sample(double Seconds, double OpsPerSecond);
+
+/// <summary>One step: regions moved, from its start to its end (seconds into the run), and each region's move.</summary>
+internal sealed record Step(int[] Regions, double Start, double End, List<RegionMove> Moves);
+
+/// <summary>A region's move: the fence (begin), the target's pull, and the whole, in seconds.</summary>
+internal sealed record RegionMove(int Region, double Begin, double Pull, double Total, bool OneSided);
+
+internal sealed record RunResult(string Op, string Mode, List<Sample> Samples, List<Step> Steps, long Errors)
+{
+    /// <summary>Mean throughput over the second half of the first phase (before any move).</summary>
+    public double Before(TimeSpan phase) => Mean(phase.TotalSeconds / 2, phase.TotalSeconds);
+
+    /// <summary>Mean throughput of the samples that end inside step <paramref name="i"/>'s moves.</summary>
+    public double During(int i) => Mean(Steps[i].Start + 0.1, Steps[i].End + 0.1);
+
+    private double Mean(double from, double to)
+    {
+        var inside = Samples.Where(s => s.Seconds > from && s.Seconds <= to).Select(s => s.OpsPerSecond).ToList();
+        return inside.Count == 0 ? double.NaN : inside.Average();
+    }
+}
+
+internal sealed record Report(string Transport, string Config, long RegionBytes, int Regions, double PhaseSeconds, int Threads, int Window,
+                              double BulkCopySeconds, RegionMove IdleMove, RegionMove IdleMoveOntoFreshMemory, List<RunResult> Runs)
+{
+    public string Summary()
+    {
+        var lines = new List<string>
+        {
+            $"{Transport} {Config}: {Regions} regions of {RegionBytes >> 20} MiB, {Threads} thread(s), window {Window}",
+            $"  one region: bulk copy {BulkCopySeconds:0.000} s; moved without load {IdleMove.Total:0.000} s = {IdleMove.Total / BulkCopySeconds:0.00}x (fence {IdleMove.Begin:0.000} s, pull {IdleMove.Pull:0.000} s); onto fresh memory {IdleMoveOntoFreshMemory.Total:0.000} s = {IdleMoveOntoFreshMemory.Total / BulkCopySeconds:0.00}x",
+        };
+        foreach (var run in Runs)
+        {
+            double before = run.Before(TimeSpan.FromSeconds(PhaseSeconds));
+            string steps = string.Join(", ", run.Steps.Select((s, i) => $"{s.Regions.Length} region(s): {run.During(i) / before:P0} of before over {s.End - s.Start:0.00} s"));
+            lines.Add($"  {run.Op}s {run.Mode}: before {before / 1e6:0.00} M ops/s; during {steps}; errors {run.Errors}");
+        }
+        var moves = Runs.Where(r => r.Mode == "optimized").SelectMany(r => r.Steps).SelectMany(s => s.Moves).Select(m => m.Total).Order().ToList();
+        if (moves.Count > 0)
+            lines.Add($"  a region's move under load (optimized, median of {moves.Count}): {moves[moves.Count / 2]:0.000} s = {moves[moves.Count / 2] / BulkCopySeconds:0.00}x the bulk copy");
+        return string.Join(Environment.NewLine, lines);
+    }
+}
+
+internal static class Bench
+{
+    public static async Task<Report> RunAllAsync(Setup setup, CancellationToken ct)
+    {
+        using var servers = Servers.Start(setup);
+        double bulk = await BulkCopySecondsAsync(setup, servers, ct);
+        var idle = await IdleMoveAsync(setup, servers, committedTarget: true, ct);
+        var idleFresh = await IdleMoveAsync(setup, servers, committedTarget: false, ct);
+        Console.WriteLine($"one {setup.RegionSize >> 20} MiB region over {setup.Transport}: bulk copy {bulk:0.000} s, moved without load in " +
+                          $"{idle.Total:0.000} s (pull {idle.Pull:0.000} s), onto fresh memory in {idleFresh.Total:0.000} s");
+        var runs = new List<RunResult>();
+        foreach (var op in new[] { "read", "write" })
+            foreach (var mode in new[] { "optimized", "paused" })
+            {
+                var run = await RunAsync(setup, servers, op, mode, ct);
+                Console.WriteLine($"{op}s {mode}: {run.Samples.Count} samples, {run.Errors} errors");
+                runs.Add(run);
+            }
+        return new Report(setup.Transport, setup.Config.ToString(), setup.RegionSize, setup.Regions, setup.Phase.TotalSeconds, setup.Threads, setup.Window, bulk, idle,
+                          idleFresh, runs);
+    }
+
+    // A region's whole move (fence, pull, commit) with nothing else running: what the bulk copy is the reference for.
+    private static async Task<RegionMove> IdleMoveAsync(Setup setup, Servers servers, bool committedTarget, CancellationToken ct)
+    {
+        await using var client = await servers.OpenCacheAsync(1, ct);
+        await Fill(client, ct);
+        int holder = await client.AddHolderAsync(servers.Target.Endpoints[0], servers.TargetCapability(client.CacheId, 1), 1, ct);
+        if (committedTarget)
+            await servers.CommitTargetAsync(client, 1, ct);
+        var moves = await MoveOneByOneAsync(client, servers, holder, new[] { 0 }, targetRegionOf: _ => 0, ct);
+        return moves[0];
+    }
+
+    // The transport's bulk copy in this run: one session reads a whole region from the source, 16 reads of 1 MiB in flight.
+    private static async Task<double> BulkCopySecondsAsync(Setup setup, Servers servers, CancellationToken ct)
+    {
+        await using var client = await servers.OpenCacheAsync(1, ct);
+        await Fill(client, ct);
+        const int chunk = 1 << 20, depth = 16;
+        unsafe
+        {
+            byte* buffer = (byte*)NativeMemory.AlignedAlloc(chunk * depth, 4096);
+            try
+            {
+                using var session = client.OpenSession();
+                Span<RemoteCacheCompletion> done = stackalloc RemoteCacheCompletion[depth];
+                var watch = Stopwatch.StartNew();
+                long next = 0, finished = 0, total = setup.RegionSize / chunk;
+                int outstanding = 0;
+                while (finished < total)
+                {
+                    while (outstanding < depth && next < total)
+                    {
+                        var st = session.StartRead(next * chunk, buffer + next % depth * chunk, chunk, (ulong)next);
+                        if (st == RemoteCacheStatus.Busy)
+                            break;
+                        if (st != RemoteCacheStatus.Ok)
+                            throw new RemoteCacheException(st, "bulk copy", next * chunk, chunk, $"bulk read: {st}");
+                        next++;
+                        outstanding++;
+                    }
+                    int n = session.Poll(done);
+                    for (int i = 0; i < n; i++)
+                        if (done[i].Status != RemoteCacheStatus.Ok)
+                            throw new InvalidOperationException($"bulk read failed: {done[i].Status}");
+                    finished += n;
+                    outstanding -= n;
+                }
+                return watch.Elapsed.TotalSeconds;
+            }
+            finally
+            {
+                NativeMemory.AlignedFree(buffer);
+            }
+        }
+    }
+
+    private static async Task Fill(RemoteCacheClient client, CancellationToken ct)
+    {
+        var data = new byte[FillChunk];
+        RandomNumberGenerator.Fill(data);
+        for (long at = 0; at < client.Capacity; at += data.Length)
+            await client.WriteAsync(at, data.AsMemory(0, (int)Math.Min(data.Length, client.Capacity - at)), ct);
+    }
+
+    private const int FillChunk = 4 << 20;
+
+    private static async Task<RunResult> RunAsync(Setup setup, Servers servers, string op, string mode, CancellationToken ct)
+    {
+        await using var client = await servers.OpenCacheAsync(setup.Regions, ct);
+        await Fill(client, ct);
+        int holder = await client.AddHolderAsync(servers.Target.Endpoints[0], servers.TargetCapability(client.CacheId, setup.Regions),
+                                                 setup.Regions, ct);
+        await servers.CommitTargetAsync(client, setup.Regions, ct);
+        using var load = new Load(client, setup, write: op == "write");
+        var clock = Stopwatch.StartNew();
+        var sampler = Task.Run(() => load.Sample(clock, setup.Phase * 4), ct);
+        var steps = new List<Step>();
+        for (int s = 0; s < Program.Steps.Length; s++)
+        {
+            var until = setup.Phase * (s + 1) - clock.Elapsed;
+            if (until > TimeSpan.Zero)
+                await Task.Delay(until, ct);
+            double start = clock.Elapsed.TotalSeconds;
+            var moves = mode == "optimized"
+                ? await MoveOneByOneAsync(client, servers, holder, Program.Steps[s], targetRegionOf: r => r, ct)
+                : await MoveAllPausedAsync(client, servers, holder, Program.Steps[s], ct);
+            steps.Add(new Step(Program.Steps[s], start, clock.Elapsed.TotalSeconds, moves));
+        }
+        var samples = await sampler;
+        return new RunResult(op, mode, samples, steps, load.Errors);
+    }
+
+    // Redy's design: one region at a time; its writes wait, its reads go to the source until the commit.
+    private static async Task<List<RegionMove>> MoveOneByOneAsync(RemoteCacheClient client, Servers servers, int holder, int[] regions,
+                                                                  Func<int, int> targetRegionOf, CancellationToken ct)
+    {
+        var moves = new List<RegionMove>();
+        foreach (int region in regions)
+        {
+            var watch = Stopwatch.StartNew();
+            await client.BeginMigrationAsync(region, TimeSpan.FromSeconds(10), pauseReads: false, ct);
+            double begun = watch.Elapsed.TotalSeconds;
+            var pulled = await servers.PullAsync(client, region, targetRegionOf(region), ct);
+            client.CommitMigration(region, holder, targetRegionOf(region));
+            moves.Add(new RegionMove(region, begun, pulled.Elapsed.TotalSeconds, watch.Elapsed.TotalSeconds, pulled.OneSided));
+        }
+        return moves;
+    }
+
+    // Without the optimizations: every region of the step stops, reads too, until all of them have moved.
+    private static async Task<List<RegionMove>> MoveAllPausedAsync(RemoteCacheClient client, Servers servers, int holder, int[] regions,
+                                                                   CancellationToken ct)
+    {
+        var watch = Stopwatch.StartNew();
+        foreach (int region in regions)
+            await client.BeginMigrationAsync(region, TimeSpan.FromSeconds(10), pauseReads: true, ct);
+        double begun = watch.Elapsed.TotalSeconds;
+        var pulls = new List<RegionPullResult>();
+        foreach (int region in regions)
+            pulls.Add(await servers.PullAsync(client, region, region, ct));
+        foreach (int region in regions)
+            client.CommitMigration(region, holder, region);
+        double total = watch.Elapsed.TotalSeconds;
+        return regions.Select((r, i) => new RegionMove(r, begun, pulls[i].Elapsed.TotalSeconds, total, pulls[i].OneSided)).ToList();
+    }
+}
+
+/// <summary>The source and target servers (embedded, keyed) and an admin connection to the target.</summary>
+internal sealed class Servers : IDisposable
+{
+    private readonly Setup _setup;
+    private readonly byte[] _sourceKey = RandomNumberGenerator.GetBytes(32), _targetKey = RandomNumberGenerator.GetBytes(32);
+    private CacheServerAdmin? _targetAdmin;
+
+    private Servers(Setup setup) => _setup = setup;
+
+    public RemoteCacheServer Source { get; private set; } = null!;
+    public RemoteCacheServer Target { get; private set; } = null!;
+
+    public static Servers Start(Setup setup)
+    {
+        var servers = new Servers(setup);
+        servers.Source = servers.StartOne("source", servers._sourceKey);
+        servers.Target = servers.StartOne("target", servers._targetKey);
+        return servers;
+    }
+
+    private RemoteCacheServer StartOne(string id, byte[] key)
+    {
+        string listen = _setup.Transport switch
+        {
+            "shm" => $"shm:/tmp/rc-migration-bench-{Environment.ProcessId}-{id}.sock",
+            "tcp" => "tcp:127.0.0.1:0",
+            _ => throw new ArgumentException($"--transport: shm or tcp, not '{_setup.Transport}'"),
+        };
+        return RemoteCacheServer.Start(new RemoteCacheServerOptions
+        {
+            Listen = { listen },
+            RegionSize = _setup.RegionSize,
+            MemoryLimit = (_setup.Regions + 1) * _setup.RegionSize,
+            MaxThreads = 1,
+            AdmissionKey = key,
+            ServerId = id,
+        });
+    }
+
+    public string TargetCapability(ulong cacheId, int regions) =>
+        RemoteCacheCapability.Mint(_targetKey, cacheId, Target.ServerId, regions, DateTimeOffset.UtcNow.AddHours(1));
+
+    public async Task<RemoteCacheClient> OpenCacheAsync(int regions, CancellationToken ct)
+    {
+        // The memory of the previous cache comes back once its connections have closed.
+        for (int i = 0; i < 500 && (Source.MemoryInUse != 0 || Target.MemoryInUse != 0); i++)
+            await Task.Delay(20, ct);
+        var options = new RemoteCacheOptions
+        {
+            RegionsPerServer = regions,
+            Config = _setup.Config,
+            OperationTimeout = TimeSpan.FromSeconds(30),
+            Name = "migration-bench",
+            Token = Token,
+        };
+        options.Capabilities = new[] { RemoteCacheCapability.Mint(_sourceKey, options.CacheId, Source.ServerId, regions, DateTimeOffset.UtcNow.AddHours(1)) };
+        return await RemoteCacheClient.OpenAsync(new[] { Source.Endpoints[0] }, options, cancellationToken: ct);
+    }
+
+    /// <summary>
+    /// Writes every page of the cache's share on the target (a client sharing the cache there), as a server with
+    /// committed spare memory (commit_memory) would hand it out: a fresh share's pages cost more to allocate and zero
+    /// than to copy into (this VM: ~1.8 GB/s against ~20 GB/s), which is the target's memory, not the move.
+    /// </summary>
+    public async Task CommitTargetAsync(RemoteCacheClient client, int regions, CancellationToken ct)
+    {
+        var options = new RemoteCacheOptions
+        {
+            CacheId = client.CacheId,
+            Token = Token,
+            RegionsPerServer = regions,
+            Config = CacheConfig.HighThroughput,
+            Name = "migration-bench target",
+            Capabilities = new[] { TargetCapability(client.CacheId, regions) },
+        };
+        await using var share = await RemoteCacheClient.OpenAsync(new[] { Target.Endpoints[0] }, options, ct);
+        var zeros = new byte[4 << 20];
+        for (long at = 0; at < share.Capacity; at += zeros.Length)
+            await share.WriteAsync(at, zeros, ct);
+    }
+
+    /// <summary>The benchmark's caches share one token, so that a second client can join one on the target.</summary>
+    private const string Token = "migration-bench";
+
+    public async Task<RegionPullResult> PullAsync(RemoteCacheClient client, int region, int targetRegion, CancellationToken ct)
+    {
+        _targetAdmin ??= await CacheServerAdmin.ConnectAsync(Target.Endpoints[0], _targetKey, TimeSpan.FromSeconds(30), ct);
+        var placed = client.GetRegion(region);
+        return await _targetAdmin.PullRegionAsync(new RegionPull
+        {
+            CacheId = client.CacheId,
+            SourceRegion = placed.HolderRegion,
+            SourceEndpoint = Source.Endpoints[0],
+            SourceCapability = RemoteCacheCapability.MintMigration(_sourceKey, client.CacheId, Source.ServerId, DateTimeOffset.UtcNow.AddMinutes(5)),
+            TargetRegion = targetRegion,
+        }, ct);
+    }
+
+    public void Dispose()
+    {
+        _targetAdmin?.Dispose();
+        Source?.Dispose();
+        Target?.Dispose();
+    }
+}
+
+/// <summary>
+/// Threads that each keep a window of 8 B operations outstanding on one session, spread over the regions (a region's
+/// share of the window waits alone when the region's operations do), counting completions.
+/// </summary>
+internal sealed unsafe class Load : IDisposable
+{
+    private readonly RemoteCacheClient _client;
+    private readonly Setup _setup;
+    private readonly bool _write;
+    private readonly Thread[] _threads;
+    private readonly long[] _completed;  // per thread, padded apart
+    private const int Pad = 16;
+    private long _errors;
+    private volatile bool _stop;
+
+    public Load(RemoteCacheClient client, Setup setup, bool write)
+    {
+        _client = client;
+        _setup = setup;
+        _write = write;
+        _completed = new long[setup.Threads * Pad];
+        _threads = Enumerable.Range(0, setup.Threads).Select(t => new Thread(() => Run(t)) { IsBackground = true, Name = $"load {t}" }).ToArray();
+        foreach (var thread in _threads)
+            thread.Start();
+    }
+
+    public long Errors => Interlocked.Read(ref _errors);
+
+    public List<Sample> Sample(Stopwatch clock, TimeSpan until)
+    {
+        var samples = new List<Sample>();
+        long last = Total();
+        double lastAt = clock.Elapsed.TotalSeconds;
+        for (int i = 1; clock.Elapsed < until; i++)
+        {
+            var wait = SampleEveryTick(i) - clock.Elapsed;
+            if (wait > TimeSpan.Zero)
+                Thread.Sleep(wait);
+            long now = Total();
+            double at = clock.Elapsed.TotalSeconds;
+            samples.Add(new Sample(Math.Round(at, 3), (now - last) / (at - lastAt)));
+            (last, lastAt) = (now, at);
+        }
+        return samples;
+    }
+
+    private static TimeSpan SampleEveryTick(int i) => TimeSpan.FromMilliseconds(100 * i);
+
+    private long Total()
+    {
+        long sum = 0;
+        for (int t = 0; t < _setup.Threads; t++)
+            sum += Volatile.Read(ref _completed[t * Pad]);
+        return sum;
+    }
+
+    private void Run(int thread)
+    {
+        int regions = _setup.Regions, perRegion = Math.Max(1, _setup.Window / regions), window = perRegion * regions;
+        long recordsPerRegion = _setup.RegionSize / 8;
+        var inRegion = new int[regions];
+        var regionOf = new int[window];
+        var free = new Stack<int>(Enumerable.Range(0, window));
+        byte* buffers = (byte*)NativeMemory.AlignedAlloc((nuint)(window * 8), 64);
+        var rng = new Random(thread * 7919 + 1);
+        Span<RemoteCacheCompletion> done = stackalloc RemoteCacheCompletion[64];
+        try
+        {
+            using var session = _client.OpenSession();
+            while (!_stop)
+            {
+                for (int tries = 0; tries < 2 * regions && free.Count > 0; tries++)
+                {
+                    int region = rng.Next(regions);
+                    if (inRegion[region] >= perRegion)
+                        continue;
+                    int slot = free.Peek();
+                    long address = region * _setup.RegionSize + rng.NextInt64(recordsPerRegion) * 8;
+                    var st = _write ? session.StartWrite(address, buffers + slot * 8, 8, (ulong)slot)
+                                    : session.StartRead(address, buffers + slot * 8, 8, (ulong)slot);
+                    if (st == RemoteCacheStatus.Busy)
+                        break;
+                    if (st != RemoteCacheStatus.Ok)
+                    {
+                        Interlocked.Increment(ref _errors);
+                        continue;
+                    }
+                    free.Pop();
+                    regionOf[slot] = region;
+                    inRegion[region]++;
+                }
+                int n = session.Poll(done);
+                for (int i = 0; i < n; i++)
+                {
+                    int slot = (int)done[i].Tag;
+                    if (done[i].Status != RemoteCacheStatus.Ok)
+                        Interlocked.Increment(ref _errors);
+                    inRegion[regionOf[slot]]--;
+                    free.Push(slot);
+                }
+                if (n > 0)
+                    Volatile.Write(ref _completed[thread * Pad], _completed[thread * Pad] + n);
+            }
+            // Everything outstanding finishes before the session closes (its buffers are ours).
+            while (session.Outstanding > 0)
+                session.Wait(done, TimeSpan.FromMilliseconds(100));
+        }
+        finally
+        {
+            NativeMemory.AlignedFree(buffers);
+        }
+    }
+
+    public void Dispose()
+    {
+        _stop = true;
+        foreach (var thread in _threads)
+            thread.Join();
+    }
+}
+
+internal static class Charts
+{
+    static Charts() => ChartKit.UseSansSerif();
+
+    /// <summary>Throughput per 100 ms of one operation, optimized and paused, the optimized run's moves shaded.</summary>
+    public static void Timeline(string path, Report report, string op)
+    {
+        var plot = new Plot();
+        var colors = new Dictionary<string, Color> { ["optimized"] = Colors.SteelBlue, ["paused"] = Colors.OrangeRed };
+        foreach (var run in report.Runs.Where(r => r.Op == op))
+        {
+            foreach (var step in run.Steps.Where(_ => run.Mode == "optimized"))
+            {
+                var span = plot.Add.HorizontalSpan(step.Start, step.End);
+                span.FillStyle.Color = Colors.SteelBlue.WithAlpha(0.15);
+                span.LineStyle.Width = 0;
+            }
+            var line = plot.Add.ScatterLine(run.Samples.Select(s => s.Seconds).ToArray(), run.Samples.Select(s => s.OpsPerSecond / 1e6).ToArray(), colors[run.Mode]);
+            line.LineWidth = 2;
+            line.LegendText = run.Mode == "optimized"
+                ? (op == "read" ? "unpaused reads" : "pause-on-migration writes")
+                : "paused (all operations of the step's regions, until the step ends)";
+        }
+        plot.Title($"8 B {op}s while 1, 2 and 4 of {report.Regions} regions of {report.RegionBytes >> 20} MiB move ({report.Transport})");
+        plot.Axes.Bottom.Label.Text = "seconds (shaded: the optimized run's moves)";
+        plot.Axes.Left.Label.Text = "M ops/s per 100 ms";
+        plot.Axes.Left.Min = 0;
+        plot.ShowLegend(Alignment.LowerLeft);
+        plot.SavePng(path, 1100, 500);
+    }
+}
