@@ -387,6 +387,63 @@ TEST_P(Migration, PausedReadsWaitForTheCommit) {
   rc_cache_close(cache);
 }
 
+// A source server lost in the middle of a move (what a failure looks like to the driver): the region is
+// placed on the target without a copy (it reads as zeros), the write that waited lands there, and the
+// regions left on the lost server fail with RC_E_DISCONNECTED instead of hanging.
+TEST_P(Migration, ASourceLostMidMoveIsReplacedWithoutItsContent) {
+  auto a = std::make_unique<Server>(listen_for(transport(), 13));
+  Server b(listen_for(transport(), 14));
+  rc_cache* cache = open_cache({a->endpoint}, kRegions, client_threads());
+  uint32_t holder = 0;
+  ASSERT_EQ(rc_cache_add_holder(cache, b.endpoint.c_str(), nullptr, 1, &holder), RC_OK) << last_error();
+  rc_session* s = nullptr;
+  ASSERT_EQ(rc_session_open(cache, &s), RC_OK);
+  uint64_t before = 0x5555, waiting = 0x6666, seen = 1;
+  sync_io(s, true, kRegion + 64, &before, 8);
+  ASSERT_EQ(rc_cache_migration_begin(cache, 1, 0, 5000), RC_OK) << last_error();
+  ASSERT_EQ(rc_write(s, kRegion + 128, &waiting, 8, 30), RC_OK);  // waits for the move
+  a.reset();                                                         // the source is gone
+  ASSERT_EQ(rc_cache_migration_commit(cache, 1, holder, 0), RC_OK) << last_error();
+  auto done = wait_for(s, 1);
+  EXPECT_EQ(done[0].tag, 30u);
+  EXPECT_EQ(done[0].status, RC_OK);
+  sync_io(s, false, kRegion + 128, &seen, 8);
+  EXPECT_EQ(seen, waiting);
+  sync_io(s, false, kRegion + 64, &seen, 8);
+  EXPECT_EQ(seen, 0u);  // the content was not copied: a replaced region starts empty
+  ASSERT_EQ(rc_read(s, 0, &seen, 8, 31), RC_OK);  // region 0 stayed on the lost server
+  done = wait_for(s, 1);
+  EXPECT_EQ(done[0].status, RC_E_DISCONNECTED);
+  rc_session_close(s);
+  rc_cache_close(cache);
+}
+
+// A target lost in the middle of a move: the driver aborts, the region stays on its source, the write
+// that waited goes there, and the dead target is let go.
+TEST_P(Migration, ATargetLostMidMoveLeavesTheRegionOnItsSource) {
+  Server a(listen_for(transport(), 15));
+  auto b = std::make_unique<Server>(listen_for(transport(), 16));
+  rc_cache* cache = open_cache({a.endpoint}, kRegions, client_threads());
+  uint32_t holder = 0;
+  ASSERT_EQ(rc_cache_add_holder(cache, b->endpoint.c_str(), nullptr, 1, &holder), RC_OK) << last_error();
+  rc_session* s = nullptr;
+  ASSERT_EQ(rc_session_open(cache, &s), RC_OK);
+  uint64_t waiting = 0x7777, seen = 0;
+  ASSERT_EQ(rc_cache_migration_begin(cache, 2, 0, 5000), RC_OK) << last_error();
+  ASSERT_EQ(rc_write(s, 2 * kRegion + 8, &waiting, 8, 40), RC_OK);
+  b.reset();
+  ASSERT_EQ(rc_cache_migration_abort(cache, 2), RC_OK) << last_error();
+  auto done = wait_for(s, 1);
+  EXPECT_EQ(done[0].tag, 40u);
+  EXPECT_EQ(done[0].status, RC_OK);
+  sync_io(s, false, 2 * kRegion + 8, &seen, 8);
+  EXPECT_EQ(seen, waiting);
+  ASSERT_EQ(rc_cache_remove_holder(cache, holder), RC_OK) << last_error();
+  EXPECT_EQ(rc_cache_holder_count(cache), 1u);
+  rc_session_close(s);
+  rc_cache_close(cache);
+}
+
 // A session that keeps a batch unsent (it never polls) holds a migration back: begin gives up at its
 // timeout, names why, and the region is not moving afterwards.
 TEST_P(Migration, BeginGivesUpOnASessionThatNeverSends) {

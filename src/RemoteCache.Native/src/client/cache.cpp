@@ -224,7 +224,7 @@ std::size_t Cache::server_count() const {
   return shares_;
 }
 
-Status Cache::connect_all(uint32_t server_threads, std::vector<std::unique_ptr<Channel>>& out, std::size_t first,
+Status Cache::connect_all(uint32_t server_threads, std::vector<std::unique_ptr<Channel>>& out, bool lost_ok, std::size_t first,
                           std::size_t end) {
   // Data channels go to the holders that hold a region (not to a migration's target before its commit).
   for (std::size_t i = first; i < std::min(end, endpoints_.size()); ++i) {
@@ -233,8 +233,12 @@ Status Cache::connect_all(uint32_t server_threads, std::vector<std::unique_ptr<C
       continue;
     }
     std::vector<std::unique_ptr<transport::ClientConnection>> link;
-    if (const Status st = connect_links(server_threads, link, i, i + 1); st != RC_OK) return st;
-    out.push_back(link.front() ? std::make_unique<Channel>(std::move(link.front())) : nullptr);
+    const Status st = connect_links(server_threads, link, i, i + 1);
+    if (st != RC_OK && !lost_ok) return st;
+    // A holder that cannot be reached now (a failed server not replaced yet) fails its own regions' operations,
+    // not the whole data path.
+    out.push_back(st != RC_OK ? Channel::unreachable(RC_E_DISCONNECTED)
+                  : link.front() ? std::make_unique<Channel>(std::move(link.front())) : nullptr);
   }
   return RC_OK;
 }
@@ -424,19 +428,19 @@ Status Cache::relayout() {
   Status st = RC_OK;
   if (c_.load() > 0 && in_use_ != was_in_use) {
     std::shared_ptr<WorkerSet> workers;
-    st = make_workers(c_.load(), workers);
+    st = make_workers(c_.load(), workers, /*lost_ok=*/true);
     if (st == RC_OK) workers_ = std::move(workers);
   }
   epoch_.fetch_add(1, std::memory_order_acq_rel);
   return st;
 }
 
-Status Cache::make_workers(uint32_t count, std::shared_ptr<WorkerSet>& out) {
+Status Cache::make_workers(uint32_t count, std::shared_ptr<WorkerSet>& out, bool lost_ok) {
   // New data connections are made before the old ones close, so the server keeps the regions.
   auto set = std::make_shared<WorkerSet>();
   for (uint32_t i = 0; i < count; ++i) {
     std::vector<std::unique_ptr<Channel>> channels;
-    const Status st = connect_all(s_.load(), channels);
+    const Status st = connect_all(s_.load(), channels, lost_ok);
     if (st != RC_OK) return st;
     set->workers.push_back(std::make_unique<Worker>(*this, std::move(channels)));
   }
@@ -510,7 +514,8 @@ Status Cache::bind(uint64_t& epoch, std::shared_ptr<const RegionTable>& table,
         continue;
       }
       std::vector<std::unique_ptr<Channel>> one;
-      st = connect_all(s_.load(), one, i, i + 1);
+      // A session binding again keeps working on the holders it can reach; a new one must reach them all.
+      st = connect_all(s_.load(), one, bound != 0, i, i + 1);
       if (st == RC_OK) kept[i] = std::move(one.front());
     }
     channels = std::move(kept);

@@ -129,7 +129,8 @@ class Cache {
   // One capability per endpoint in `endpoints` from their text forms.
   static Status parse_capabilities(const std::vector<Endpoint>& endpoints, const char* const* texts,
                                    std::vector<wire::Capability>& out);
-  Status connect_all(uint32_t server_threads, std::vector<std::unique_ptr<Channel>>& out, std::size_t first = 0,
+  // lost_ok: a holder that cannot be reached gets an unreachable channel instead of failing the call.
+  Status connect_all(uint32_t server_threads, std::vector<std::unique_ptr<Channel>>& out, bool lost_ok, std::size_t first = 0,
                      std::size_t end = kToLast);
   // Whether the servers behind `links` (endpoints_[first..]) granted the regions asked for.
   Status check_grants(const std::vector<std::unique_ptr<transport::ClientConnection>>& links, std::size_t first) const;
@@ -144,8 +145,8 @@ class Cache {
   bool retired(std::size_t holder) const { return control_[holder] == nullptr; }
   // Unmarks a moving region and publishes. Called with mutex_ held.
   void stop_moving(std::size_t region);
-  // `count` client threads, each connected to every holder still in use.
-  Status make_workers(uint32_t count, std::shared_ptr<WorkerSet>& out);
+  // `count` client threads, each connected to every holder still in use (lost_ok: as connect_all).
+  Status make_workers(uint32_t count, std::shared_ptr<WorkerSet>& out, bool lost_ok = false);
   Status set_server_threads(uint32_t s);
   static Status validate(const rc_config& config);
 

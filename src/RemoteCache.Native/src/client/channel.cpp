@@ -21,6 +21,37 @@ Channel::Channel(std::unique_ptr<transport::ClientConnection> link)
       buffer_(std::make_unique<std::byte[]>(wire::kMaxFrame)),
       writer_(buffer_.get()) {}
 
+namespace {
+// The link of an unreachable channel: nothing to send to, nothing to wait for.
+class NoConnection final : public transport::ClientConnection {
+ public:
+  explicit NoConnection(Status why) : why_(why) {}
+  const wire::ConnectReply& reply() const override { return reply_; }
+  bool one_sided() const override { return false; }
+  uint32_t max_inline() const override { return 0; }
+  Status post_read(uint64_t, uint16_t, uint64_t, void*, uint32_t) override { return why_; }
+  Status post_write(uint64_t, uint16_t, uint64_t, const void*, uint32_t) override { return why_; }
+  std::size_t poll_completions(transport::WorkCompletion*, std::size_t) override { return 0; }
+  Status send_frame(std::span<const std::byte>) override { return why_; }
+  Status poll_response(std::span<const std::byte>&) override { return why_; }
+  void release_response() override {}
+  void arm_wait() override {}
+  void disarm_wait() override {}
+  void wait_fds(std::vector<int>&) const override {}
+  Status check_alive() override { return why_; }
+
+ private:
+  Status why_;
+  wire::ConnectReply reply_{};
+};
+}  // namespace
+
+std::unique_ptr<Channel> Channel::unreachable(Status why) {
+  auto channel = std::make_unique<Channel>(std::make_unique<NoConnection>(why));
+  channel->broken_ = why;
+  return channel;
+}
+
 void Channel::submit(const Op& op, const Knobs& k) {
   if (broken_ != RC_OK) {
     complete(op, broken_);

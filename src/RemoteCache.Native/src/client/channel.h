@@ -44,6 +44,9 @@ class Fifo {
 class Channel {
  public:
   explicit Channel(std::unique_ptr<transport::ClientConnection> link);
+  // A channel to a server that could not be reached: every op on it completes at once with `why`. It stands in
+  // for a holder that failed, so that the regions of the others keep working.
+  static std::unique_ptr<Channel> unreachable(Status why);
 
   // Takes an op; may send, and may wait (driving this channel) for a free slot.
   void submit(const Op& op, const Knobs& k);
