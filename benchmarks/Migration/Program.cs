@@ -40,11 +40,12 @@ internal static class Program
         var phase = new Option<double>("--phase-seconds") { Description = "Seconds between steps (Redy: 60); a run lasts 4 phases", DefaultValueFactory = _ => 10 };
         var threads = new Option<int>("--threads") { Description = "Threads issuing operations, one session each (1: on 2 cores the other core does the copy, as Redy's NIC does)", DefaultValueFactory = _ => 1 };
         var window = new Option<int>("--window") { Description = "Operations outstanding per thread (spread over the regions)", DefaultValueFactory = _ => 448 };
+        var pace = new Option<int?>("--pull-mib-per-s") { Description = "Pace each region's pull to this many MiB/s (default: as fast as the transport goes)" };
         var config = new Option<string?>("--config") { Description = "The cache's (c,s,b,q): one-sided (0,0,16,8: shm's default, no server thread) or high-throughput (0,1,64,4: tcp's default)" };
         var output = new Option<string>("--out") { Description = "Folder for migration.json and the PNGs", DefaultValueFactory = _ => "benchmarks/Migration/results" };
         var root = new RootCommand("Region migration under 8 B reads and writes (Redy Fig. 15/16): throughput per 100 ms with and without unpaused reads and pause-on-migration writes; move time against the transport's bulk copy")
         {
-            transport, regionMiB, regions, phase, threads, window, config, output,
+            transport, regionMiB, regions, phase, threads, window, config, pace, output,
         };
         root.SetAction(async (parse, ct) =>
         {
@@ -56,7 +57,7 @@ internal static class Program
                 var other => throw new ArgumentException($"--config: one-sided or high-throughput, not '{other}'"),
             };
             var setup = new Setup(t, (long)parse.GetValue(regionMiB) << 20, parse.GetValue(regions), TimeSpan.FromSeconds(parse.GetValue(phase)),
-                                  parse.GetValue(threads), parse.GetValue(window), cacheConfig);
+                                  parse.GetValue(threads), parse.GetValue(window), cacheConfig, parse.GetValue(pace));
             if (setup.Regions < Steps.SelectMany(s => s).Max() + 1)
                 throw new ArgumentException($"--regions: the steps move regions 0..6, so the cache needs 7 or more, not {setup.Regions}");
             var report = await Bench.RunAllAsync(setup, ct);
@@ -74,7 +75,8 @@ internal static class Program
     }
 }
 
-internal sealed record Setup(string Transport, long RegionSize, int Regions, TimeSpan Phase, int Threads, int Window, CacheConfig Config);
+internal sealed record Setup(string Transport, long RegionSize, int Regions, TimeSpan Phase, int Threads, int Window, CacheConfig Config,
+                             int? PullMibPerSecond);
 
 internal sealed record Sample(double Seconds, double OpsPerSecond);
 
@@ -99,14 +101,14 @@ internal sealed record RunResult(string Op, string Mode, List<Sample> Samples, L
     }
 }
 
-internal sealed record Report(string Transport, string Config, long RegionBytes, int Regions, double PhaseSeconds, int Threads, int Window,
+internal sealed record Report(string Transport, string Config, int? PullMibPerSecond, long RegionBytes, int Regions, double PhaseSeconds, int Threads, int Window,
                               double BulkCopySeconds, RegionMove IdleMove, RegionMove IdleMoveOntoFreshMemory, List<RunResult> Runs)
 {
     public string Summary()
     {
         var lines = new List<string>
         {
-            $"{Transport} {Config}: {Regions} regions of {RegionBytes >> 20} MiB, {Threads} thread(s), window {Window}",
+            $"{Transport} {Config}: {Regions} regions of {RegionBytes >> 20} MiB, {Threads} thread(s), window {Window}, pull {(PullMibPerSecond is { } p ? $"paced to {p} MiB/s" : "unpaced")}",
             $"  one region: bulk copy {BulkCopySeconds:0.000} s; moved without load {IdleMove.Total:0.000} s = {IdleMove.Total / BulkCopySeconds:0.00}x (fence {IdleMove.Begin:0.000} s, pull {IdleMove.Pull:0.000} s); onto fresh memory {IdleMoveOntoFreshMemory.Total:0.000} s = {IdleMoveOntoFreshMemory.Total / BulkCopySeconds:0.00}x",
         };
         foreach (var run in Runs)
@@ -140,7 +142,7 @@ internal static class Bench
                 Console.WriteLine($"{op}s {mode}: {run.Samples.Count} samples, {run.Errors} errors");
                 runs.Add(run);
             }
-        return new Report(setup.Transport, setup.Config.ToString(), setup.RegionSize, setup.Regions, setup.Phase.TotalSeconds, setup.Threads, setup.Window, bulk, idle,
+        return new Report(setup.Transport, setup.Config.ToString(), setup.PullMibPerSecond, setup.RegionSize, setup.Regions, setup.Phase.TotalSeconds, setup.Threads, setup.Window, bulk, idle,
                           idleFresh, runs);
     }
 
@@ -152,7 +154,7 @@ internal static class Bench
         int holder = await client.AddHolderAsync(servers.Target.Endpoints[0], servers.TargetCapability(client.CacheId, 1), 1, ct);
         if (committedTarget)
             await servers.CommitTargetAsync(client, 1, ct);
-        var moves = await MoveOneByOneAsync(client, servers, holder, new[] { 0 }, targetRegionOf: _ => 0, ct);
+        var moves = await MoveOneByOneAsync(client, servers, holder, new[] { 0 }, targetRegionOf: _ => 0, pace: null, ct);
         return moves[0];
     }
 
@@ -228,8 +230,8 @@ internal static class Bench
                 await Task.Delay(until, ct);
             double start = clock.Elapsed.TotalSeconds;
             var moves = mode == "optimized"
-                ? await MoveOneByOneAsync(client, servers, holder, Program.Steps[s], targetRegionOf: r => r, ct)
-                : await MoveAllPausedAsync(client, servers, holder, Program.Steps[s], ct);
+                ? await MoveOneByOneAsync(client, servers, holder, Program.Steps[s], targetRegionOf: r => r, setup.PullMibPerSecond, ct)
+                : await MoveAllPausedAsync(client, servers, holder, Program.Steps[s], setup.PullMibPerSecond, ct);
             steps.Add(new Step(Program.Steps[s], start, clock.Elapsed.TotalSeconds, moves));
         }
         var samples = await sampler;
@@ -238,7 +240,7 @@ internal static class Bench
 
     // Redy's design: one region at a time; its writes wait, its reads go to the source until the commit.
     private static async Task<List<RegionMove>> MoveOneByOneAsync(RemoteCacheClient client, Servers servers, int holder, int[] regions,
-                                                                  Func<int, int> targetRegionOf, CancellationToken ct)
+                                                                  Func<int, int> targetRegionOf, int? pace, CancellationToken ct)
     {
         var moves = new List<RegionMove>();
         foreach (int region in regions)
@@ -246,7 +248,7 @@ internal static class Bench
             var watch = Stopwatch.StartNew();
             await client.BeginMigrationAsync(region, TimeSpan.FromSeconds(10), pauseReads: false, ct);
             double begun = watch.Elapsed.TotalSeconds;
-            var pulled = await servers.PullAsync(client, region, targetRegionOf(region), ct);
+            var pulled = await servers.PullAsync(client, region, targetRegionOf(region), pace, ct);
             client.CommitMigration(region, holder, targetRegionOf(region));
             moves.Add(new RegionMove(region, begun, pulled.Elapsed.TotalSeconds, watch.Elapsed.TotalSeconds, pulled.OneSided));
         }
@@ -255,7 +257,7 @@ internal static class Bench
 
     // Without the optimizations: every region of the step stops, reads too, until all of them have moved.
     private static async Task<List<RegionMove>> MoveAllPausedAsync(RemoteCacheClient client, Servers servers, int holder, int[] regions,
-                                                                   CancellationToken ct)
+                                                                   int? pace, CancellationToken ct)
     {
         var watch = Stopwatch.StartNew();
         foreach (int region in regions)
@@ -263,7 +265,7 @@ internal static class Bench
         double begun = watch.Elapsed.TotalSeconds;
         var pulls = new List<RegionPullResult>();
         foreach (int region in regions)
-            pulls.Add(await servers.PullAsync(client, region, region, ct));
+            pulls.Add(await servers.PullAsync(client, region, region, pace, ct));
         foreach (int region in regions)
             client.CommitMigration(region, holder, region);
         double total = watch.Elapsed.TotalSeconds;
@@ -355,7 +357,7 @@ internal sealed class Servers : IDisposable
     /// <summary>The benchmark's caches share one token, so that a second client can join one on the target.</summary>
     private const string Token = "migration-bench";
 
-    public async Task<RegionPullResult> PullAsync(RemoteCacheClient client, int region, int targetRegion, CancellationToken ct)
+    public async Task<RegionPullResult> PullAsync(RemoteCacheClient client, int region, int targetRegion, int? mibPerSecond, CancellationToken ct)
     {
         _targetAdmin ??= await CacheServerAdmin.ConnectAsync(Target.Endpoints[0], _targetKey, TimeSpan.FromSeconds(30), ct);
         var placed = client.GetRegion(region);
@@ -366,6 +368,7 @@ internal sealed class Servers : IDisposable
             SourceEndpoint = Source.Endpoints[0],
             SourceCapability = RemoteCacheCapability.MintMigration(_sourceKey, client.CacheId, Source.ServerId, DateTimeOffset.UtcNow.AddMinutes(5)),
             TargetRegion = targetRegion,
+            MaxMibPerSecond = mibPerSecond,
         }, ct);
     }
 

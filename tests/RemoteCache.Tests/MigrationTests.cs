@@ -122,6 +122,15 @@ public sealed class MigrationTests
                 TargetRegion = 0,
             }));
             Assert.Equal(RemoteCacheStatus.Auth, refused.Status);
+            await Assert.ThrowsAsync<ArgumentOutOfRangeException>(() => targetAdmin.PullRegionAsync(new RegionPull
+            {
+                CacheId = options.CacheId,
+                SourceRegion = 1,
+                SourceEndpoint = source.Process.Endpoint,
+                SourceCapability = "unused: refused before anything is sent",
+                TargetRegion = 0,
+                MaxMibPerSecond = 0,
+            }));
             Assert.Contains("migration capability", refused.Message, StringComparison.Ordinal);
             await Assert.ThrowsAsync<ArgumentException>(() => client.BeginMigrationAsync(1, TimeSpan.FromSeconds(1)));  // moving already
 

@@ -140,7 +140,7 @@ static const field_layout rc_pull_request_fields[] = {
     FIELD(rc_pull_request, source_endpoint),
     FIELD(rc_pull_request, source_capability),
     FIELD(rc_pull_request, timeout_ms),
-    FIELD(rc_pull_request, reserved),
+    FIELD(rc_pull_request, max_mib_per_s),
 };
 
 static const field_layout rc_pull_result_fields[] = {

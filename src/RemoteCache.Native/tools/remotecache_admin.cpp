@@ -6,7 +6,7 @@
 //   remotecache-admin --connect ENDPOINT --key FILE [--timeout MS] [--json] caches
 //   remotecache-admin --connect ENDPOINT --key FILE [--timeout MS] [--json] drop CACHE_ID
 //   remotecache-admin --connect TARGET --key FILE [--timeout MS] [--json] pull CACHE_ID --source ENDPOINT
-//                     --source-region N --target-region N --capability TEXT [--pull-timeout MS]
+//                     --source-region N --target-region N --capability TEXT [--pull-timeout MS] [--max-mib-per-s N]
 //
 // Prints readable text, or one JSON object with --json. Exit status: 0 done, 1 the server or the
 // connection failed (the reason on stderr), 2 bad arguments.
@@ -40,6 +40,7 @@ int usage(const char* why) {
                "             --capability TEXT   a migration capability for the source (remotecache-capability\n"
                "                                 --migration with the SOURCE's key)\n"
                "             --pull-timeout MS   bound of the copy on the target (default %u)\n"
+               "             --max-mib-per-s N   pace the copy (default: as fast as the transport goes)\n"
                "  ENDPOINT: one of the server's tcp:HOST:PORT or shm:PATH endpoints\n"
                "  --key: the server's admission key file (--admission-key of remotecache-server)\n"
                "  --timeout: bound of every step in milliseconds (default %u; a pull waits its --pull-timeout more)\n",
@@ -186,6 +187,7 @@ struct PullArgs {
   uint64_t source_region = UINT64_MAX;
   uint64_t target_region = UINT64_MAX;
   uint64_t timeout_ms = 0;
+  uint64_t max_mib_per_s = 0;
 };
 
 int pull(rc_admin* admin, uint64_t cache_id, const PullArgs& args, bool json) {
@@ -196,6 +198,7 @@ int pull(rc_admin* admin, uint64_t cache_id, const PullArgs& args, bool json) {
   request.source_endpoint = args.source.c_str();
   request.source_capability = args.capability.c_str();
   request.timeout_ms = static_cast<uint32_t>(args.timeout_ms);
+  request.max_mib_per_s = static_cast<uint32_t>(args.max_mib_per_s);
   rc_pull_result result{};
   if (const rc_status st = rc_admin_pull_region(admin, &request, &result); st != RC_OK)
     return failed("pulling the region", st);
@@ -246,6 +249,9 @@ int main(int argc, char** argv) {
     } else if (arg == "--pull-timeout" && has_value) {
       if (!parse_u64(argv[++i], pull_args.timeout_ms) || pull_args.timeout_ms == 0 || pull_args.timeout_ms > UINT32_MAX)
         return usage("bad --pull-timeout (milliseconds, at least 1)");
+    } else if (arg == "--max-mib-per-s" && has_value) {
+      if (!parse_u64(argv[++i], pull_args.max_mib_per_s) || pull_args.max_mib_per_s == 0 || pull_args.max_mib_per_s > UINT32_MAX)
+        return usage("bad --max-mib-per-s (MiB per second, at least 1)");
     } else if (arg == "--help" || arg == "-h") {
       usage("help");
       return 0;

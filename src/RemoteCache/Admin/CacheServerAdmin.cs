@@ -228,6 +228,8 @@ public sealed class CacheServerAdmin : IAsyncDisposable, IDisposable
         ArgumentException.ThrowIfNullOrEmpty(pull.SourceCapability);
         if (Encoding.UTF8.GetByteCount(pull.SourceEndpoint) > NativeLimits.MaxPullEndpointBytes)
             throw new ArgumentException($"a source endpoint has at most {NativeLimits.MaxPullEndpointBytes} bytes", nameof(pull));
+        if (pull.MaxMibPerSecond is < 1)
+            throw new ArgumentOutOfRangeException(nameof(pull), pull.MaxMibPerSecond, "MaxMibPerSecond is at least 1 (null: unpaced)");
         uint timeoutMs = pull.Timeout is { } t
             ? (uint)Math.Clamp(t.TotalMilliseconds, 1, uint.MaxValue)
             : 0;
@@ -245,6 +247,7 @@ public sealed class CacheServerAdmin : IAsyncDisposable, IDisposable
                     SourceEndpoint = strings.Pointers[0],
                     SourceCapability = strings.Pointers[1],
                     TimeoutMs = timeoutMs,
+                    MaxMibPerS = (uint)(pull.MaxMibPerSecond ?? 0),
                 };
                 ThrowIfFailed(NativeMethods.AdminPullRegion(_handle, in request, out result));
             }

@@ -26,6 +26,13 @@ public sealed record RegionPull
 
     /// <summary>How long the target may take; null: 60 s (RC_DEFAULT_PULL_TIMEOUT_MS).</summary>
     public TimeSpan? Timeout { get; init; }
+
+    /// <summary>
+    /// Paces the copy to at most this many MiB/s, leaving memory bandwidth and CPU to the data path (on a host where the
+    /// copy and the cache's users share them); null: as fast as the transport goes. The move then takes longer: size
+    /// the reclaim deadline for it.
+    /// </summary>
+    public int? MaxMibPerSecond { get; init; }
 }
 
 /// <summary>What a region pull did.</summary>

@@ -65,8 +65,8 @@ internal struct RcPullRequest
     public IntPtr SourceCapability;
     /// <summary>Bound of the pull on the target in milliseconds; 0 = <see cref="NativeLimits.DefaultPullTimeoutMs"/>.</summary>
     public uint TimeoutMs;
-    /// <summary>0.</summary>
-    public uint Reserved;
+    /// <summary>Paces the copy to at most this many MiB/s; 0 = as fast as the transport goes.</summary>
+    public uint MaxMibPerS;
 }
 
 /// <summary><c>rc_pull_result</c>: what a region pull did.</summary>

@@ -106,7 +106,8 @@ typedef struct rc_pull_request {
                                     RC_MAX_PULL_ENDPOINT_BYTES, as the TARGET reaches it */
   const char* source_capability; /* text form, from rc_capability_mint_migration with the source's key */
   uint32_t timeout_ms;           /* bounds the pull on the target; 0 = RC_DEFAULT_PULL_TIMEOUT_MS */
-  uint32_t reserved;             /* 0 */
+  uint32_t max_mib_per_s;        /* paces the copy to at most this many MiB/s, leaving memory bandwidth and
+                                    CPU to the data path; 0 = as fast as the transport goes */
 } rc_pull_request;
 
 typedef struct rc_pull_result {

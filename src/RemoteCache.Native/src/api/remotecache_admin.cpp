@@ -83,7 +83,6 @@ rc_status rc_admin_pull_region(rc_admin* admin, const rc_pull_request* request, 
   if (request == nullptr) return null_argument("request");
   if (request->source_endpoint == nullptr) return null_argument("request->source_endpoint");
   if (request->source_capability == nullptr) return null_argument("request->source_capability");
-  if (request->reserved != 0) return rc::fail(RC_E_INVALID_ARGUMENT, "rc_pull_request.reserved must be 0");
   const std::size_t endpoint_length = std::strlen(request->source_endpoint);
   if (endpoint_length == 0 || endpoint_length > RC_MAX_PULL_ENDPOINT_BYTES)
     return rc::fail(RC_E_INVALID_ARGUMENT, "rc_pull_request.source_endpoint has " + std::to_string(endpoint_length) +
@@ -98,6 +97,7 @@ rc_status rc_admin_pull_region(rc_admin* admin, const rc_pull_request* request, 
     wire_request.target_region = request->target_region;
     wire_request.source_region = request->source_region;
     wire_request.timeout_ms = request->timeout_ms;
+    wire_request.max_mib_per_s = request->max_mib_per_s;
     std::memcpy(wire_request.source_endpoint, request->source_endpoint, endpoint_length);
     wire_request.source_capability = *capability;
     rc_pull_result result{};

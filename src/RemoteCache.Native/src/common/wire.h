@@ -287,7 +287,7 @@ struct AdminPullRequest {
   uint32_t target_region;  // index within the target's cache
   uint32_t source_region;  // index within the source's cache
   uint32_t timeout_ms;     // bounds the whole pull; 0 = RC_DEFAULT_PULL_TIMEOUT_MS
-  uint32_t reserved;
+  uint32_t max_mib_per_s;  // paces the copy; 0 = unpaced
   char source_endpoint[kAdminEndpointBytes];
   Capability source_capability;  // kCapabilityRightMigrationSource, minted with the source's key
 };

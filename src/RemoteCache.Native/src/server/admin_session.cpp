@@ -152,7 +152,6 @@ Status AdminSession::execute_pull(std::span<const std::byte> request, std::vecto
   wire::AdminPullRequest r{};
   if (request.size() != sizeof r) return payload_size(request.size(), sizeof r);
   std::memcpy(&r, request.data(), sizeof r);
-  if (r.reserved != 0) return unused_field("reserved");
   const char* end = std::find(r.source_endpoint, r.source_endpoint + sizeof r.source_endpoint, '\0');
   if (end == r.source_endpoint + sizeof r.source_endpoint)
     return fail(RC_E_PROTOCOL, "a pull's source endpoint is not NUL-terminated text");

@@ -46,7 +46,8 @@ class RegionCopy {
     const CacheState* target;  // dropped meanwhile: the copy stops
     const EventFd* cancel;
     uint64_t deadline_ns;
-    uint32_t timeout_ms;  // for the message
+    uint32_t timeout_ms;     // for the message
+    uint32_t max_mib_per_s;  // 0: unpaced
   };
 
   RegionCopy(transport::ClientConnection& link, uint16_t region, std::byte* dst, uint64_t size, std::string source,
@@ -54,6 +55,7 @@ class RegionCopy {
       : link_(link), region_(region), dst_(dst), size_(size), source_(std::move(source)), bounds_(bounds) {}
 
   Status run() {
+    started_ns_ = now_ns();
     if (link_.one_sided()) {
       chunk_ = std::min(kPullChunk, link_.max_one_sided_length());
       reads_in_flight_ = static_cast<uint32_t>(
@@ -65,6 +67,13 @@ class RegionCopy {
   }
 
   uint64_t copied() const { return done_; }
+
+  // Whether the pace allows a read of `length` bytes more now (a paced copy posts when its schedule has room).
+  bool paced_out(uint32_t length) const {
+    if (bounds_.max_mib_per_s == 0) return false;
+    const double allowed = static_cast<double>(now_ns() - started_ns_) * 1e-9 * bounds_.max_mib_per_s * 1048576.0;
+    return posted_ > 0 && static_cast<double>(posted_ + length) > allowed;
+  }
 
  private:
   struct PendingRead {
@@ -125,6 +134,7 @@ class RegionCopy {
   Status step_one_sided(bool& moved) {
     while (outstanding_ < reads_in_flight_ && posted_ < size_) {
       const auto length = static_cast<uint32_t>(std::min<uint64_t>(chunk_, size_ - posted_));
+      if (paced_out(length)) break;
       if (const Status st = link_.post_read(posted_, region_, posted_, dst_ + posted_, length); st != RC_OK)
         return fail(st, "a one-sided read of " + source_ + " failed: " + last_error());
       posted_ += length;
@@ -148,6 +158,7 @@ class RegionCopy {
     wire::BatchWriter writer(frame_.get());
     while (pending_.size() < kFramesInFlight && posted_ < size_) {
       const auto length = static_cast<uint32_t>(std::min<uint64_t>(wire::kMaxChunk, size_ - posted_));
+      if (paced_out(length)) break;
       writer.reset();
       writer.add(wire::Op::Read, region_, posted_, length, nullptr);
       const Status st = link_.send_frame(writer.finish(next_seq_));
@@ -204,6 +215,7 @@ class RegionCopy {
   const std::string source_;
   const Bounds bounds_;
   uint64_t posted_ = 0;  // bytes asked for
+  uint64_t started_ns_ = 0;
   uint64_t done_ = 0;    // bytes in place
   // One-sided.
   uint32_t chunk_ = 0;
@@ -276,7 +288,7 @@ Status pull(Registry& registry, const wire::AdminPullRequest& request, const std
   madvise(region.base, region.size, MADV_POPULATE_WRITE);
   out.one_sided = link->one_sided();
   RegionCopy copy(*link, static_cast<uint16_t>(request.source_region), region.base, region.size, source,
-                  RegionCopy::Bounds{&target, cancel, deadline_ns, timeout_ms});
+                  RegionCopy::Bounds{&target, cancel, deadline_ns, timeout_ms, request.max_mib_per_s});
   st = copy.run();
   out.bytes = copy.copied();
   if (st != RC_OK) return st;
