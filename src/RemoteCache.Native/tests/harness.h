@@ -26,6 +26,7 @@
 
 #include <gtest/gtest.h>
 #include <remotecache/remotecache.h>
+#include <remotecache/remotecache_admin.h>
 
 #include <algorithm>
 #include <array>
@@ -1554,5 +1555,21 @@ inline Command run_tool(const char* tool, const std::vector<std::string>& args) 
   c.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return c;
 }
+
+// An admin handle closed at the end of its scope (close() to check the status).
+struct AdminHandle {
+  rc_admin* a = nullptr;
+  AdminHandle() = default;
+  AdminHandle(const AdminHandle&) = delete;
+  AdminHandle& operator=(const AdminHandle&) = delete;
+  ~AdminHandle() {
+    if (a != nullptr) rc_admin_close(a);
+  }
+  rc_status close() {
+    const rc_status st = rc_admin_close(a);
+    a = nullptr;
+    return st;
+  }
+};
 
 }  // namespace rctest

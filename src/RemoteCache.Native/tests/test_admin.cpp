@@ -43,20 +43,6 @@ std::string read_file(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-struct AdminHandle {
-  rc_admin* a = nullptr;
-  AdminHandle() = default;
-  AdminHandle(const AdminHandle&) = delete;
-  AdminHandle& operator=(const AdminHandle&) = delete;
-  ~AdminHandle() {
-    if (a != nullptr) rc_admin_close(a);
-  }
-  rc_status close() {
-    const rc_status st = rc_admin_close(a);
-    a = nullptr;
-    return st;
-  }
-};
 
 rc_status admin_connect(const std::string& endpoint, const std::vector<uint8_t>& key, AdminHandle& out,
                         uint32_t timeout_ms = 0) {

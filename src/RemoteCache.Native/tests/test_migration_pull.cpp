@@ -57,15 +57,6 @@ std::string mint_migration(const std::vector<uint8_t>& key, uint64_t cache_id, c
   return text;
 }
 
-struct AdminHandle {
-  rc_admin* a = nullptr;
-  AdminHandle() = default;
-  AdminHandle(const AdminHandle&) = delete;
-  AdminHandle& operator=(const AdminHandle&) = delete;
-  ~AdminHandle() {
-    if (a != nullptr) rc_admin_close(a);
-  }
-};
 
 rc_status admin_connect(const std::string& endpoint, const std::vector<uint8_t>& key, AdminHandle& out) {
   return rc_admin_connect(endpoint.c_str(), key.data(), key.size(), static_cast<uint32_t>(reply_ms()), &out.a);
