@@ -63,6 +63,9 @@ internal static class Contract
             CacheEvent.KindOneofCase.ServerFailed => new ServerFailedEvent(id, seq, time, e.ServerFailed.ServerId, (int)e.ServerFailed.FirstRegion,
                                                                            (int)e.ServerFailed.Regions, e.ServerFailed.Reason),
             CacheEvent.KindOneofCase.CacheDeleted => new CacheDeletedEvent(id, seq, time, e.CacheDeleted.Reason),
+            CacheEvent.KindOneofCase.ServerReplaced => new ServerReplacedEvent(id, seq, time, e.ServerReplaced.ServerId, e.ServerReplaced.Replacement,
+                                                                               (int)e.ServerReplaced.FirstRegion, (int)e.ServerReplaced.Regions,
+                                                                               (int)e.ServerReplaced.RegionsMoved, e.ServerReplaced.ServerIds.ToList()),
             _ => null,
         };
     }

@@ -28,12 +28,25 @@ internal static partial class Log
     [LoggerMessage(106, LogLevel.Warning, "Could not follow a change of {CacheName} made elsewhere: {Reason}")]
     public static partial void FollowFailed(ILogger logger, string cacheName, string reason);
 
-    [LoggerMessage(107, LogLevel.Error, "{CacheName} now spans {Wanted}, which does not extend or cut {Had}; the client keeps its servers")]
-    public static partial void CannotFollow(ILogger logger, string cacheName, string had, string wanted);
 
     [LoggerMessage(108, LogLevel.Information, "Filled {CacheName} with {Bytes} bytes of {Path} in {ElapsedMs:0} ms")]
     public static partial void Populated(ILogger logger, string cacheName, string path, long bytes, double elapsedMs);
 
     [LoggerMessage(109, LogLevel.Warning, "Could not deallocate cache {CacheId}: {Reason}; it is freed when its lease ends")]
     public static partial void DeallocateFailed(ILogger logger, ulong cacheId, string reason);
+
+    [LoggerMessage(110, LogLevel.Information, "{CacheName}: server {ServerId} replaced by {Replacement}, {Moved} of {Regions} regions moved, in {ElapsedMs:0} ms")]
+    public static partial void ServerReplaced(ILogger logger, string cacheName, string serverId, string replacement, int moved, int regions, double elapsedMs);
+
+    [LoggerMessage(111, LogLevel.Error, "{CacheName}: replacing server {ServerId} failed: {Reason}")]
+    public static partial void ReplaceFailed(ILogger logger, string cacheName, string serverId, string reason);
+
+    [LoggerMessage(112, LogLevel.Information, "{CacheName}: another client of the cache moves server {ServerId}'s regions; this one follows when it is done")]
+    public static partial void MovedElsewhere(ILogger logger, string cacheName, string serverId);
+
+    [LoggerMessage(113, LogLevel.Warning, "{CacheName}: region {Region} of server {ServerId} could not be copied: {Reason}")]
+    public static partial void RegionNotCopied(ILogger logger, string cacheName, int region, string serverId, string reason);
+
+    [LoggerMessage(114, LogLevel.Warning, "{CacheName}: regions {FirstRegion}..+{Regions} lost their content: {Reason}")]
+    public static partial void RegionsLost(ILogger logger, string cacheName, int firstRegion, int regions, string reason);
 }

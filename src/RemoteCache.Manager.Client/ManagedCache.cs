@@ -18,7 +18,7 @@ namespace RemoteCache;
 /// from the last event it saw; a reshape made elsewhere (another process, the command line) is followed here. A
 /// manager that is down disturbs neither: reads and writes go to the servers directly.
 /// </summary>
-public sealed class ManagedCache : IAsyncDisposable, IDisposable
+public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
 {
     // Bytes per populate write, and writes in flight: large enough that the data path streams, small enough that the
     // file read of one chunk overlaps the writes of the others.
@@ -149,7 +149,7 @@ public sealed class ManagedCache : IAsyncDisposable, IDisposable
         var after = response.Cache;
         try
         {
-            ApplyLocked(after);
+            await ApplyLockedAsync(after, cancellationToken).ConfigureAwait(false);
         }
         catch (Exception e) when (e is RemoteCacheException or ArgumentException)
         {
@@ -256,11 +256,13 @@ public sealed class ManagedCache : IAsyncDisposable, IDisposable
                 await FollowLockedAsync(stop).ConfigureAwait(false);
                 return;
             }
-            _client.Renew(renewed.Servers.Select(s => s.Capability).ToList());
+            RenewLocked(renewed.Servers.Concat(renewed.Replacements.Select(r => r.Server)));
             var next = state.Clone();
             next.Lease = renewed.Lease;
             next.Servers.Clear();
             next.Servers.AddRange(renewed.Servers);
+            next.Replacements.Clear();
+            next.Replacements.AddRange(renewed.Replacements);
             Volatile.Write(ref _state, next);
         }
         finally
@@ -297,6 +299,7 @@ public sealed class ManagedCache : IAsyncDisposable, IDisposable
         bool follow = managed switch
         {
             CacheReshapedEvent r => !r.ServerIds.SequenceEqual(Volatile.Read(ref _state).Servers.Select(s => s.ServerId)),
+            ServerReplacedEvent r => !r.ServerIds.SequenceEqual(Volatile.Read(ref _state).Servers.Select(s => s.ServerId)),
             ConfigChangedEvent c => c.Config != Contract.FromProto(Volatile.Read(ref _state).Config),
             _ => false,
         };
@@ -317,6 +320,14 @@ public sealed class ManagedCache : IAsyncDisposable, IDisposable
             }
         }
         _feed.Publish(managed);
+        if (_manager.Options.ReplaceServers)
+        {
+            // Handed on first, so that readers see the notice before the progress of the move it starts.
+            if (managed is ReclaimNoticeEvent notice)
+                await ReplaceAsync(notice.ServerId, notice.Deadline, null, stop).ConfigureAwait(false);
+            else if (managed is ServerFailedEvent failed)
+                await ReplaceAsync(failed.ServerId, null, failed.Reason, stop).ConfigureAwait(false);
+        }
         if (managed is CacheDeletedEvent deleted)
         {
             _deletionSeen.TrySetResult();
@@ -329,47 +340,59 @@ public sealed class ManagedCache : IAsyncDisposable, IDisposable
     {
         var cache = await _manager.CallAsync("GetCache", o => _manager.Grpc.GetCacheAsync(new GetCacheRequest { CacheId = CacheId }, o), stop).ConfigureAwait(false);
         var had = _state;
-        if (ApplyLocked(cache) && cache.Servers.Count != had.Servers.Count)
+        await ApplyLockedAsync(cache, stop).ConfigureAwait(false);
+        if (cache.Servers.Count != had.Servers.Count)
             Log.Reshaped(_manager.Logger, Name, had.Servers.Count, (long)had.Capacity, cache.Servers.Count, (long)cache.Capacity, Contract.FromProto(cache.Config));
     }
 
-    // Brings the data client to `cache`: servers appended or cut (whole servers at the end, as the manager reshapes),
-    // the capabilities of a renewed lease, the configuration; then it is the state. False, and nothing changed, when
-    // its servers neither extend nor cut the ones the client uses.
-    private bool ApplyLocked(Cache cache)
+    // Brings the data client to `cache`: servers replaced in place (ServerReplaced: their regions switch to the
+    // replacement, whose content the client that moved them copied), servers appended or cut (whole servers at the end,
+    // as the manager reshapes), the capabilities of a renewed lease, the configuration; then it is the state.
+    private async Task ApplyLockedAsync(Cache cache, CancellationToken cancellationToken)
     {
-        var have = _state.Servers.Take(_client.ServerCount).Select(s => s.ServerId).ToList();
-        var want = cache.Servers.Select(s => s.ServerId).ToList();
-        int common = have.Zip(want).TakeWhile(p => p.First == p.Second).Count();
-        if (common != have.Count && common != want.Count)
-        {
-            Log.CannotFollow(_manager.Logger, Name, string.Join(",", have), string.Join(",", want));
-            return false;
-        }
+        var have = _state.Servers.Take(_client.ServerCount).ToList();
+        var want = cache.Servers;
+        for (int i = 0; i < Math.Min(have.Count, want.Count); i++)
+            if (have[i].ServerId != want[i].ServerId)
+                await MoveShareLockedAsync(i, have[i].ServerId, want[i], ShareMove.Follow, null, cancellationToken).ConfigureAwait(false);
         if (want.Count < have.Count)
             _client.Shrink(want.Count);
         else if (want.Count > have.Count)
-            _client.Grow(cache.Servers.Skip(have.Count).Select(s => s.Endpoint).ToList(), cache.Servers.Skip(have.Count).Select(s => s.Capability).ToList());
+            _client.Grow(want.Skip(have.Count).Select(s => s.Endpoint).ToList(), want.Skip(have.Count).Select(s => s.Capability).ToList());
         if (cache.Lease.Expires.ToDateTimeOffset() > _state.Lease.Expires.ToDateTimeOffset())
-            _client.Renew(cache.Servers.Select(s => s.Capability).ToList());
+            RenewLocked(cache.Servers.Concat(cache.Replacements.Select(r => r.Server)));
         var config = Contract.FromProto(cache.Config);
         if (config != _client.Config)
             _client.Reconfigure(config);
         Volatile.Write(ref _state, cache);
-        return true;
+    }
+
+    // Presents the capabilities of `servers` to the holders they belong to (by endpoint); a holder let go gets none.
+    private void RenewLocked(IEnumerable<CacheServer> servers)
+    {
+        var byEndpoint = new Dictionary<string, string>(StringComparer.Ordinal);
+        foreach (var server in servers)
+            byEndpoint[server.Endpoint] = server.Capability;
+        var capabilities = Enumerable.Range(0, _client.HolderCount)
+                                     .Select(h => byEndpoint.GetValueOrDefault(_client.GetHolderEndpoint(h)))
+                                     .ToList();
+        _client.Renew(capabilities);
     }
 
     // ---- populate ----------------------------------------------------------------------------------------------
 
     internal Task StartPopulate(string path, long length)
     {
-        var task = Task.Run(() => PopulateAsync(path, length, _stop.Token));
+        _populateSource = (path, length);
+        var task = Task.Run(() => PopulateAsync(path, 0, length, _stop.Token));
         Volatile.Write(ref _populated, task);
         return task;
     }
 
-    private async Task PopulateAsync(string path, long length, CancellationToken stop)
+    // Writes bytes [start, end) of the file at the same addresses.
+    private async Task PopulateAsync(string path, long start, long end, CancellationToken stop)
     {
+        long length = end - start;
         var clock = Stopwatch.StartNew();
         var lastReport = TimeSpan.Zero;
         try
@@ -388,8 +411,8 @@ public sealed class ManagedCache : IAsyncDisposable, IDisposable
                 }
                 buffers[slot] ??= GC.AllocateUninitializedArray<byte>(PopulateChunk, pinned: true);
                 int n = (int)Math.Min(PopulateChunk, length - offset);
-                ReadExactly(file, path, buffers[slot].AsSpan(0, n), offset);
-                writes[slot] = _client.WriteAsync(offset, buffers[slot].AsMemory(0, n), stop).AsTask();
+                ReadExactly(file, path, buffers[slot].AsSpan(0, n), start + offset);
+                writes[slot] = _client.WriteAsync(start + offset, buffers[slot].AsMemory(0, n), stop).AsTask();
                 offset += n;
                 if (clock.Elapsed - lastReport >= ProgressPeriod)
                 {

@@ -36,6 +36,30 @@ public sealed record ReclaimNoticeEvent(ulong CacheId, long Sequence, DateTimeOf
 public sealed record ServerFailedEvent(ulong CacheId, long Sequence, DateTimeOffset Time, string ServerId, int FirstRegion, int Regions, string Reason)
     : ManagedCacheEvent(CacheId, Sequence, Time);
 
+/// <summary>
+/// Server <paramref name="ServerId"/> was replaced by <paramref name="Replacement"/>, which now holds regions
+/// [<paramref name="FirstRegion"/>, + <paramref name="Regions"/>); <paramref name="RegionsMoved"/> of them were copied
+/// (the rest lost their content). The cache now spans <paramref name="ServerIds"/>.
+/// </summary>
+public sealed record ServerReplacedEvent(ulong CacheId, long Sequence, DateTimeOffset Time, string ServerId, string Replacement, int FirstRegion, int Regions,
+                                         int RegionsMoved, IReadOnlyList<string> ServerIds) : ManagedCacheEvent(CacheId, Sequence, Time);
+
+/// <summary>
+/// This client moved region <paramref name="Region"/> of the cache off server <paramref name="ServerId"/>
+/// (<paramref name="Done"/> of <paramref name="Total"/> regions of that server): its content was copied in
+/// <paramref name="Elapsed"/>, or, when <paramref name="Lost"/> (the server failed, or its deadline came first), the
+/// replacement serves the region without it (empty, or holding the part of the copy that was done).
+/// </summary>
+public sealed record RegionMovedEvent(ulong CacheId, DateTimeOffset Time, string ServerId, int Region, int Done, int Total, TimeSpan Elapsed, bool Lost)
+    : ManagedCacheEvent(CacheId, 0, Time);
+
+/// <summary>
+/// The content of regions [<paramref name="FirstRegion"/>, + <paramref name="Regions"/>) was lost (<paramref name="Reason"/>):
+/// a replacement server serves them again, empty or with part of a copy cut short (treat their bytes as undefined
+/// until rewritten); a cache created with populateFrom refills them from the file (<see cref="PopulateProgressEvent"/>).
+/// </summary>
+public sealed record RegionsLostEvent(ulong CacheId, DateTimeOffset Time, int FirstRegion, int Regions, string Reason) : ManagedCacheEvent(CacheId, 0, Time);
+
 /// <summary>The cache was deleted (by a client, or because its lease ended); the stream ends with it.</summary>
 public sealed record CacheDeletedEvent(ulong CacheId, long Sequence, DateTimeOffset Time, string Reason) : ManagedCacheEvent(CacheId, Sequence, Time);
 

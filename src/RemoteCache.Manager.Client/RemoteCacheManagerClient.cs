@@ -291,12 +291,15 @@ public sealed class RemoteCacheManagerClient : IAsyncDisposable, IDisposable
         }
     }
 
-    /// <summary>One unary call with the deadline of <see cref="RemoteCacheManagerOptions.CallTimeout"/>; refusals as <see cref="RemoteCacheManagerException"/>.</summary>
-    internal async Task<T> CallAsync<T>(string call, Func<CallOptions, AsyncUnaryCall<T>> start, CancellationToken cancellationToken)
+    /// <summary>
+    /// One unary call with the deadline of <see cref="RemoteCacheManagerOptions.CallTimeout"/> (or <paramref name="timeout"/>);
+    /// refusals as <see cref="RemoteCacheManagerException"/>.
+    /// </summary>
+    internal async Task<T> CallAsync<T>(string call, Func<CallOptions, AsyncUnaryCall<T>> start, CancellationToken cancellationToken, TimeSpan? timeout = null)
     {
         try
         {
-            using var rpc = start(new CallOptions(deadline: DateTime.UtcNow + Options.CallTimeout, cancellationToken: cancellationToken));
+            using var rpc = start(new CallOptions(deadline: DateTime.UtcNow + (timeout ?? Options.CallTimeout), cancellationToken: cancellationToken));
             return await rpc.ResponseAsync.ConfigureAwait(false);
         }
         catch (RpcException e) when (e.StatusCode != StatusCode.Cancelled || !cancellationToken.IsCancellationRequested)

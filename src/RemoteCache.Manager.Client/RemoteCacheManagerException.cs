@@ -16,6 +16,9 @@ public sealed class RemoteCacheManagerException : Exception
         MigrationRequired = migrationRequired;
     }
 
+    private RemoteCacheManagerException(StatusCode status, string message, string? refusal, Exception inner)
+        : this(status, message, refusal == Refusals.MigrationRequired, inner) => Refusal = refusal;
+
     /// <summary>
     /// The gRPC status: <see cref="StatusCode.InvalidArgument"/>, <see cref="StatusCode.NotFound"/>,
     /// <see cref="StatusCode.ResourceExhausted"/> (no capacity, quota), <see cref="StatusCode.FailedPrecondition"/> (no
@@ -30,12 +33,15 @@ public sealed class RemoteCacheManagerException : Exception
     /// </summary>
     public bool MigrationRequired { get; }
 
+    // The refusal's kind the manager named (manager.proto's `remotecache-refusal` trailer), or null.
+    internal string? Refusal { get; }
+
     internal static RemoteCacheManagerException From(RpcException e, string call, Uri manager)
     {
-        bool migration = e.Trailers.Any(t => t.Key == Refusals.Trailer && t.Value == Refusals.MigrationRequired);
+        string? refusal = e.Trailers.FirstOrDefault(t => t.Key == Refusals.Trailer)?.Value;
         string reason = e.StatusCode is StatusCode.Unavailable or StatusCode.DeadlineExceeded or StatusCode.Cancelled
             ? $"the manager at {manager} did not answer ({e.StatusCode}: {e.Status.Detail})"
             : $"{e.StatusCode}: {e.Status.Detail}";
-        return new RemoteCacheManagerException(e.StatusCode, $"{call}: {reason}", migration, e);
+        return new RemoteCacheManagerException(e.StatusCode, $"{call}: {reason}", refusal, e);
     }
 }

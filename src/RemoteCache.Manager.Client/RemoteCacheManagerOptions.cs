@@ -46,6 +46,20 @@ public sealed class RemoteCacheManagerOptions
     /// </summary>
     public HttpMessageHandler? HttpHandler { get; set; }
 
+    /// <summary>
+    /// Whether an open cache replaces its servers by itself (Redy §6.2): on a reclaim notice it rents a replacement and
+    /// moves the server's regions there one by one before the deadline; on a failure it rents one and the lost regions
+    /// start empty there (refilled from populateFrom). False: the events are only handed on. Default: true.
+    /// </summary>
+    public bool ReplaceServers { get; set; } = true;
+
+    /// <summary>
+    /// Paces each region's copy during a move to at most this many MiB/s, leaving memory bandwidth and CPU to the data
+    /// path on hosts the copy shares with it (a move then takes about region size / pace per region). Null: as fast as
+    /// the transport goes. Default: null.
+    /// </summary>
+    public int? MoveMaxMibPerSecond { get; set; }
+
     /// <summary>Checks the options; the one place where they are checked (the client and options validation call it).</summary>
     /// <exception cref="ArgumentException">What is wrong, naming the option.</exception>
     public void Validate()
@@ -58,6 +72,8 @@ public sealed class RemoteCacheManagerOptions
             throw new ArgumentException($"RemoteCacheManagerOptions.CallTimeout is {CallTimeout}; it must be positive", nameof(CallTimeout));
         if (RetryLimit < TimeSpan.FromMilliseconds(100))
             throw new ArgumentException($"RemoteCacheManagerOptions.RetryLimit is {RetryLimit}; it must be at least 100 ms", nameof(RetryLimit));
+        if (MoveMaxMibPerSecond is < 1)
+            throw new ArgumentException($"RemoteCacheManagerOptions.MoveMaxMibPerSecond is {MoveMaxMibPerSecond}; it must be at least 1 (null: unpaced)", nameof(MoveMaxMibPerSecond));
         if (Cache is null)
             throw new ArgumentException("RemoteCacheManagerOptions.Cache is null", nameof(Cache));
     }

@@ -11,4 +11,7 @@ public static class Refusals
 
     /// <summary>A new SLO the cache's servers cannot carry: only moving the cache onto new servers would meet it.</summary>
     public const string MigrationRequired = "migration-required";
+
+    /// <summary>Another client of the cache is moving the server's regions (BeginReplacement): follow its ServerReplaced.</summary>
+    public const string MovedElsewhere = "moved-elsewhere";
 }

@@ -337,21 +337,22 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
     /// <summary>
     /// Presents new capabilities, one per holder in holder order (after the manager renewed the lease; without
     /// migrations the holders are the endpoints, in endpoint order): each server extends the cache's lease to the new
-    /// expiry; operations go on undisturbed. On failure the cache keeps its old lease.
+    /// expiry; operations go on undisturbed. A holder let go (<see cref="HolderCount"/>) takes null. On failure the
+    /// cache keeps its old lease.
     /// </summary>
-    /// <exception cref="ArgumentException">Not one non-empty capability per holder.</exception>
+    /// <exception cref="ArgumentException">Not one capability per holder, or none for a holder in use.</exception>
     /// <exception cref="RemoteCacheException">A server refused a capability (<see cref="RemoteCacheStatus.Auth"/>) or is unreachable.</exception>
-    public unsafe void Renew(IReadOnlyList<string> capabilities)
+    public unsafe void Renew(IReadOnlyList<string?> capabilities)
     {
         ArgumentNullException.ThrowIfNull(capabilities);
         ThrowIfDisposed();
-        using var strings = new Utf8StringArray(capabilities);
+        using var strings = new Utf8StringArray(capabilities.Select(c => string.IsNullOrEmpty(c) ? null : c).ToList());
         lock (_resize)
         {
             int holders = (int)NativeMethods.CacheHolderCount(_cache);
-            if (capabilities.Count != holders || capabilities.Any(string.IsNullOrEmpty))
+            if (capabilities.Count != holders)
                 throw new ArgumentException(
-                    $"{Name}: give one non-empty capability per holder ({holders}), in holder order", nameof(capabilities));
+                    $"{Name}: give one capability per holder ({holders}), in holder order (null for a holder let go)", nameof(capabilities));
             Errors.ThrowIfFailed(NativeMethods.CacheRenew(_cache, strings.Pointers), Name);
         }
         Log.LeaseRenewed(_logger, Name, capabilities.Count);

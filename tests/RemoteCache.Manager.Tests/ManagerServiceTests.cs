@@ -288,8 +288,10 @@ public sealed class ManagerServiceTests
         await using var manager = new TestManager(warm: 0);
         await manager.StartAsync();
         var alice = manager.Tenant(AliceKey);
-        var cache = (await alice.AllocateAsync(Request(64 * MiB))).Cache;
-        using var watch = alice.WatchEvents(new WatchEventsRequest { CacheId = cache.CacheId });
+        var allocated = await alice.AllocateAsync(Request(64 * MiB));
+        var cache = allocated.Cache;
+        // From the allocation on: a stream of only new events might subscribe after the notice was sent.
+        using var watch = alice.WatchEvents(new WatchEventsRequest { CacheId = cache.CacheId, FromSequence = allocated.EventSequence + 1 });
         var reclaim = await manager.Operator().ReclaimServerAsync(new ReclaimServerRequest { ServerId = cache.Servers[0].ServerId, Notice = Duration.FromTimeSpan(TimeSpan.FromSeconds(1)) });
         Assert.True(await watch.ResponseStream.MoveNext(CancellationToken.None));
         var notice = watch.ResponseStream.Current.ReclaimNotice;
@@ -299,6 +301,61 @@ public sealed class ManagerServiceTests
         Assert.Equal(CacheEvent.KindOneofCase.ServerFailed, watch.ResponseStream.Current.KindCase);
         Assert.True(DateTimeOffset.UtcNow >= reclaim.Deadline.ToDateTimeOffset());
         Assert.False(StopServer(cache.Servers[0].ServerId));  // already gone
+    }
+    [Fact]
+    public async Task ReplacementsAreRefusedWithWhatAndWhyAndGivenBackOrFreedWithTheCache()
+    {
+        await using var manager = new TestManager(warm: 0);
+        await manager.StartAsync();
+        var alice = manager.Tenant(AliceKey);
+        var cache = (await alice.AllocateAsync(Request(384 * MiB))).Cache;  // two small VMs of 3 regions
+        string id = cache.Servers[1].ServerId;
+        var begin = new ReplacementRequest { CacheId = cache.CacheId, ServerId = id, Mover = "mover-a" };
+
+        var e = await Assert.ThrowsAsync<RpcException>(() => alice.BeginReplacementAsync(begin).ResponseAsync);
+        Assert.Equal(StatusCode.FailedPrecondition, e.StatusCode);
+        Assert.Contains($"server {id} of cache {cache.CacheId} is ready", e.Status.Detail);
+        e = await Assert.ThrowsAsync<RpcException>(() => alice.BeginReplacementAsync(new ReplacementRequest { CacheId = cache.CacheId, ServerId = "nobody", Mover = "m" }).ResponseAsync);
+        Assert.Contains("'nobody' is not one of cache", e.Status.Detail);
+        e = await Assert.ThrowsAsync<RpcException>(() => alice.BeginReplacementAsync(new ReplacementRequest { CacheId = cache.CacheId, ServerId = id }).ResponseAsync);
+        Assert.Equal(StatusCode.InvalidArgument, e.StatusCode);
+        Assert.Contains("mover", e.Status.Detail);
+        e = await Assert.ThrowsAsync<RpcException>(() => manager.Tenant(BobKey).BeginReplacementAsync(begin).ResponseAsync);
+        Assert.Equal(StatusCode.NotFound, e.StatusCode);
+
+        await manager.Operator().ReclaimServerAsync(new ReclaimServerRequest { ServerId = id, Notice = Duration.FromTimeSpan(TimeSpan.FromMinutes(5)) });
+        var replacement = await alice.BeginReplacementAsync(begin);
+        Assert.NotEqual(id, replacement.ServerId);
+        Assert.Equal(3u, replacement.Regions);
+        Assert.Equal(replacement.ServerId, (await alice.BeginReplacementAsync(begin)).ServerId);  // asked again: the same one
+        var described = await alice.GetCacheAsync(new GetCacheRequest { CacheId = cache.CacheId });
+        Assert.Equal(cache.Servers.Select(s => s.ServerId), described.Servers.Select(s => s.ServerId));  // not in place yet
+        Assert.Equal((id, replacement.ServerId), (described.Replacements.Single().Replaces, described.Replacements.Single().Server.ServerId));
+        Assert.False(string.IsNullOrEmpty(described.Replacements.Single().Server.Capability));
+
+        var other = begin.Clone();
+        other.Mover = "mover-b";
+        e = await Assert.ThrowsAsync<RpcException>(() => alice.BeginReplacementAsync(other).ResponseAsync);
+        Assert.Equal(StatusCode.FailedPrecondition, e.StatusCode);
+        Assert.Contains(e.Trailers, t => t.Key == Refusals.Trailer && t.Value == Refusals.MovedElsewhere);
+        Assert.Contains("('mover-a') is moving", e.Status.Detail);
+        e = await Assert.ThrowsAsync<RpcException>(() => alice.MoveRegionAsync(new MoveRegionRequest { CacheId = cache.CacheId, ServerId = id, Mover = "mover-a", SourceRegion = 3 }).ResponseAsync);
+        Assert.Equal(StatusCode.InvalidArgument, e.StatusCode);
+        Assert.Contains("regions 0..2", e.Status.Detail);
+        e = await Assert.ThrowsAsync<RpcException>(() => alice.MoveRegionAsync(new MoveRegionRequest { CacheId = cache.CacheId, ServerId = cache.Servers[0].ServerId, Mover = "mover-a" }).ResponseAsync);
+        Assert.Contains("no replacement of server", e.Status.Detail);
+
+        // Given back: the cache is as it was and the replacement is free again (the local allocator stops it).
+        var abandoned = await alice.AbandonReplacementAsync(begin);
+        Assert.Empty(abandoned.Replacements);
+        Assert.Equal(cache.Servers.Select(s => s.ServerId), abandoned.Servers.Select(s => s.ServerId));
+        Assert.DoesNotContain((await manager.Operator().ListServersAsync(new ListServersRequest())).Servers, s => s.ServerId == replacement.ServerId);
+
+        // A cache deleted with a replacement under way frees it too.
+        var second = await alice.BeginReplacementAsync(begin);
+        await alice.DeallocateAsync(new DeallocateRequest { CacheId = cache.CacheId });
+        Assert.DoesNotContain((await manager.Operator().ListServersAsync(new ListServersRequest())).Servers, s => s.CacheId == cache.CacheId);
+        Assert.NotEqual(replacement.ServerId, second.ServerId);
     }
 }
 

@@ -131,14 +131,19 @@ public sealed class TestManager : IAsyncDisposable
     public CacheManager.CacheManagerClient Tenant(string? key) => new(Invoker(key));
 
     /// <summary>The managed client of tenant <paramref name="key"/>, retrying a manager that is down every 100–200 ms.</summary>
-    public RemoteCacheManagerClient ManagedClient(string key = AliceKey) => new(new RemoteCacheManagerOptions
+    public RemoteCacheManagerClient ManagedClient(string key = AliceKey, Action<RemoteCacheManagerOptions>? configure = null)
     {
-        Address = Address ?? throw new InvalidOperationException("not started"),
-        ApiKey = key,
-        CallTimeout = TimeSpan.FromSeconds(20),
-        RetryLimit = TimeSpan.FromMilliseconds(200),
-        Cache = new RemoteCacheOptions { OperationTimeout = TimeSpan.FromSeconds(5), ConnectTimeout = TimeSpan.FromSeconds(5) },
-    });
+        var options = new RemoteCacheManagerOptions
+        {
+            Address = Address ?? throw new InvalidOperationException("not started"),
+            ApiKey = key,
+            CallTimeout = TimeSpan.FromSeconds(20),
+            RetryLimit = TimeSpan.FromMilliseconds(200),
+            Cache = new RemoteCacheOptions { OperationTimeout = TimeSpan.FromSeconds(5), ConnectTimeout = TimeSpan.FromSeconds(5) },
+        };
+        configure?.Invoke(options);
+        return new RemoteCacheManagerClient(options);
+    }
 
     public ServerPool.ServerPoolClient Operator(string? key = OpsKey) => new(Invoker(key));
 

@@ -309,6 +309,7 @@ internal static class ManagerCommands
             LeaseExpiringEvent l => $"ends {l.Expires.UtcDateTime:HH:mm:ss}",
             ReclaimNoticeEvent r => $"{r.ServerId} (regions {r.FirstRegion}..{r.FirstRegion + r.Regions - 1}) at {r.Deadline.UtcDateTime:HH:mm:ss}",
             ServerFailedEvent f => $"{f.ServerId} (regions {f.FirstRegion}..{f.FirstRegion + f.Regions - 1}): {f.Reason}",
+            ServerReplacedEvent r => $"{r.ServerId} -> {r.Replacement} (regions {r.FirstRegion}..{r.FirstRegion + r.Regions - 1}, {r.RegionsMoved} moved)",
             CacheDeletedEvent d => d.Reason,
             _ => "",
         };
@@ -324,6 +325,7 @@ internal static class ManagerCommands
         LeaseExpiringEvent => "lease-expiring",
         ReclaimNoticeEvent => "reclaim-notice",
         ServerFailedEvent => "server-failed",
+        ServerReplacedEvent => "server-replaced",
         CacheDeletedEvent => "deleted",
         _ => "other",
     };

@@ -1,6 +1,7 @@
 using System;
 using System.Threading;
 using System.Threading.Tasks;
+using RemoteCache.Admin;
 using RemoteCache.Manager.Store;
 
 namespace RemoteCache.Manager.Admin;
@@ -32,4 +33,7 @@ public interface IServerAdmin
     /// server has freed their memory (a server holds one cache), so that the server can be handed out again.
     /// </summary>
     Task<int> DropAsync(ServerRecord server, ulong cacheId, CancellationToken cancellationToken);
+
+    /// <summary>Has <paramref name="target"/> copy a region of a cache from another server (<see cref="CacheServerAdmin.PullRegionAsync"/>).</summary>
+    Task<RegionPullResult> PullAsync(ServerRecord target, RegionPull pull, CancellationToken cancellationToken);
 }

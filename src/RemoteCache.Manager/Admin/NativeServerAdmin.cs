@@ -39,4 +39,10 @@ public sealed class NativeServerAdmin : IServerAdmin
             await Task.Delay(s_freePoll, cancellationToken).ConfigureAwait(false);
         return dropped;
     }
+
+    public async Task<RegionPullResult> PullAsync(ServerRecord target, RegionPull pull, CancellationToken cancellationToken)
+    {
+        await using var admin = await CacheServerAdmin.ConnectAsync(target.AdminEndpoint, _admissionKey, s_callTimeout, cancellationToken).ConfigureAwait(false);
+        return await admin.PullRegionAsync(pull, cancellationToken).ConfigureAwait(false);
+    }
 }

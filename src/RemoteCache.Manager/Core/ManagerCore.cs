@@ -9,6 +9,7 @@ using Google.Protobuf;
 using Google.Protobuf.WellKnownTypes;
 using Grpc.Core;
 using Microsoft.Extensions.Logging;
+using RemoteCache.Admin;
 using RemoteCache.Manager.Admin;
 using RemoteCache.Manager.Allocators;
 using RemoteCache.Manager.Catalogue;
@@ -416,27 +417,226 @@ public sealed class ManagerCore : IAsyncDisposable
     /// <summary>The servers of <paramref name="cache"/> as a client needs them: endpoint, regions and a capability valid until the lease ends.</summary>
     public IReadOnlyList<CacheServer> ServersOf(CacheRecord cache)
     {
-        var list = new List<CacheServer>();
         lock (_caches)
+            return cache.Servers.Where(_servers.ContainsKey).Select(id => ToCacheServer(cache, _servers[id])).ToList();
+    }
+
+    private CacheServer ToCacheServer(CacheRecord cache, ServerRecord server) => new()
+    {
+        ServerId = server.ServerId,
+        Endpoint = server.Endpoints.TryGetValue(cache.Transport, out var e) ? e : "",
+        Regions = (uint)cache.RegionsPerServer,
+        RegionSize = (ulong)cache.RegionBytes,
+        Capability = RemoteCacheCapability.Mint(_admissionKey, cache.CacheId, server.ServerId, cache.RegionsPerServer, cache.LeaseExpires),
+        VmType = server.VmType,
+        Spot = server.Spot,
+    };
+
+    /// <summary>The cache as the contract describes it: its servers and pending replacements, with capabilities for the current lease.</summary>
+    public Cache Describe(CacheRecord cache)
+    {
+        var proto = Protos.ToProto(cache, ServersOf(cache));
+        proto.Replacements.AddRange(ReplacementsOf(cache));
+        return proto;
+    }
+
+    /// <summary>The servers rented to replace some of <paramref name="cache"/>'s, with capabilities for the current lease.</summary>
+    public IReadOnlyList<Replacement> ReplacementsOf(CacheRecord cache)
+    {
+        lock (_caches)
+            return cache.Replacements
+                .Where(r => _servers.ContainsKey(r.Value.ServerId))
+                .Select(r => new Replacement { Replaces = r.Key, Server = ToCacheServer(cache, _servers[r.Value.ServerId]) })
+                .ToList();
+    }
+
+    // ---- replacements (Redy §6.2: a reclaimed or failed server's regions go to a new one) -----------------------
+
+    /// <summary>Rents a server to take the place of one of the cache's that is being reclaimed or has failed.</summary>
+    public async Task<(CacheRecord Cache, ServerRecord Replacement)> BeginReplacementAsync(string tenant, ReplacementRequest request, CancellationToken cancellationToken)
+    {
+        CheckMover(request.Mover);
+        await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
+        try
         {
-            foreach (string id in cache.Servers)
+            var cache = Owned(tenant, request.CacheId);
+            var old = ServerOf(cache, request.ServerId);
+            if (cache.Replacements.TryGetValue(old.ServerId, out var pending))
+                return (cache, PendingReplacement(cache, old, pending, request.Mover));
+            if (old.Status is not (ServerStatus.Reclaiming or ServerStatus.Failed))
+                throw new ManagerException(StatusCode.FailedPrecondition,
+                    $"server {old.ServerId} of cache {cache.CacheId} is {old.Status.ToString().ToLowerInvariant()}: only a server being reclaimed or one that failed is replaced");
+            var replacement = (await AcquireSharesAsync(cache, 1, cancellationToken).ConfigureAwait(false))[0] with { CacheId = cache.CacheId };
+            try
             {
-                if (!_servers.TryGetValue(id, out var server))
-                    continue;
-                list.Add(new CacheServer
-                {
-                    ServerId = id,
-                    Endpoint = server.Endpoints.TryGetValue(cache.Transport, out var e) ? e : "",
-                    Regions = (uint)cache.RegionsPerServer,
-                    RegionSize = (ulong)cache.RegionBytes,
-                    Capability = RemoteCacheCapability.Mint(_admissionKey, cache.CacheId, id, cache.RegionsPerServer, cache.LeaseExpires),
-                    VmType = server.VmType,
-                    Spot = server.Spot,
-                });
+                if (!replacement.Endpoints.ContainsKey(cache.Transport))
+                    throw new ManagerException(StatusCode.ResourceExhausted, $"the replacement server {replacement.ServerId} does not listen on {cache.Transport}");
+                var replacements = new Dictionary<string, ReplacementRecord>(cache.Replacements) { [old.ServerId] = new(replacement.ServerId, request.Mover) };
+                var updated = cache with { Replacements = replacements, PricePerHour = cache.PricePerHour + PriceOf(replacement) };
+                var change = new StoreChange();
+                change.PutCaches.Add(updated);
+                change.PutServers.Add(replacement);
+                await CommitAsync(change, cancellationToken).ConfigureAwait(false);
+                _logger.LogInformation("Cache {CacheId}: server {Replacement} rented to replace {ServerId} ({Status})",
+                                       cache.CacheId, replacement.ServerId, old.ServerId, old.Status);
+                return (updated, replacement);
+            }
+            catch
+            {
+                await _allocator.ReleaseAsync(replacement with { CacheId = 0 }, _servers.Values.ToList(), CancellationToken.None).ConfigureAwait(false);
+                throw;
             }
         }
-        return list;
+        finally
+        {
+            _lock.Release();
+        }
     }
+
+    /// <summary>
+    /// Has the replacement of a server copy one region from it (the target pulls it through the admin interface, with
+    /// a migration capability for the source). Runs outside the state lock: a copy takes about a second per GiB.
+    /// </summary>
+    public async Task<RegionPullResult> MoveRegionAsync(string tenant, MoveRegionRequest request, TimeSpan? timeout, CancellationToken cancellationToken)
+    {
+        CheckMover(request.Mover);
+        CacheRecord cache;
+        ServerRecord source, target;
+        lock (_caches)
+        {
+            cache = Owned(tenant, request.CacheId);
+            source = ServerOf(cache, request.ServerId);
+            if (!cache.Replacements.TryGetValue(source.ServerId, out var pending))
+                throw new ManagerException(StatusCode.FailedPrecondition, $"no replacement of server {source.ServerId} was begun for cache {cache.CacheId} (BeginReplacement first)");
+            target = PendingReplacement(cache, source, pending, request.Mover);
+        }
+        if (request.SourceRegion >= cache.RegionsPerServer || request.TargetRegion >= cache.RegionsPerServer)
+            throw new ManagerException(StatusCode.InvalidArgument,
+                $"regions {request.SourceRegion} -> {request.TargetRegion}: a server lends cache {cache.CacheId} regions 0..{cache.RegionsPerServer - 1}");
+        if (request.MaxMibPerS > int.MaxValue)
+            throw new ManagerException(StatusCode.InvalidArgument, $"max_mib_per_s {request.MaxMibPerS} is beyond any transport");
+        if (source.Status == ServerStatus.Failed)
+            throw new ManagerException(StatusCode.FailedPrecondition, $"server {source.ServerId} failed ({source.FailureReason}): its regions cannot be copied");
+        var pullTimeout = timeout ?? RegionPull.DefaultTimeout;
+        var pull = new RegionPull
+        {
+            CacheId = cache.CacheId,
+            SourceRegion = (int)request.SourceRegion,
+            TargetRegion = (int)request.TargetRegion,
+            SourceEndpoint = PullEndpoint(source, target, cache.Transport),
+            // Valid for this copy only: the target presents it once, when it connects to the source.
+            SourceCapability = RemoteCacheCapability.MintMigration(_admissionKey, cache.CacheId, source.ServerId, _time.GetUtcNow() + pullTimeout + MigrationCapabilitySlack),
+            Timeout = pullTimeout,
+            MaxMibPerSecond = request.MaxMibPerS == 0 ? null : (int)request.MaxMibPerS,
+        };
+        try
+        {
+            var result = await _admin.PullAsync(target, pull, cancellationToken).ConfigureAwait(false);
+            _logger.LogInformation("Cache {CacheId}: region {Source} of {ServerId} copied to region {Target} of {Replacement} ({Bytes} bytes in {Ms:0.0} ms)",
+                                   cache.CacheId, pull.SourceRegion, source.ServerId, pull.TargetRegion, target.ServerId, result.Bytes, result.Elapsed.TotalMilliseconds);
+            return result;
+        }
+        catch (RemoteCacheException e)
+        {
+            var code = e.Status == RemoteCacheStatus.Timeout ? StatusCode.DeadlineExceeded : StatusCode.FailedPrecondition;
+            throw new ManagerException(code, $"copying region {pull.SourceRegion} of cache {cache.CacheId} from server {source.ServerId} to {target.ServerId} failed: {e.Message}");
+        }
+    }
+
+    /// <summary>Puts the replacement in the replaced server's place and releases the replaced one.</summary>
+    public async Task<CacheRecord> CompleteReplacementAsync(string tenant, ReplacementRequest request, CancellationToken cancellationToken)
+    {
+        CheckMover(request.Mover);
+        await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
+        try
+        {
+            var cache = Owned(tenant, request.CacheId);
+            var old = ServerOf(cache, request.ServerId);
+            if (!cache.Replacements.TryGetValue(old.ServerId, out var pending))
+                throw new ManagerException(StatusCode.FailedPrecondition, $"no replacement of server {old.ServerId} was begun for cache {cache.CacheId}");
+            var replacement = PendingReplacement(cache, old, pending, request.Mover);
+            if (request.RegionsMoved > cache.RegionsPerServer)
+                throw new ManagerException(StatusCode.InvalidArgument, $"regions_moved {request.RegionsMoved} exceeds the server's {cache.RegionsPerServer} regions");
+            int index = cache.Servers.ToList().IndexOf(old.ServerId);
+            var servers = cache.Servers.ToList();
+            servers[index] = replacement.ServerId;
+            var replacements = new Dictionary<string, ReplacementRecord>(cache.Replacements);
+            replacements.Remove(old.ServerId);
+            var updated = cache with { Servers = servers, Replacements = replacements, PricePerHour = cache.PricePerHour - PriceOf(old) };
+            var change = new StoreChange();
+            change.PutCaches.Add(updated);
+            await ReleaseFromCacheAsync(old, cache.CacheId, change).ConfigureAwait(false);
+            AddEvent(change, updated, e =>
+            {
+                e.ServerReplaced = new ServerReplaced
+                {
+                    ServerId = old.ServerId, Replacement = replacement.ServerId, FirstRegion = (uint)(index * cache.RegionsPerServer),
+                    Regions = (uint)cache.RegionsPerServer, RegionsMoved = request.RegionsMoved,
+                };
+                e.ServerReplaced.ServerIds.AddRange(servers);
+            });
+            await CommitAsync(change, cancellationToken).ConfigureAwait(false);
+            _logger.LogInformation("Cache {CacheId}: server {Replacement} replaced {ServerId} ({Moved} of {Regions} regions moved)",
+                                   cache.CacheId, replacement.ServerId, old.ServerId, request.RegionsMoved, cache.RegionsPerServer);
+            return updated;
+        }
+        finally
+        {
+            _lock.Release();
+        }
+    }
+
+    /// <summary>Gives a replacement back; the cache is as before.</summary>
+    public async Task<CacheRecord> AbandonReplacementAsync(string tenant, ReplacementRequest request, CancellationToken cancellationToken)
+    {
+        CheckMover(request.Mover);
+        await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
+        try
+        {
+            var cache = Owned(tenant, request.CacheId);
+            var old = ServerOf(cache, request.ServerId);
+            if (!cache.Replacements.TryGetValue(old.ServerId, out var pending))
+                return cache;
+            var replacement = PendingReplacement(cache, old, pending, request.Mover);
+            var replacements = new Dictionary<string, ReplacementRecord>(cache.Replacements);
+            replacements.Remove(old.ServerId);
+            var updated = cache with { Replacements = replacements, PricePerHour = cache.PricePerHour - PriceOf(replacement) };
+            var change = new StoreChange();
+            change.PutCaches.Add(updated);
+            await ReleaseFromCacheAsync(replacement, cache.CacheId, change).ConfigureAwait(false);
+            await CommitAsync(change, cancellationToken).ConfigureAwait(false);
+            _logger.LogInformation("Cache {CacheId}: replacement {Replacement} of {ServerId} given back", cache.CacheId, replacement.ServerId, old.ServerId);
+            return updated;
+        }
+        finally
+        {
+            _lock.Release();
+        }
+    }
+
+    private static readonly TimeSpan MigrationCapabilitySlack = TimeSpan.FromMinutes(1);
+
+    private static void CheckMover(string mover)
+    {
+        if (string.IsNullOrEmpty(mover) || mover.Length > 200)
+            throw new ManagerException(StatusCode.InvalidArgument, "mover must name the client moving the cache (1 to 200 characters)");
+    }
+
+    // Under the lock or the monitor: the cache's server `serverId`.
+    private ServerRecord ServerOf(CacheRecord cache, string serverId) =>
+        cache.Servers.Contains(serverId) && _servers.TryGetValue(serverId, out var s)
+            ? s
+            : throw new ManagerException(StatusCode.FailedPrecondition, $"server '{serverId}' is not one of cache {cache.CacheId}'s");
+
+    private ServerRecord PendingReplacement(CacheRecord cache, ServerRecord old, ReplacementRecord pending, string mover) =>
+        pending.Mover != mover
+            ? throw new ManagerException(StatusCode.FailedPrecondition,
+                $"another client of cache {cache.CacheId} ('{pending.Mover}') is moving server {old.ServerId}'s regions; follow its ServerReplaced event", Refusals.MovedElsewhere)
+            : _servers[pending.ServerId];
+
+    // The source as the target reaches it: over the cache's transport when both have it (shm on one host, verbs), else tcp.
+    private static string PullEndpoint(ServerRecord source, ServerRecord target, string transport) =>
+        source.Endpoints.TryGetValue(transport, out var e) && target.Endpoints.ContainsKey(transport) ? e : source.AdminEndpoint;
 
     // ---- watchers --------------------------------------------------------------------------------------------
 
@@ -705,25 +905,27 @@ public sealed class ManagerCore : IAsyncDisposable
     private async Task RemoveCacheAsync(CacheRecord cache, string reason, CancellationToken cancellationToken)
     {
         var change = new StoreChange();
-        foreach (string id in cache.Servers)
-        {
-            if (!_servers.TryGetValue(id, out var server))
-                continue;
-            if (server.Status != ServerStatus.Failed)
-                await DropQuietlyAsync(server, cache.CacheId).ConfigureAwait(false);
-            var free = server with { CacheId = 0 };
-            var kept = server.Status == ServerStatus.Failed && server.Allocator == LocalProcessAllocator.AllocatorName
-                ? null
-                : await _allocator.ReleaseAsync(free, _servers.Values.ToList(), cancellationToken).ConfigureAwait(false);
-            if (kept is null)
-                change.DeleteServers.Add(id);
-            else
-                change.PutServers.Add(kept);
-        }
+        foreach (string id in cache.Servers.Concat(cache.Replacements.Values.Select(r => r.ServerId)))
+            if (_servers.TryGetValue(id, out var server))
+                await ReleaseFromCacheAsync(server, cache.CacheId, change).ConfigureAwait(false);
         change.DeleteCaches.Add(cache.CacheId);
         AddEvent(change, cache, e => e.CacheDeleted = new CacheDeleted { Reason = reason });
         await CommitAsync(change, cancellationToken).ConfigureAwait(false);
         _logger.LogInformation("Deleted cache {CacheId} of {Tenant}: {Reason}", cache.CacheId, cache.Tenant, reason);
+    }
+
+    // Under the lock: the server drops the cache (unless it failed) and goes back to its allocator, into `change`.
+    private async Task ReleaseFromCacheAsync(ServerRecord server, ulong cacheId, StoreChange change)
+    {
+        if (server.Status != ServerStatus.Failed)
+            await DropQuietlyAsync(server, cacheId).ConfigureAwait(false);
+        var kept = server.Status == ServerStatus.Failed && server.Allocator == LocalProcessAllocator.AllocatorName
+            ? null
+            : await _allocator.ReleaseAsync(server with { CacheId = 0 }, _servers.Values.ToList(), CancellationToken.None).ConfigureAwait(false);
+        if (kept is null)
+            change.DeleteServers.Add(server.ServerId);
+        else
+            change.PutServers.Add(kept);
     }
 
     private async Task DropQuietlyAsync(ServerRecord server, ulong cacheId)

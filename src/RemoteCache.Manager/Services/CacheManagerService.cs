@@ -3,6 +3,7 @@ using System.Linq;
 using System.Security.Claims;
 using System.Threading;
 using System.Threading.Tasks;
+using Google.Protobuf.WellKnownTypes;
 using Grpc.Core;
 using Microsoft.AspNetCore.Authorization;
 using Microsoft.Extensions.Hosting;
@@ -28,15 +29,14 @@ public sealed class CacheManagerService : CacheManager.CacheManagerBase
     public override Task<AllocateResponse> Allocate(AllocateRequest request, ServerCallContext context) => Guard(async () =>
     {
         var (cache, sequence) = await _core.AllocateAsync(Tenant(context), request, context.CancellationToken).ConfigureAwait(false);
-        return new AllocateResponse { Cache = Protos.ToProto(cache, _core.ServersOf(cache)), EventSequence = (ulong)sequence };
+        return new AllocateResponse { Cache = _core.Describe(cache), EventSequence = (ulong)sequence };
     });
 
     public override Task<ReallocateResponse> Reallocate(ReallocateRequest request, ServerCallContext context) => Guard(async () =>
     {
         var (cache, changed, added, removed) = await _core.ReallocateAsync(Tenant(context), request, context.CancellationToken).ConfigureAwait(false);
-        var servers = _core.ServersOf(cache);
-        var response = new ReallocateResponse { Cache = Protos.ToProto(cache, servers), ConfigChanged = changed };
-        response.Added.AddRange(servers.Where(s => added.Contains(s.ServerId)));
+        var response = new ReallocateResponse { Cache = _core.Describe(cache), ConfigChanged = changed };
+        response.Added.AddRange(response.Cache.Servers.Where(s => added.Contains(s.ServerId)));
         response.Removed.AddRange(removed.Select(id => new CacheServer { ServerId = id }));
         return response;
     });
@@ -50,13 +50,13 @@ public sealed class CacheManagerService : CacheManager.CacheManagerBase
     public override Task<Cache> GetCache(GetCacheRequest request, ServerCallContext context) => Guard(() =>
     {
         var cache = _core.Get(Tenant(context), request.CacheId);
-        return Task.FromResult(Protos.ToProto(cache, _core.ServersOf(cache)));
+        return Task.FromResult(_core.Describe(cache));
     });
 
     public override Task<ListCachesResponse> ListCaches(ListCachesRequest request, ServerCallContext context) => Guard(() =>
     {
         var response = new ListCachesResponse();
-        response.Caches.AddRange(_core.List(Tenant(context)).Select(c => Protos.ToProto(c, _core.ServersOf(c))));
+        response.Caches.AddRange(_core.List(Tenant(context)).Select(_core.Describe));
         return Task.FromResult(response);
     });
 
@@ -65,8 +65,31 @@ public sealed class CacheManagerService : CacheManager.CacheManagerBase
         var cache = await _core.RenewLeaseAsync(Tenant(context), request.CacheId, request.ExtendBy, context.CancellationToken).ConfigureAwait(false);
         var response = new RenewLeaseResponse { Lease = Protos.ToProto(cache, Array.Empty<CacheServer>()).Lease };
         response.Servers.AddRange(_core.ServersOf(cache));
+        response.Replacements.AddRange(_core.ReplacementsOf(cache));
         return response;
     });
+
+    public override Task<CacheServer> BeginReplacement(ReplacementRequest request, ServerCallContext context) => Guard(async () =>
+    {
+        var (cache, _) = await _core.BeginReplacementAsync(Tenant(context), request, context.CancellationToken).ConfigureAwait(false);
+        return _core.ReplacementsOf(cache).First(r => r.Replaces == request.ServerId).Server;
+    });
+
+    public override Task<MoveRegionResponse> MoveRegion(MoveRegionRequest request, ServerCallContext context) => Guard(async () =>
+    {
+        // The copy may take what is left of the call's deadline (none: the pull's default bound).
+        TimeSpan? timeout = context.Deadline == DateTime.MaxValue ? null : context.Deadline - DateTime.UtcNow;
+        if (timeout <= TimeSpan.Zero)
+            throw new RpcException(new Status(StatusCode.DeadlineExceeded, "the call's deadline passed before the copy began"));
+        var result = await _core.MoveRegionAsync(Tenant(context), request, timeout, context.CancellationToken).ConfigureAwait(false);
+        return new MoveRegionResponse { Bytes = (ulong)result.Bytes, Elapsed = Duration.FromTimeSpan(result.Elapsed), OneSided = result.OneSided };
+    });
+
+    public override Task<Cache> CompleteReplacement(ReplacementRequest request, ServerCallContext context) => Guard(async () =>
+        _core.Describe(await _core.CompleteReplacementAsync(Tenant(context), request, context.CancellationToken).ConfigureAwait(false)));
+
+    public override Task<Cache> AbandonReplacement(ReplacementRequest request, ServerCallContext context) => Guard(async () =>
+        _core.Describe(await _core.AbandonReplacementAsync(Tenant(context), request, context.CancellationToken).ConfigureAwait(false)));
 
     public override Task WatchEvents(WatchEventsRequest request, IServerStreamWriter<CacheEvent> responseStream, ServerCallContext context) => Guard(async () =>
     {

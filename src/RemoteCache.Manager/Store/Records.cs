@@ -99,9 +99,15 @@ public sealed record CacheRecord
     /// <summary>Whether a LeaseExpiring event was sent for the current lease.</summary>
     public bool ExpiryWarned { get; init; }
 
+    /// <summary>Servers rented to take the place of one of <see cref="Servers"/> (by the id they replace), not yet in place.</summary>
+    public IReadOnlyDictionary<string, ReplacementRecord> Replacements { get; init; } = new Dictionary<string, ReplacementRecord>();
+
     /// <summary>Bytes it provides: servers × regions × region size.</summary>
     public long CapacityBytes => Servers.Count * (long)RegionsPerServer * RegionBytes;
 }
+
+/// <summary>A server rented to replace one of a cache's: <paramref name="ServerId"/>, and the client moving the regions.</summary>
+public sealed record ReplacementRecord(string ServerId, string Mover);
 
 /// <summary>An event as stored: its sequence, whose cache and tenant, and the serialized protobuf CacheEvent.</summary>
 public sealed record StoredEvent(long Sequence, ulong CacheId, string Tenant, byte[] Payload);

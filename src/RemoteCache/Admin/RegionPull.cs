@@ -1,4 +1,5 @@
 using System;
+using RemoteCache.Interop;
 
 namespace RemoteCache.Admin;
 
@@ -24,7 +25,10 @@ public sealed record RegionPull
     /// <summary>The region to overwrite, among the regions the target lent the cache.</summary>
     public required int TargetRegion { get; init; }
 
-    /// <summary>How long the target may take; null: 60 s (RC_DEFAULT_PULL_TIMEOUT_MS).</summary>
+    /// <summary>How long a pull may take when <see cref="Timeout"/> is null (RC_DEFAULT_PULL_TIMEOUT_MS).</summary>
+    public static TimeSpan DefaultTimeout { get; } = TimeSpan.FromMilliseconds(NativeLimits.DefaultPullTimeoutMs);
+
+    /// <summary>How long the target may take; null: <see cref="DefaultTimeout"/>.</summary>
     public TimeSpan? Timeout { get; init; }
 
     /// <summary>

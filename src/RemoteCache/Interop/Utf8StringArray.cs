@@ -13,15 +13,14 @@ internal sealed unsafe class Utf8StringArray : IDisposable
     private readonly IntPtr[] _pointers;
     private GCHandle _pin;
 
-    /// <summary>Copies <paramref name="strings"/>.</summary>
-    /// <exception cref="ArgumentException">One of them is null.</exception>
-    public Utf8StringArray(IReadOnlyList<string> strings)
+    /// <summary>Copies <paramref name="strings"/>; a null one becomes a null pointer.</summary>
+    public Utf8StringArray(IReadOnlyList<string?> strings)
     {
         _pointers = new IntPtr[strings.Count];
         try
         {
             for (int i = 0; i < strings.Count; i++)
-                _pointers[i] = Marshal.StringToCoTaskMemUTF8(strings[i] ?? throw new ArgumentException($"string {i} is null"));
+                _pointers[i] = strings[i] is { } text ? Marshal.StringToCoTaskMemUTF8(text) : IntPtr.Zero;
         }
         catch
         {

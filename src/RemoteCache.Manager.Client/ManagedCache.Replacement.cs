@@ -1,0 +1,209 @@
+using System;
+using System.Collections.Generic;
+using System.Diagnostics;
+using System.Linq;
+using System.Security.Cryptography;
+using System.Threading;
+using System.Threading.Tasks;
+using Grpc.Core;
+using RemoteCache.Manager.V1;
+
+namespace RemoteCache;
+
+// The cache's dynamics (Redy §6.2): a server reclaimed or failed is replaced, its regions moved one by one.
+public sealed partial class ManagedCache
+{
+    // Attempts at a region's fence before the move gives up (each bounded by FenceTimeout): a fence times out only when
+    // a session keeps an operation in flight that long.
+    private const int FenceAttempts = 3;
+
+    // Names this handle to the manager as the client moving the cache (BeginReplacement's `mover`).
+    private readonly string _mover = Convert.ToHexString(RandomNumberGenerator.GetBytes(12));
+
+    // The file and length of populateFrom, to refill regions whose content was lost.
+    private (string Path, long Length)? _populateSource;
+
+    private enum ShareMove
+    {
+        // Copy each region before it switches (a reclaim notice).
+        Copy,
+
+        // Switch each region without its content (the server failed): it starts empty on the replacement.
+        Empty,
+
+        // Switch each region: another client of the cache copied it (ServerReplaced).
+        Follow,
+    }
+
+    private TimeSpan FenceTimeout => _manager.Options.Cache.OperationTimeout * 2;
+
+    // Replaces server `serverId` (reclaimed at `deadline`, or failed for `failure`) and moves its regions there.
+    private async Task ReplaceAsync(string serverId, DateTimeOffset? deadline, string? failure, CancellationToken stop)
+    {
+        try
+        {
+            await _gate.WaitAsync(stop).ConfigureAwait(false);
+        }
+        catch (OperationCanceledException)
+        {
+            return;
+        }
+        try
+        {
+            int index = _state.Servers.Select(s => s.ServerId).ToList().IndexOf(serverId);
+            if (index < 0 || index >= _client.ServerCount)
+                return;  // replaced already (a reclaim's deadline ends in a failure event), or not among the servers used here
+            var request = new ReplacementRequest { CacheId = CacheId, ServerId = serverId, Mover = _mover };
+            CacheServer replacement;
+            try
+            {
+                replacement = await _manager.CallAsync("BeginReplacement", o => _manager.Grpc.BeginReplacementAsync(request, o), stop).ConfigureAwait(false);
+            }
+            catch (RemoteCacheManagerException e) when (e.Refusal == Refusals.MovedElsewhere)
+            {
+                Log.MovedElsewhere(_manager.Logger, Name, serverId);
+                return;
+            }
+            var clock = Stopwatch.StartNew();
+            var mode = failure is null ? ShareMove.Copy : ShareMove.Empty;
+            var lost = await MoveShareLockedAsync(index, serverId, replacement, mode, deadline, stop).ConfigureAwait(false);
+            int regions = (int)replacement.Regions;
+            request.RegionsMoved = (uint)(regions - lost.Count);
+            var cache = await _manager.CallAsync("CompleteReplacement", o => _manager.Grpc.CompleteReplacementAsync(request, o), stop).ConfigureAwait(false);
+            Volatile.Write(ref _state, cache);
+            Log.ServerReplaced(_manager.Logger, Name, serverId, replacement.ServerId, regions - lost.Count, regions, clock.Elapsed.TotalMilliseconds);
+            ReportLost(lost, failure ?? $"server {serverId} was reclaimed before they could be copied");
+        }
+        catch (Exception e) when (e is RemoteCacheManagerException or RemoteCacheException or ArgumentException && !stop.IsCancellationRequested)
+        {
+            Log.ReplaceFailed(_manager.Logger, Name, serverId, e.Message);
+        }
+        catch (OperationCanceledException) when (stop.IsCancellationRequested)
+        {
+        }
+        finally
+        {
+            _gate.Release();
+        }
+    }
+
+    // Moves the regions of share `index` (those server `from` lent) to `to`, one at a time: from a region's fence to its
+    // commit, writes to it wait in the client, reads go on to `from`, other regions are not touched. Returns the
+    // regions whose content did not come along (Copy: the copy failed or `deadline` passed; Empty: all).
+    private async Task<List<int>> MoveShareLockedAsync(int index, string from, CacheServer to, ShareMove mode, DateTimeOffset? deadline, CancellationToken stop)
+    {
+        int regions = (int)to.Regions;
+        int holder;
+        try
+        {
+            holder = await _client.AddHolderAsync(to.Endpoint, to.Capability, regions, stop).ConfigureAwait(false);
+        }
+        catch (Exception) when (mode != ShareMove.Follow)
+        {
+            // Nothing moved yet: the manager takes its server back and the cache is as before.
+            var abandon = new ReplacementRequest { CacheId = CacheId, ServerId = from, Mover = _mover };
+            await _manager.CallAsync("AbandonReplacement", o => _manager.Grpc.AbandonReplacementAsync(abandon, o), CancellationToken.None).ConfigureAwait(false);
+            throw;
+        }
+        var lost = new List<int>();
+        for (int k = 0; k < regions; k++)
+        {
+            int region = index * regions + k;
+            var clock = Stopwatch.StartNew();
+            int sourceRegion = _client.GetRegion(region).HolderRegion;
+            await FenceAsync(region, stop).ConfigureAwait(false);
+            bool copied = mode switch
+            {
+                ShareMove.Copy => await CopyRegionAsync(from, sourceRegion, k, deadline, stop).ConfigureAwait(false),
+                ShareMove.Follow => true,
+                _ => false,
+            };
+            _client.CommitMigration(region, holder, k);
+            if (!copied)
+                lost.Add(region);
+            if (mode != ShareMove.Follow)
+                _feed.Publish(new RegionMovedEvent(CacheId, DateTimeOffset.UtcNow, from, region, k + 1, regions, clock.Elapsed, !copied));
+        }
+        return lost;
+    }
+
+    // Waits until no write sent before can still change `region` where it is (RemoteCacheClient.BeginMigrationAsync).
+    private async Task FenceAsync(int region, CancellationToken stop)
+    {
+        for (int attempt = 1; ; attempt++)
+        {
+            try
+            {
+                await _client.BeginMigrationAsync(region, FenceTimeout, pauseReads: false, stop).ConfigureAwait(false);
+                return;
+            }
+            catch (RemoteCacheException e) when (e.Status == RemoteCacheStatus.Timeout && attempt < FenceAttempts)
+            {
+                // A session kept an operation in flight past the fence's bound: its operation times out meanwhile.
+            }
+        }
+    }
+
+    // Has the replacement copy the region (the manager drives its pull); false when it could not be copied before the
+    // deadline (the source failed, or was reclaimed meanwhile). A manager that does not answer is retried until then.
+    private async Task<bool> CopyRegionAsync(string from, int sourceRegion, int targetRegion, DateTimeOffset? deadline, CancellationToken stop)
+    {
+        var request = new MoveRegionRequest
+        {
+            CacheId = CacheId, ServerId = from, Mover = _mover, SourceRegion = (uint)sourceRegion, TargetRegion = (uint)targetRegion,
+            MaxMibPerS = (uint)(_manager.Options.MoveMaxMibPerSecond ?? 0),
+        };
+        var retry = new Backoff(_manager.Options.RetryLimit);
+        while (true)
+        {
+            var left = (deadline ?? DateTimeOffset.MaxValue) - DateTimeOffset.UtcNow;
+            if (left <= TimeSpan.Zero)
+                return false;
+            try
+            {
+                var timeout = left < _manager.Options.CallTimeout ? left : _manager.Options.CallTimeout;
+                await _manager.CallAsync("MoveRegion", o => _manager.Grpc.MoveRegionAsync(request, o), stop, timeout).ConfigureAwait(false);
+                return true;
+            }
+            catch (RemoteCacheManagerException e) when (e.Status == StatusCode.Unavailable)
+            {
+                await Task.Delay(retry.Next(), stop).ConfigureAwait(false);
+            }
+            catch (RemoteCacheManagerException e)
+            {
+                Log.RegionNotCopied(_manager.Logger, Name, sourceRegion, from, e.Message);
+                return false;
+            }
+        }
+    }
+
+    // Tells the readers of Events which regions lost their content, and refills them from populateFrom.
+    private void ReportLost(List<int> lost, string reason)
+    {
+        if (lost.Count == 0)
+            return;
+        long regionSize = (long)_state.Servers[0].RegionSize;
+        var refills = new List<(long Start, long End)>();
+        for (int i = 0; i < lost.Count;)
+        {
+            int first = lost[i], count = 1;
+            while (i + count < lost.Count && lost[i + count] == first + count)
+                count++;
+            i += count;
+            _feed.Publish(new RegionsLostEvent(CacheId, DateTimeOffset.UtcNow, first, count, reason));
+            Log.RegionsLost(_manager.Logger, Name, first, count, reason);
+            if (_populateSource is { } source && first * regionSize < source.Length)
+                refills.Add((first * regionSize, Math.Min(source.Length, (first + count) * regionSize)));
+        }
+        if (refills.Count == 0 || _populateSource is not { } file)
+            return;
+        var previous = Populated;
+        var task = Task.Run(async () =>
+        {
+            await previous.ContinueWith(_ => { }, TaskScheduler.Default).ConfigureAwait(false);  // one fill at a time
+            foreach (var (start, end) in refills)
+                await PopulateAsync(file.Path, start, end, _stop.Token).ConfigureAwait(false);
+        });
+        Volatile.Write(ref _populated, task);
+    }
+}

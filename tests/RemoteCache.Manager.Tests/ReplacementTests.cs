@@ -1,0 +1,222 @@
+using System;
+using System.Collections.Generic;
+using System.IO;
+using System.Linq;
+using System.Threading;
+using System.Threading.Tasks;
+using RemoteCache.Manager.V1;
+using Xunit;
+using static RemoteCache.Manager.Tests.ManagedClientKit;
+using static RemoteCache.Manager.Tests.TestManager;
+
+namespace RemoteCache.Manager.Tests;
+
+/// <summary>
+/// The managed client's dynamics (Redy §6.2) end to end, on real remotecache-server processes: a reclaimed server's
+/// regions moved to a replacement under verified writes, a failed one replaced and refilled, a deadline too short,
+/// a second client of the cache following the first one's move.
+/// </summary>
+[Collection(nameof(ManagerServiceTests))]
+public sealed class ReplacementTests
+{
+    // 384 MiB: two small VMs of 3 regions of 64 MiB each.
+    private const long TwoServers = 384 * MiB;
+    private const int Slots = 4096;
+
+    [Fact]
+    public async Task AReclaimNoticeMovesTheServersRegionsToAReplacementWithoutLosingAWrite()
+    {
+        await using var manager = new TestManager(warm: 0);
+        await manager.StartAsync();
+        await using var client = manager.ManagedClient();
+        // A 3 s lease, renewed every 1.5 s: renewals after the move present capabilities to the replacement.
+        var cache = await client.CreateAsync(Request(TwoServers, lease: TimeSpan.FromSeconds(3)));
+        var log = new EventLog(cache);
+        var data = cache.Client;
+        string reclaimed = cache.Info.Servers[1].ServerId;
+        await MarkEveryMiBAsync(data);
+
+        using var stop = new CancellationTokenSource();
+        var writers = Enumerable.Range(0, 2).Select(w => Task.Run(() => StampAsync(data, w, stop.Token))).ToList();
+        await Task.Delay(300);
+        await ReclaimAsync(manager, reclaimed, TimeSpan.FromSeconds(60));
+        await EventuallyAsync(() => log.Snapshot().OfType<ServerReplacedEvent>().Any(), "the reclaimed server was replaced");
+        // Writes go on to the moved regions, now on the replacement, until the lease the servers had before the first
+        // renewal after the move has ended: they are served only if that renewal reached the replacement too.
+        await EventuallyAsync(() => log.Snapshot().SkipWhile(e => e is not ServerReplacedEvent).OfType<LeaseRenewedEvent>().Any(), "a renewal after the move");
+        var renewed = log.Snapshot().SkipWhile(e => e is not ServerReplacedEvent).OfType<LeaseRenewedEvent>().First();
+        await Task.Delay(renewed.Time + TimeSpan.FromSeconds(3.2) - DateTimeOffset.UtcNow);
+        stop.Cancel();
+        var written = await Task.WhenAll(writers);
+
+        await CheckMarksAsync(data);
+        await CheckStampsAsync(data, written);
+        var events = log.Snapshot();
+        var replaced = events.OfType<ServerReplacedEvent>().Single();
+        Assert.Equal((reclaimed, 3, 3, 3), (replaced.ServerId, replaced.FirstRegion, replaced.Regions, replaced.RegionsMoved));
+        var moves = events.OfType<RegionMovedEvent>().ToList();
+        Assert.Equal(new[] { 3, 4, 5 }, moves.Select(m => m.Region));
+        Assert.All(moves, m => Assert.False(m.Lost));
+        Assert.Empty(events.OfType<RegionsLostEvent>());
+        Assert.True(events.FindIndex(e => e is ReclaimNoticeEvent) < events.FindIndex(e => e is RegionMovedEvent), "the notice comes before the moves");
+        Assert.Equal(replaced.Replacement, cache.Info.Servers[1].ServerId);
+        Assert.Equal(replaced.ServerIds, cache.Info.Servers.Select(s => s.ServerId));
+        Assert.Empty((await manager.Tenant(AliceKey).GetCacheAsync(new GetCacheRequest { CacheId = cache.CacheId })).Replacements);
+        // The reclaimed server was let go at once (the local allocator stops it), long before its deadline.
+        var servers = (await manager.Operator().ListServersAsync(new ListServersRequest())).Servers;
+        Assert.DoesNotContain(servers, s => s.ServerId == reclaimed);
+        Assert.Equal(cache.CacheId, servers.Single(s => s.ServerId == replaced.Replacement).CacheId);
+        Assert.Equal(2, data.ServerCount);
+        Assert.Equal(TwoServers, data.Capacity);
+        Assert.True(written.Sum(w => w.Count) > 100, "the writers ran");
+        await cache.DeleteAsync();
+    }
+
+    [Fact]
+    public async Task AFailedServerIsReplacedAndItsRegionsAreRefilledFromPopulateFrom()
+    {
+        await using var manager = new TestManager(warm: 0);
+        await manager.StartAsync();
+        await using var client = manager.ManagedClient();
+        string path = Path.Combine(manager.StateDirectory, "source.bin");
+        var source = new byte[300 * MiB];  // all of the first server's regions, and 1.7 of the second's
+        new Random(11).NextBytes(source);
+        await File.WriteAllBytesAsync(path, source);
+        var request = Request(TwoServers);
+        request.PopulateFrom = path;
+        var cache = await client.CreateAsync(request);
+        var log = new EventLog(cache);
+        string failed = cache.Info.Servers[1].ServerId;
+
+        Assert.True(StopServer(failed));
+        await EventuallyAsync(() => log.Snapshot().OfType<ServerReplacedEvent>().Any(), "the failed server was replaced");
+        await cache.Populated.WaitAsync(Patience);  // the refill of the lost regions
+        await EventuallyAsync(() => log.Snapshot().OfType<PopulateProgressEvent>().Any(p => p.Done == p.Total && p.Total == source.Length - 192 * MiB),
+                              "the refill's last progress event");
+
+        var events = log.Snapshot();
+        Assert.Equal(failed, events.OfType<ServerFailedEvent>().Single().ServerId);
+        var lost = events.OfType<RegionsLostEvent>().Single();
+        Assert.Equal((3, 3), (lost.FirstRegion, lost.Regions));
+        Assert.Equal(0, events.OfType<ServerReplacedEvent>().Single().RegionsMoved);
+        Assert.All(events.OfType<RegionMovedEvent>(), m => Assert.True(m.Lost));
+        Assert.True(events.FindIndex(e => e is RegionsLostEvent) < events.FindLastIndex(e => e is PopulateProgressEvent));
+        await VerifyAsync(cache.Client, source, source.Length);
+        await WriteAndVerifyAsync(cache.Client, TwoServers - 4096, 4096);
+        Assert.NotEqual(failed, cache.Info.Servers[1].ServerId);
+        await cache.DeleteAsync();
+    }
+
+    [Fact]
+    public async Task ADeadlineTooShortForTheMoveReportsTheRegionsNotYetMovedAsLost()
+    {
+        await using var manager = new TestManager(warm: 0);
+        await manager.StartAsync();
+        // Paced to 32 MiB/s, a 64 MiB region takes 2 s to copy: a 3 s notice lets one of three move.
+        await using var client = manager.ManagedClient(configure: o => o.MoveMaxMibPerSecond = 32);
+        var cache = await client.CreateAsync(Request(TwoServers));
+        var log = new EventLog(cache);
+        var data = cache.Client;
+        string reclaimed = cache.Info.Servers[1].ServerId;
+        await MarkEveryMiBAsync(data);
+
+        await ReclaimAsync(manager, reclaimed, TimeSpan.FromSeconds(3));
+        await EventuallyAsync(() => log.Snapshot().OfType<ServerReplacedEvent>().Any(), "the reclaimed server was replaced");
+
+        var events = log.Snapshot();
+        var replaced = events.OfType<ServerReplacedEvent>().Single();
+        Assert.InRange(replaced.RegionsMoved, 1, 2);
+        var moved = events.OfType<RegionMovedEvent>().Where(m => !m.Lost).Select(m => m.Region).ToList();
+        Assert.Equal(Enumerable.Range(3, replaced.RegionsMoved), moved);
+        var lost = events.OfType<RegionsLostEvent>().Single();
+        Assert.Equal((3 + replaced.RegionsMoved, 3 - replaced.RegionsMoved), (lost.FirstRegion, lost.Regions));
+        const long region = 64 * MiB;
+        await CheckMarksAsync(data, 0, (3 + replaced.RegionsMoved) * region);  // the first server's and the moved ones
+        // A lost region is served by the replacement (its content is whatever part of the copy was done).
+        await WriteAndVerifyAsync(data, lost.FirstRegion * region, 4096);
+        await WriteAndVerifyAsync(data, TwoServers - 4096, 4096);
+        await cache.DeleteAsync();
+    }
+
+    [Fact]
+    public async Task AnotherClientOfTheCacheFollowsTheMoveAndReadsWhatTheMoverWrote()
+    {
+        await using var manager = new TestManager(warm: 0);
+        await manager.StartAsync();
+        await using var first = manager.ManagedClient();
+        await using var second = manager.ManagedClient();
+        var mover = await first.CreateAsync(Request(TwoServers));
+        var follower = await second.OpenAsync(mover.CacheId);
+        var moverLog = new EventLog(mover);
+        var followerLog = new EventLog(follower);
+        await MarkEveryMiBAsync(mover.Client);
+
+        await ReclaimAsync(manager, mover.Info.Servers[1].ServerId, TimeSpan.FromSeconds(60));
+        await EventuallyAsync(() => moverLog.Snapshot().OfType<ServerReplacedEvent>().Any() && followerLog.Snapshot().OfType<ServerReplacedEvent>().Any(),
+                              "both clients saw the replacement");
+        await EventuallyAsync(() => follower.Info.Servers[1].ServerId == mover.Info.Servers[1].ServerId, "the follower switched");
+
+        // One of the two moved the regions (whichever asked first); the other only switched.
+        int moves = moverLog.Snapshot().OfType<RegionMovedEvent>().Count() + followerLog.Snapshot().OfType<RegionMovedEvent>().Count();
+        Assert.Equal(3, moves);
+        await CheckMarksAsync(follower.Client);
+        var stamp = BitConverter.GetBytes(0x5eed_0f_f011_0123L);
+        await mover.Client.WriteAsync(300 * MiB + 8, stamp);
+        var back = new byte[8];
+        await follower.Client.ReadAsync(300 * MiB + 8, back);
+        Assert.Equal(stamp, back);  // both reach the replacement now
+        await mover.DeleteAsync();
+    }
+
+    private static async Task ReclaimAsync(TestManager manager, string serverId, TimeSpan notice) =>
+        await manager.Operator().ReclaimServerAsync(new ReclaimServerRequest { ServerId = serverId, Notice = Google.Protobuf.WellKnownTypes.Duration.FromTimeSpan(notice) });
+
+    // Writes a pattern at the start of every MiB, to prove the content came along.
+    private static async Task MarkEveryMiBAsync(RemoteCacheClient data)
+    {
+        for (long a = 0; a < data.Capacity; a += MiB)
+            await data.WriteAsync(a, Pattern(a, 64));
+    }
+
+    private static async Task CheckMarksAsync(RemoteCacheClient data, long from = 0, long to = long.MaxValue)
+    {
+        var back = new byte[64];
+        for (long a = from; a < Math.Min(to, data.Capacity); a += MiB)
+        {
+            await data.ReadAsync(a, back);
+            Assert.True(back.AsSpan().SequenceEqual(Pattern(a, 64)), $"the mark at {a} was lost");
+        }
+    }
+
+    // Until stopped: 8-byte stamps written all over the cache, each read back at once (a read after a write that
+    // waited for a move sees it); returns the last stamp written at each address.
+    private static async Task<Dictionary<long, long>> StampAsync(RemoteCacheClient data, int writer, CancellationToken stop)
+    {
+        var last = new Dictionary<long, long>();
+        var random = new Random(writer);
+        var buffer = new byte[8];
+        var back = new byte[8];
+        long stamp = (long)(writer + 1) << 40;
+        long stride = data.Capacity / Slots;
+        while (!stop.IsCancellationRequested)
+        {
+            long address = random.Next(Slots) * stride + 64 + writer * 8;  // past the MiB marks, apart from the other writer
+            BitConverter.TryWriteBytes(buffer, ++stamp);
+            await data.WriteAsync(address, buffer);
+            await data.ReadAsync(address, back);
+            Assert.Equal(stamp, BitConverter.ToInt64(back));
+            last[address] = stamp;
+        }
+        return last;
+    }
+
+    private static async Task CheckStampsAsync(RemoteCacheClient data, IEnumerable<Dictionary<long, long>> written)
+    {
+        var back = new byte[8];
+        foreach (var (address, stamp) in written.SelectMany(w => w))
+        {
+            await data.ReadAsync(address, back);
+            Assert.True(stamp == BitConverter.ToInt64(back), $"the write of {stamp:x} at {address} was lost");
+        }
+    }
+}
