@@ -17,6 +17,9 @@ public sealed partial class ManagedCache
     // a session keeps an operation in flight that long.
     private const int FenceAttempts = 3;
 
+    // Attempts at a region's copy (a failed one is retried once: a connection lost in passing).
+    private const int CopyAttempts = 2;
+
     // Names this handle to the manager as the client moving the cache (BeginReplacement's `mover`).
     private readonly string _mover = Convert.ToHexString(RandomNumberGenerator.GetBytes(12));
 
@@ -54,25 +57,9 @@ public sealed partial class ManagedCache
             if (index < 0 || index >= _client.ServerCount)
                 return;  // replaced already (a reclaim's deadline ends in a failure event), or not among the servers used here
             var request = new ReplacementRequest { CacheId = CacheId, ServerId = serverId, Mover = _mover };
-            CacheServer replacement;
-            try
-            {
-                replacement = await _manager.CallAsync("BeginReplacement", o => _manager.Grpc.BeginReplacementAsync(request, o), stop).ConfigureAwait(false);
-            }
-            catch (RemoteCacheManagerException e) when (e.Refusal == Refusals.MovedElsewhere)
-            {
-                Log.MovedElsewhere(_manager.Logger, Name, serverId);
-                return;
-            }
-            var clock = Stopwatch.StartNew();
             var mode = failure is null ? ShareMove.Copy : ShareMove.Empty;
-            var lost = await MoveShareLockedAsync(index, serverId, replacement, mode, deadline, stop).ConfigureAwait(false);
-            int regions = (int)replacement.Regions;
-            request.RegionsMoved = (uint)(regions - lost.Count);
-            var cache = await _manager.CallAsync("CompleteReplacement", o => _manager.Grpc.CompleteReplacementAsync(request, o), stop).ConfigureAwait(false);
-            Volatile.Write(ref _state, cache);
-            Log.ServerReplaced(_manager.Logger, Name, serverId, replacement.ServerId, regions - lost.Count, regions, clock.Elapsed.TotalMilliseconds);
-            ReportLost(lost, failure ?? $"server {serverId} was reclaimed before they could be copied");
+            await ReplaceServerLockedAsync(index, request, mode, deadline, failure ?? $"server {serverId} was reclaimed before they could be copied", stop)
+                .ConfigureAwait(false);
         }
         catch (Exception e) when (e is RemoteCacheManagerException or RemoteCacheException or ArgumentException && !stop.IsCancellationRequested)
         {
@@ -85,6 +72,44 @@ public sealed partial class ManagedCache
         {
             _gate.Release();
         }
+    }
+
+    // Moves the cache onto servers with the cores `slo` needs, one server's regions at a time (Reshape).
+    private async Task MoveToNewServersLockedAsync(Manager.V1.Slo slo, CancellationToken cancellationToken)
+    {
+        for (int i = 0; i < _client.ServerCount; i++)
+        {
+            string serverId = _state.Servers[i].ServerId;
+            var request = new ReplacementRequest { CacheId = CacheId, ServerId = serverId, Mover = _mover, Slo = slo };
+            if (!await ReplaceServerLockedAsync(i, request, ShareMove.Copy, null, $"copying them off server {serverId} failed", cancellationToken).ConfigureAwait(false))
+                throw new RemoteCacheManagerException(StatusCode.FailedPrecondition, $"{Name}: another client of the cache is moving server {serverId}; reshape again once it is done");
+        }
+    }
+
+    // Rents the replacement `request` names, moves share `index` onto it and puts it in place; false (nothing done)
+    // when another client of the cache moves that server.
+    private async Task<bool> ReplaceServerLockedAsync(int index, ReplacementRequest request, ShareMove mode, DateTimeOffset? deadline, string lostReason,
+                                                      CancellationToken cancellationToken)
+    {
+        CacheServer replacement;
+        try
+        {
+            replacement = await _manager.CallAsync("BeginReplacement", o => _manager.Grpc.BeginReplacementAsync(request, o), cancellationToken).ConfigureAwait(false);
+        }
+        catch (RemoteCacheManagerException e) when (e.Refusal == Refusals.MovedElsewhere)
+        {
+            Log.MovedElsewhere(_manager.Logger, Name, request.ServerId);
+            return false;
+        }
+        var clock = Stopwatch.StartNew();
+        var lost = await MoveShareLockedAsync(index, request.ServerId, replacement, mode, deadline, cancellationToken).ConfigureAwait(false);
+        int regions = (int)replacement.Regions;
+        var complete = new ReplacementRequest { CacheId = CacheId, ServerId = request.ServerId, Mover = _mover, RegionsMoved = (uint)(regions - lost.Count) };
+        var cache = await _manager.CallAsync("CompleteReplacement", o => _manager.Grpc.CompleteReplacementAsync(complete, o), cancellationToken).ConfigureAwait(false);
+        Volatile.Write(ref _state, cache);
+        Log.ServerReplaced(_manager.Logger, Name, request.ServerId, replacement.ServerId, regions - lost.Count, regions, clock.Elapsed.TotalMilliseconds);
+        ReportLost(lost, lostReason);
+        return true;
     }
 
     // Moves the regions of share `index` (those server `from` lent) to `to`, one at a time: from a region's fence to its
@@ -145,7 +170,8 @@ public sealed partial class ManagedCache
     }
 
     // Has the replacement copy the region (the manager drives its pull); false when it could not be copied before the
-    // deadline (the source failed, or was reclaimed meanwhile). A manager that does not answer is retried until then.
+    // deadline, or failed twice (the source failed, or was reclaimed meanwhile). A manager that does not answer is
+    // retried until the deadline.
     private async Task<bool> CopyRegionAsync(string from, int sourceRegion, int targetRegion, DateTimeOffset? deadline, CancellationToken stop)
     {
         var request = new MoveRegionRequest
@@ -154,6 +180,7 @@ public sealed partial class ManagedCache
             MaxMibPerS = (uint)(_manager.Options.MoveMaxMibPerSecond ?? 0),
         };
         var retry = new Backoff(_manager.Options.RetryLimit);
+        int failures = 0;
         while (true)
         {
             var left = (deadline ?? DateTimeOffset.MaxValue) - DateTimeOffset.UtcNow;
@@ -172,7 +199,8 @@ public sealed partial class ManagedCache
             catch (RemoteCacheManagerException e)
             {
                 Log.RegionNotCopied(_manager.Logger, Name, sourceRegion, from, e.Message);
-                return false;
+                if (++failures == CopyAttempts)
+                    return false;
             }
         }
     }

@@ -93,15 +93,19 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
     public IAsyncEnumerable<ManagedCacheEvent> Events => _feed;
 
     /// <summary>
-    /// Changes the capacity and/or the SLO (Redy's Reshape), all or nothing. Growing appends the servers the manager
-    /// grants; shrinking cuts the address space after the kept servers first (I/O past the new capacity then fails with
+    /// Changes the capacity and/or the SLO (Redy's Reshape). Growing appends the servers the manager grants; shrinking
+    /// cuts the address space after the kept servers first (I/O past the new capacity then fails with
     /// <see cref="ArgumentOutOfRangeException"/>) and then releases the rest. I/O below the smaller capacity goes on
-    /// undisturbed either way. A new SLO whose configuration the cache's servers can carry is applied live.
+    /// undisturbed either way. A new SLO whose configuration the cache's servers can carry is applied live; one they
+    /// cannot (more server threads than their cores) first moves the cache onto new servers, one server's regions at a
+    /// time (writes to the region being copied wait, reads go on; <see cref="RegionMovedEvent"/>s report progress), and
+    /// the old servers are released. A capacity change or a new configuration is all or nothing; a move that fails
+    /// part-way leaves the servers already replaced in place (each replacement is complete in itself).
     /// </summary>
     /// <param name="capacity">Bytes wanted (0: unchanged). Whole servers are added or removed: the capacity becomes the smallest multiple of a server's share that holds it.</param>
     /// <param name="slo">The new SLO, or null to keep the current one.</param>
     /// <param name="cancellationToken">Stops waiting for the manager; a reshape the manager already made is still followed.</param>
-    /// <exception cref="RemoteCacheManagerException">The manager refused (no capacity, quota; <see cref="RemoteCacheManagerException.MigrationRequired"/> for an SLO the servers cannot carry) or did not answer; the cache is unchanged.</exception>
+    /// <exception cref="RemoteCacheManagerException">The manager refused (no capacity, quota, no VMs with the cores the SLO needs) or did not answer.</exception>
     /// <exception cref="RemoteCacheException">A new server could not be reached; the manager's change was undone.</exception>
     /// <exception cref="ObjectDisposedException">The cache was deleted or this handle disposed.</exception>
     public async Task ReshapeAsync(long capacity, RemoteCacheSlo? slo = null, CancellationToken cancellationToken = default)
@@ -138,7 +142,7 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
         ReallocateResponse response;
         try
         {
-            response = await _manager.CallAsync("Reallocate", o => _manager.Grpc.ReallocateAsync(request, o), cancellationToken).ConfigureAwait(false);
+            response = await ReallocateOrMoveLockedAsync(request, cancellationToken).ConfigureAwait(false);
         }
         catch when (shrinking)
         {
@@ -162,6 +166,20 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
             throw;
         }
         Log.Reshaped(_manager.Logger, Name, before.Servers.Count, (long)before.Capacity, after.Servers.Count, (long)after.Capacity, Contract.FromProto(after.Config));
+    }
+
+    // Reallocate; when the SLO needs servers the cache's cannot be (more cores), the cache first moves onto new ones.
+    private async Task<ReallocateResponse> ReallocateOrMoveLockedAsync(ReallocateRequest request, CancellationToken cancellationToken)
+    {
+        try
+        {
+            return await _manager.CallAsync("Reallocate", o => _manager.Grpc.ReallocateAsync(request, o), cancellationToken).ConfigureAwait(false);
+        }
+        catch (RemoteCacheManagerException e) when (e.MigrationRequired && request.Slo is not null)
+        {
+            await MoveToNewServersLockedAsync(request.Slo, cancellationToken).ConfigureAwait(false);
+            return await _manager.CallAsync("Reallocate", o => _manager.Grpc.ReallocateAsync(request, o), cancellationToken).ConfigureAwait(false);
+        }
     }
 
     /// <summary>

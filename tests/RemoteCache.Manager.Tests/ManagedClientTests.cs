@@ -150,29 +150,50 @@ public sealed class ManagedClientTests
     }
 
     [Fact]
-    public async Task ANewSloIsAppliedLiveWhenTheServersCarryItAndRefusedAsNeedingMigrationOtherwise()
+    public async Task ANewSloIsAppliedLiveWhenTheServersCarryItAndOtherwiseTheCacheMovesToServersThatDo()
     {
         await using var manager = new TestManager(warm: 2);
         await manager.StartAsync();
         await using var client = manager.ManagedClient();
         await using var cache = await client.CreateAsync(Request(128 * MiB));
+        var log = new EventLog(cache);
         var data = cache.Client;
         var before = data.Config;
         Assert.Equal(1, before.ServerThreads);  // a small VM has one core
+        string small = cache.Info.Servers.Single().ServerId;
 
         // Synthetic model: latency 5 + 2·b·q/(s+1) µs; 6 µs at s = 1 needs b·q = 1.
         await cache.ReshapeAsync(0, new RemoteCacheSlo { ReadLatency = TimeSpan.FromMicroseconds(6), Throughput = 1e5 });
         Assert.Equal(new CacheConfig(0, 1, 1, 1), data.Config);
         Assert.Equal(data.Config, cache.Info.Config);
+        Assert.Equal(small, cache.Info.Servers.Single().ServerId);
         await WriteAndVerifyAsync(data, 0, 100_000);
+        for (long a = 0; a < data.Capacity; a += MiB)
+            await data.WriteAsync(a, Pattern(a, 64, seed: 3));
 
-        // 7 M ops/s needs s = 2: two cores, which a small VM does not have.
-        var refused = await Assert.ThrowsAsync<RemoteCacheManagerException>(() =>
-            cache.ReshapeAsync(0, new RemoteCacheSlo { Throughput = 7e6 }));
-        Assert.True(refused.MigrationRequired);
+        // 7 M ops/s needs s = 2: two cores, which a small VM does not have: the cache moves to a medium one.
+        await cache.ReshapeAsync(0, new RemoteCacheSlo { Throughput = 7e6 });
+        Assert.Equal(2, data.Config.ServerThreads);
+        Assert.Equal(data.Config, cache.Info.Config);
+        var server = cache.Info.Servers.Single();
+        Assert.NotEqual(small, server.ServerId);
+        Assert.Equal("medium", server.VmType);
+        Assert.Equal(128 * MiB, data.Capacity);
+        var back = new byte[64];
+        for (long a = 0; a < data.Capacity; a += MiB)
+        {
+            await data.ReadAsync(a, back);
+            Assert.True(back.AsSpan().SequenceEqual(Pattern(a, 64, seed: 3)), $"the content at {a} did not come along");
+        }
+        await EventuallyAsync(() => log.Snapshot().OfType<ServerReplacedEvent>().Any(), "the replacement event arrived");
+        Assert.Equal(2, log.Snapshot().OfType<RegionMovedEvent>().Count(m => !m.Lost));
+        Assert.DoesNotContain((await manager.Operator().ListServersAsync(new ListServersRequest())).Servers, s => s.ServerId == small && s.CacheId != 0);
+
+        // An SLO no configuration meets is refused, and the cache stays where it is.
+        var refused = await Assert.ThrowsAsync<RemoteCacheManagerException>(() => cache.ReshapeAsync(0, new RemoteCacheSlo { Throughput = 2e7 }));
         Assert.Equal(Grpc.Core.StatusCode.FailedPrecondition, refused.Status);
-        Assert.Contains("migration", refused.Message);
-        Assert.Equal(new CacheConfig(0, 1, 1, 1), data.Config);
+        Assert.Contains("no configuration meets the SLO", refused.Message);
+        Assert.Equal(server.ServerId, cache.Info.Servers.Single().ServerId);
         await WriteAndVerifyAsync(data, 0, 100_000);
     }
 

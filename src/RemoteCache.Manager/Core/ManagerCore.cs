@@ -310,7 +310,7 @@ public sealed class ManagerCore : IAsyncDisposable
                 if (choice.Config.ServerThreads > cores)
                     throw new ManagerException(StatusCode.FailedPrecondition,
                         $"the SLO ({slo}) needs {choice.Config} with {choice.Config.ServerThreads} server threads; the cache's VMs have {cores} core(s): " +
-                        "it needs new servers and its content moved over, which this manager does not offer yet (migration)",
+                        "it needs new servers and its content moved over (BeginReplacement with the SLO for each server, then Reallocate again)",
                         Refusals.MigrationRequired);
                 updated = updated with { Slo = ToRecord(slo), Config = choice.Config, PredictedLatencyUs = choice.PredictedLatencyUs, PredictedThroughput = choice.PredictedThroughput };
             }
@@ -463,10 +463,21 @@ public sealed class ManagerCore : IAsyncDisposable
             var old = ServerOf(cache, request.ServerId);
             if (cache.Replacements.TryGetValue(old.ServerId, out var pending))
                 return (cache, PendingReplacement(cache, old, pending, request.Mover));
-            if (old.Status is not (ServerStatus.Reclaiming or ServerStatus.Failed))
+            // Sized for the configuration it will run: the cache's, or that of the SLO it is being reshaped to.
+            var sized = cache;
+            if (request.Slo is not null)
+            {
+                var slo = ToSlo(request.Slo, cache.RecordSize);
+                var (choice, reason) = _models.Choose(cache.Transport, slo);
+                sized = cache with { Config = choice?.Config ?? throw new ManagerException(StatusCode.FailedPrecondition, $"no configuration meets the SLO ({slo}): {reason}") };
+            }
+            else if (old.Status is not (ServerStatus.Reclaiming or ServerStatus.Failed))
+            {
                 throw new ManagerException(StatusCode.FailedPrecondition,
-                    $"server {old.ServerId} of cache {cache.CacheId} is {old.Status.ToString().ToLowerInvariant()}: only a server being reclaimed or one that failed is replaced");
-            var replacement = (await AcquireSharesAsync(cache, 1, cancellationToken).ConfigureAwait(false))[0] with { CacheId = cache.CacheId };
+                    $"server {old.ServerId} of cache {cache.CacheId} is {old.Status.ToString().ToLowerInvariant()}: only a server being reclaimed or one that failed is replaced " +
+                    "(or any, to reshape the cache to an SLO its servers cannot carry: give the SLO)");
+            }
+            var replacement = (await AcquireSharesAsync(sized, 1, cancellationToken).ConfigureAwait(false))[0] with { CacheId = cache.CacheId };
             try
             {
                 if (!replacement.Endpoints.ContainsKey(cache.Transport))
