@@ -29,4 +29,18 @@ internal static partial class DeviceLog
 
     [LoggerMessage(111, LogLevel.Warning, "Tier {Tier} ({Name}) failed a write of segment {Segment}: error 0x{Code:x}")]
     public static partial void TierWriteFailed(ILogger logger, int tier, string name, int segment, uint code);
+
+    [LoggerMessage(105, LogLevel.Warning,
+        "Device {Device}: the cache lost bytes [{Address}, +{Length}) ({Reason}); {Segments} segment(s) forgotten, read from the next tier until rewritten")]
+    public static partial void ContentLost(ILogger logger, string device, long address, long length, int segments, string reason);
+
+    [LoggerMessage(112, LogLevel.Information,
+        "Tier {Tier} ({Name}) is back: its cache was replaced; {Forgotten} segment(s) it no longer holds are read from the next tier until rewritten or warmed")]
+    public static partial void TierBack(ILogger logger, int tier, string name, int forgotten);
+
+    [LoggerMessage(113, LogLevel.Information, "Tier {Tier} ({Name}) warmed: {Segments} segment(s), {Bytes} bytes from tier {From} in {ElapsedMs:0} ms")]
+    public static partial void TierWarmed(ILogger logger, int tier, string name, int segments, long bytes, int from, double elapsedMs);
+
+    [LoggerMessage(114, LogLevel.Warning, "Warming tier {Tier} ({Name}) stopped: {Reason}")]
+    public static partial void WarmFailed(ILogger logger, int tier, string name, string reason);
 }

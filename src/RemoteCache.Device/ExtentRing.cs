@@ -145,6 +145,29 @@ internal sealed class ExtentRing
         }
     }
 
+    /// <summary>Forgets every extent stored in cache bytes [<paramref name="start"/>, <paramref name="end"/>) (they were lost).</summary>
+    public void ForgetCacheRange(long start, long end)
+    {
+        lock (_lock)
+        {
+            var emptied = new List<int>();
+            foreach (var (segment, extents) in _segments)
+            {
+                extents.RemoveAll(e =>
+                {
+                    long at = e.CacheAddress(_capacity);
+                    bool lost = at < end && start < at + e.Length;
+                    e.Cut |= lost;
+                    return lost;
+                });
+                if (extents.Count == 0)
+                    emptied.Add(segment);
+            }
+            foreach (int segment in emptied)
+                _segments.Remove(segment);
+        }
+    }
+
     /// <summary>Extents in the index (tests).</summary>
     public int ExtentCount
     {

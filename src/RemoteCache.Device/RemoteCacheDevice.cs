@@ -115,7 +115,17 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
         _cache = cache;
         _ownsCache = ownsCache;
         ThrottleLimit = throttleLimit;
+        cache.ContentLost += OnContentLost;
     }
+
+    /// <summary>
+    /// Raised when the cache lost bytes it held for the log (<see cref="RemoteCacheClient.ContentLost"/>: a server was
+    /// replaced without its content), after the device forgot them: reads of those segments complete with
+    /// <see cref="NotResident"/> until they are written again. The list holds the segments forgotten (empty for an
+    /// unsegmented log, whose ring forgets the lost bytes' extents). A <see cref="TieredDevice"/> over this device
+    /// takes the tier back and refills it from the next tier.
+    /// </summary>
+    public event Action<RemoteCacheDevice, System.Collections.Generic.IReadOnlyList<int>>? SegmentsLost;
 
     /// <summary>
     /// The SLO a device asks of a cache opened without a configuration or an SLO but with a performance model
@@ -273,11 +283,37 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
         callback(result);
     }
 
+    // The cache's bytes [address, + length) no longer hold what was written: forget the segments (or extents) there.
+    private void OnContentLost(object? sender, RemoteCacheContentLostEventArgs lost)
+    {
+        var forgotten = new System.Collections.Generic.List<int>();
+        long end = lost.Address + lost.Length;
+        if (_ring is { } ring)
+        {
+            ring.ForgetCacheRange(lost.Address, end);
+        }
+        else
+        {
+            foreach (var slot in _slots)
+            {
+                if (slot.Base + segmentSize <= lost.Address || end <= slot.Base)
+                    continue;
+                // A slot switching to a newer segment has not written it yet: those writes land on the replacement.
+                int segment = Volatile.Read(ref slot.Segment);
+                if (segment >= 0 && Interlocked.CompareExchange(ref slot.Segment, Slot.Empty, segment) == segment)
+                    forgotten.Add(segment);
+            }
+        }
+        DeviceLog.ContentLost(_logger, FileName, lost.Address, lost.Length, forgotten.Count, lost.Reason);
+        SegmentsLost?.Invoke(this, forgotten);
+    }
+
     /// <inheritdoc/>
     public override void Dispose()
     {
         if (Interlocked.Exchange(ref _disposed, 1) != 0)
             return;
+        _cache.ContentLost -= OnContentLost;
         if (_ownsCache)
             _cache.Dispose();  // waits for operations in flight
     }

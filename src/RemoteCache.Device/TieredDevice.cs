@@ -1,7 +1,10 @@
 using System;
 using System.Collections.Generic;
+using System.Diagnostics;
 using System.Linq;
+using System.Runtime.InteropServices;
 using System.Threading;
+using System.Threading.Tasks;
 using FASTER.core;
 using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Logging.Abstractions;
@@ -34,6 +37,10 @@ namespace RemoteCache.Device;
 /// </remarks>
 public sealed class TieredDevice : StorageDeviceBase
 {
+    // A warm copy moves this much per read and write (at most a segment), through a buffer aligned for direct I/O.
+    private const int WarmChunk = 1 << 20;
+    private const int WarmAlignment = 4096;
+
     private static readonly DeviceIOCompletionCallback s_onRead = OnTierRead;
     private static readonly DeviceIOCompletionCallback s_onWrite = OnTierWrite;
 
@@ -45,6 +52,11 @@ public sealed class TieredDevice : StorageDeviceBase
     private long _tierFailures;
     private long _fallThroughs;
     private int _disposed;
+    // Per segment: writes FASTER has started and those not yet completed on every tier (a warm copy checks them).
+    private readonly System.Collections.Concurrent.ConcurrentDictionary<int, SegmentActivity> _activity = new();
+    private Task<long> _warming = Task.FromResult(0L);
+    private long _bytesWarmed;
+    private readonly SemaphoreSlim _warmGate = new(1, 1);  // one warm copy at a time
 
     /// <summary>Creates a tiered device, which owns <paramref name="tiers"/> from then on (even if this throws).</summary>
     /// <param name="commitPoint">Index of the tier whose completed write makes a write durable (usually the last, the SSD).</param>
@@ -60,6 +72,12 @@ public sealed class TieredDevice : StorageDeviceBase
         _logger = logger ?? NullLogger.Instance;
         int count = _tiers.Length;
         _writes = new Pool<WriteOp>(() => new WriteOp(count));
+        for (int i = 0; i < commitPoint; i++)
+        {
+            int index = i;
+            if (tiers[i] is RemoteCacheDevice cache)
+                cache.SegmentsLost += (_, segments) => TakeBack(index, segments);
+        }
     }
 
     /// <summary>Creates a tiered device from tiers given fastest first; the last one is the commit point.</summary>
@@ -84,6 +102,12 @@ public sealed class TieredDevice : StorageDeviceBase
 
     /// <summary>Reads served by tier <paramref name="tier"/>.</summary>
     public long ReadsServedBy(int tier) => _tiers[tier].Served.Sum();
+
+    /// <summary>The last warm copy started (<see cref="WarmAsync"/>, or the one a tier taken back starts): the bytes it copied.</summary>
+    public Task<long> Warming => Volatile.Read(ref _warming);
+
+    /// <summary>Bytes every warm copy so far has copied into tiers.</summary>
+    public long BytesWarmed => Interlocked.Read(ref _bytesWarmed);
 
     /// <inheritdoc/>
     /// <remarks>If a tier refuses (throws), every tier is disposed before the exception reaches FASTER.</remarks>
@@ -209,10 +233,15 @@ public sealed class TieredDevice : StorageDeviceBase
         op.Status = 0;
         op.NumBytes = numBytesToWrite;
         op.Remaining = 1;  // held by this method until every tier has been issued
+        if (segmentId > endSegment)
+            Utility.MonotonicUpdate(ref endSegment, segmentId, out _);  // the tail, which a warm copy leaves alone
+        op.Activity = Activity(segmentId);
+        Interlocked.Increment(ref op.Activity.Started);
+        Interlocked.Increment(ref op.Activity.InFlight);
         for (int i = 0; i < _tiers.Length; i++)
         {
             var tier = _tiers[i];
-            if (tier.Failed)
+            if (tier.Failed && tier.Skip(segmentId))
                 continue;
             if (tier.Tracked && tier.Written.BeginWrite(segmentId, op.Start, op.End))
                 tier.Written.RemoveBelow(tier.Device.StartSegment);  // a new segment: forget the evicted ones
@@ -257,6 +286,7 @@ public sealed class TieredDevice : StorageDeviceBase
         // Every tier is asked (one that does not hold the segment completes at once); the callback runs once,
         // after the last of them.
         int remaining = _tiers.Length;
+        _activity.TryRemove(segment, out _);
         foreach (var tier in _tiers)
         {
             tier.Written.Remove(segment);
@@ -292,6 +322,145 @@ public sealed class TieredDevice : StorageDeviceBase
         tier.Failed = true;
         var status = RemoteCacheDevice.StatusOf(errorCode);
         DeviceLog.TierTakenOut(_logger, index, tier.Device.FileName, what, errorCode, status?.ToString() ?? "not a RemoteCache status");
+    }
+
+    // ---- a cache tier replaced: taken back, warmed ----------------------------------------------------
+
+    // Tier `index`'s cache lost `lost` (its server was replaced without them): forget them and what was written while
+    // the tier was out, take the tier back, and refill it from the commit point in the background.
+    private void TakeBack(int index, IReadOnlyList<int> lost)
+    {
+        var tier = _tiers[index];
+        var forgotten = new HashSet<int>(lost);
+        lock (tier.Skipped)
+        {
+            forgotten.UnionWith(tier.Skipped);
+            foreach (int segment in forgotten)
+                tier.Written.Remove(segment);
+            tier.Skipped.Clear();
+            tier.Failed = false;
+        }
+        DeviceLog.TierBack(_logger, index, tier.Device.FileName, forgotten.Count);
+        if (segmentSize > 0 && Volatile.Read(ref _disposed) == 0)
+            Volatile.Write(ref _warming, Task.Run(() => WarmAsync(index)));
+    }
+
+    private SegmentActivity Activity(int segment)
+    {
+        if (_activity.TryGetValue(segment, out var activity))
+            return activity;
+        activity = _activity.GetOrAdd(segment, _ => new SegmentActivity());
+        // A segment's first write: forget the activity of segments the log no longer holds.
+        int start = _tiers[_commitPoint].Device.StartSegment;
+        foreach (int old in _activity.Keys)
+            if (old < start)
+                _activity.TryRemove(old, out _);
+        return activity;
+    }
+
+    /// <summary>
+    /// Copies the newest segments of the log from the commit-point tier into tier <paramref name="tier"/>, so that their
+    /// reads are served by that tier again: after its cache lost segments (a tier taken back starts this by itself) or
+    /// after a restart, whose cache tier starts empty. It runs beside FASTER and never blocks it: a range becomes
+    /// readable from the tier once its copy has landed; a segment FASTER is writing is left to FASTER's writes, and a
+    /// copy overtaken by one of them is not kept. As many segments as the tier holds at once (its ring, for a
+    /// <see cref="RemoteCacheDevice"/>), newest first, but not the tail segment, which FASTER is still writing. Only
+    /// segmented logs are warmed (an unsegmented log completes at once with 0).
+    /// </summary>
+    /// <param name="tier">A tier before the commit point.</param>
+    /// <param name="cancellationToken">Stops the copy between two chunks.</param>
+    /// <returns>The bytes copied. A read or write that fails ends the copy early (a failed write takes the tier out).</returns>
+    public async Task<long> WarmAsync(int tier = 0, CancellationToken cancellationToken = default)
+    {
+        if (tier < 0 || tier >= _commitPoint)
+            throw new ArgumentOutOfRangeException(nameof(tier), tier, $"only a tier before the commit point ({_commitPoint}) is warmed");
+        if (segmentSize <= 0)
+            return 0;
+        await _warmGate.WaitAsync(cancellationToken).ConfigureAwait(false);
+        try
+        {
+            return await WarmLockedAsync(tier, cancellationToken).ConfigureAwait(false);
+        }
+        finally
+        {
+            _warmGate.Release();
+        }
+    }
+
+    private async Task<long> WarmLockedAsync(int index, CancellationToken cancellationToken)
+    {
+        var tier = _tiers[index];
+        var source = _tiers[_commitPoint].Device;
+        int tail = Math.Max(EndSegment, source.EndSegment);
+        int held = tier.Device is RemoteCacheDevice cache ? cache.RingSegments : (int)Math.Max(1, tier.Device.Capacity / segmentSize);
+        int first = Math.Max(source.StartSegment, tail - held + 1);
+        int chunk = (int)Math.Min(WarmChunk, segmentSize);
+        var clock = Stopwatch.StartNew();
+        long bytes = 0;
+        int segments = 0;
+        IntPtr allocated = Marshal.AllocHGlobal(chunk + WarmAlignment);
+        var buffer = (IntPtr)(((long)allocated + WarmAlignment - 1) & ~(long)(WarmAlignment - 1));
+        try
+        {
+            for (int segment = tail - 1; segment >= first; segment--)
+            {
+                long copied = 0;
+                for (long offset = 0; offset < segmentSize; offset += chunk)
+                {
+                    cancellationToken.ThrowIfCancellationRequested();
+                    if (tier.Failed || Volatile.Read(ref _disposed) != 0)
+                    {
+                        DeviceLog.WarmFailed(_logger, index, tier.Device.FileName, "the tier failed or the device was disposed");
+                        return bytes;
+                    }
+                    if (tier.Written.Contains(segment, offset, offset + chunk))
+                        continue;
+                    var activity = Activity(segment);
+                    long started = Interlocked.Read(ref activity.Started);
+                    if (Volatile.Read(ref activity.InFlight) != 0)
+                        break;  // FASTER is writing this segment: its own writes fill the tier
+                    int at = segment;
+                    ulong from = (ulong)offset;
+                    uint error = await IoAsync(done => source.ReadAsync(at, from, buffer, (uint)chunk, done, this)).ConfigureAwait(false);
+                    if (error != 0)
+                    {
+                        DeviceLog.WarmFailed(_logger, index, tier.Device.FileName, $"reading segment {segment} from tier {_commitPoint} failed (0x{error:x})");
+                        return bytes;
+                    }
+                    tier.Written.BeginWrite(segment, offset, offset + chunk);
+                    error = await IoAsync(done => tier.Device.WriteAsync(buffer, at, from, (uint)chunk, done, this)).ConfigureAwait(false);
+                    // Kept only if no write of FASTER's started or is still in flight since the source was read.
+                    bool kept = error == 0 && segment >= tier.Device.StartSegment &&
+                                Interlocked.Read(ref activity.Started) == started && Volatile.Read(ref activity.InFlight) == 0;
+                    tier.Written.EndWrite(segment, offset, offset + chunk, kept);
+                    if (error != 0)
+                    {
+                        TakeOut(index, error, "warm write");
+                        return bytes;
+                    }
+                    if (kept)
+                    {
+                        copied += chunk;
+                        Interlocked.Add(ref _bytesWarmed, chunk);
+                    }
+                }
+                bytes += copied;
+                segments += copied > 0 ? 1 : 0;
+            }
+        }
+        finally
+        {
+            Marshal.FreeHGlobal(allocated);
+        }
+        DeviceLog.TierWarmed(_logger, index, tier.Device.FileName, segments, bytes, _commitPoint, clock.Elapsed.TotalMilliseconds);
+        return bytes;
+    }
+
+    private static Task<uint> IoAsync(Action<DeviceIOCompletionCallback> start)
+    {
+        var done = new TaskCompletionSource<uint>(TaskCreationOptions.RunContinuationsAsynchronously);
+        start((error, _, _) => done.TrySetResult(error));
+        return done.Task;
     }
 
     // Runs before the base constructor uses the tiers: whatever is wrong, the tiers given are disposed.
@@ -333,6 +502,28 @@ public sealed class TieredDevice : StorageDeviceBase
         public readonly WrittenRanges Written = new();
         public volatile bool Failed;
         public readonly StripedCounter Served = new();
+        // Segments written while the tier was out: what it holds of them may be stale (FASTER rewrites a log's last
+        // page as it fills), so a tier taken back forgets them. Guarded by itself, with Failed's changes.
+        public readonly HashSet<int> Skipped = new();
+
+        // A write of `segment` skips this failed tier: true, and the segment is remembered; false if the tier came back.
+        public bool Skip(int segment)
+        {
+            lock (Skipped)
+            {
+                if (!Failed)
+                    return false;
+                Skipped.Add(segment);
+                return true;
+            }
+        }
+    }
+
+    // Writes of one segment FASTER has started, and those still in flight on some tier.
+    private sealed class SegmentActivity
+    {
+        public long Started;
+        public int InFlight;
     }
 
     private sealed class ReadOp
@@ -371,6 +562,7 @@ public sealed class TieredDevice : StorageDeviceBase
         public object? Context;
         public uint Status, NumBytes;
         public int Remaining;
+        public SegmentActivity? Activity;
 
         public void Release()
         {
@@ -380,6 +572,8 @@ public sealed class TieredDevice : StorageDeviceBase
             var callback = Callback!;
             var context = Context;
             uint status = Status, numBytes = NumBytes;
+            Interlocked.Decrement(ref Activity!.InFlight);
+            Activity = null;
             Device = null;
             Callback = null;
             Context = null;

@@ -102,7 +102,7 @@ public sealed partial class ManagedCache
             return false;
         }
         var clock = Stopwatch.StartNew();
-        var lost = await MoveShareLockedAsync(index, request.ServerId, replacement, mode, deadline, cancellationToken).ConfigureAwait(false);
+        var lost = await MoveShareLockedAsync(index, request.ServerId, replacement, mode, deadline, lostReason, cancellationToken).ConfigureAwait(false);
         int regions = (int)replacement.Regions;
         var complete = new ReplacementRequest { CacheId = CacheId, ServerId = request.ServerId, Mover = _mover, RegionsMoved = (uint)(regions - lost.Count) };
         var cache = await _manager.CallAsync("CompleteReplacement", o => _manager.Grpc.CompleteReplacementAsync(complete, o), cancellationToken).ConfigureAwait(false);
@@ -115,7 +115,8 @@ public sealed partial class ManagedCache
     // Moves the regions of share `index` (those server `from` lent) to `to`, one at a time: from a region's fence to its
     // commit, writes to it wait in the client, reads go on to `from`, other regions are not touched. Returns the
     // regions whose content did not come along (Copy: the copy failed or `deadline` passed; Empty: all).
-    private async Task<List<int>> MoveShareLockedAsync(int index, string from, CacheServer to, ShareMove mode, DateTimeOffset? deadline, CancellationToken stop)
+    private async Task<List<int>> MoveShareLockedAsync(int index, string from, CacheServer to, ShareMove mode, DateTimeOffset? deadline, string? lostReason,
+                                                       CancellationToken stop)
     {
         int regions = (int)to.Regions;
         int holder;
@@ -143,9 +144,14 @@ public sealed partial class ManagedCache
                 ShareMove.Follow => true,
                 _ => false,
             };
-            _client.CommitMigration(region, holder, k);
             if (!copied)
+            {
+                // Before the region is served again: no reader may take the replacement's bytes for what it wrote.
+                var size = _client.GetRegion(region).Size;
+                _client.ReportContentLost(region * size, size, lostReason ?? "not copied");
                 lost.Add(region);
+            }
+            _client.CommitMigration(region, holder, k);
             if (mode != ShareMove.Follow)
                 _feed.Publish(new RegionMovedEvent(CacheId, DateTimeOffset.UtcNow, from, region, k + 1, regions, clock.Elapsed, !copied));
         }

@@ -372,7 +372,7 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
         var want = cache.Servers;
         for (int i = 0; i < Math.Min(have.Count, want.Count); i++)
             if (have[i].ServerId != want[i].ServerId)
-                await MoveShareLockedAsync(i, have[i].ServerId, want[i], ShareMove.Follow, null, cancellationToken).ConfigureAwait(false);
+                await MoveShareLockedAsync(i, have[i].ServerId, want[i], ShareMove.Follow, null, null, cancellationToken).ConfigureAwait(false);
         if (want.Count < have.Count)
             _client.Shrink(want.Count);
         else if (want.Count > have.Count)

@@ -43,6 +43,9 @@ internal static partial class Log
     [LoggerMessage(18, LogLevel.Warning, "{CacheName} aborted the move of region {Region}: it stays where it was")]
     public static partial void MigrationAborted(ILogger logger, string cacheName, int region);
 
+    [LoggerMessage(19, LogLevel.Warning, "{CacheName} lost the content of bytes [{Address}, +{Length}): {Reason}")]
+    public static partial void ContentLost(ILogger logger, string cacheName, long address, long length, string reason);
+
     [LoggerMessage(7, LogLevel.Warning,
         "Operations on {CacheName} fail with {Status}: {Reason} (logged once per status; the remotecache.client.errors metric counts them)")]
     public static partial void OperationsFailing(ILogger logger, string cacheName, RemoteCacheStatus status, string reason);

@@ -143,4 +143,28 @@ public sealed partial class RemoteCacheClient
         ThrowIfDisposed();
         Errors.ThrowIfFailed(NativeMethods.CacheRemoveHolder(_cache, (uint)holder), Name);
     }
+
+    /// <summary>
+    /// Raised, on the thread that called <see cref="ReportContentLost"/>, when bytes of the cache no longer hold what was
+    /// written there. Users that trust what they wrote earlier (a FASTER device over the cache) forget those bytes.
+    /// </summary>
+    public event EventHandler<RemoteCacheContentLostEventArgs>? ContentLost;
+
+    /// <summary>
+    /// Tells this client's users (<see cref="ContentLost"/>) that bytes [<paramref name="address"/>, +
+    /// <paramref name="length"/>) lost their content. The managed client calls it for each region it moves to a
+    /// replacement without its content (a failed server's, or one whose reclaim deadline came first), before the region
+    /// is served again, so that no reader takes the replacement's bytes for what it wrote.
+    /// </summary>
+    /// <exception cref="ArgumentOutOfRangeException">The range is not within <see cref="Capacity"/>.</exception>
+    public void ReportContentLost(long address, long length, string reason)
+    {
+        ArgumentOutOfRangeException.ThrowIfNegative(address);
+        ArgumentOutOfRangeException.ThrowIfLessThan(length, 1);
+        ArgumentOutOfRangeException.ThrowIfGreaterThan(length, Capacity - Math.Min(address, Capacity), nameof(length));
+        ArgumentException.ThrowIfNullOrEmpty(reason);
+        ThrowIfDisposed();
+        Log.ContentLost(_logger, Name, address, length, reason);
+        ContentLost?.Invoke(this, new RemoteCacheContentLostEventArgs(address, length, reason));
+    }
 }

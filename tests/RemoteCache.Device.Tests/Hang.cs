@@ -11,7 +11,10 @@ internal static class Hang
     /// <paramref name="seconds"/>: FASTER fed wrong bytes by a device can loop forever, and a hang must become a
     /// failure rather than a stuck CI run.
     /// </summary>
-    public static async Task Guard(string what, Action body, int seconds = 120)
+    public static Task Guard(string what, Action body, int seconds = 120) => Guard(what, () => Task.Run(body), seconds);
+
+    /// <inheritdoc cref="Guard(string, Action, int)"/>
+    public static async Task Guard(string what, Func<Task> body, int seconds = 120)
     {
         var task = Task.Run(body);
         try

@@ -185,6 +185,83 @@ public abstract class TieredStoreTests<TValue> where TValue : unmanaged
     });
 
     [Fact]
+    public Task ACacheServerKilledAndReplacedTheTierComesBackWarmedAndEveryReadIsRight() =>
+        Hang.Guard(nameof(ACacheServerKilledAndReplacedTheTierComesBackWarmedAndEveryReadIsRight), async () =>
+    {
+        using var dir = new ScratchDir("replace");
+        using var rig = Open(dir, CacheRegions());
+        using var spare = ServerProcess.Start("shm", memoryLimit: "1G");
+        rig.Store.Load();
+        bool killed = false;
+        rig.Store.ReadBackAll(version: 0, onProgress: done =>
+        {
+            if (!killed && done >= _shape.Records / 3)
+            {
+                rig.Server.KillHard();
+                killed = true;
+            }
+        });
+        Assert.Equal(new[] { 0 }, rig.Tiered.FailedTiers);
+        rig.Store.UpdateAll(from: 0);  // written while the tier is out: the SSD alone has these
+
+        // What the managed client does after a failure: a replacement server takes every region, without content.
+        var cache = rig.Cache;
+        int holder = await cache.AddHolderAsync(spare.Endpoint, null, cache.RegionCount);
+        for (int region = 0; region < cache.RegionCount; region++)
+        {
+            await cache.BeginMigrationAsync(region, TimeSpan.FromSeconds(10));
+            var size = cache.GetRegion(region).Size;
+            cache.ReportContentLost(region * size, size, "its server was killed");
+            cache.CommitMigration(region, holder, region);
+        }
+        Assert.Empty(rig.Tiered.FailedTiers);  // taken back
+        await rig.Tiered.Warming.WaitAsync(TimeSpan.FromSeconds(30));
+        Assert.True(rig.Tiered.BytesWarmed > 0, "nothing was warmed");
+
+        long servedBefore = rig.Tiered.ReadsServedBy(0);
+        long pending = rig.Store.ReadBackAll(version: 1);  // every read right: the SSD's, never the lost cache's
+        Report("after the replacement and the warm", rig.Tiered, pending);
+        long served = rig.Tiered.ReadsServedBy(0) - servedBefore;
+        Assert.True(served > pending / 2, $"the tier came back, yet served only {served} of {pending} device reads");
+        Assert.Empty(rig.Tiered.FailedTiers);
+        rig.Store.UpdateAll(from: 1);
+        rig.Store.ReadBackAll(version: 2);
+        spare.AssertRunning();
+    });
+
+    [Fact]
+    public Task AfterRecoveryTheEmptyCacheTierIsWarmedFromTheSsdBesideFaster() => Hang.Guard(nameof(AfterRecoveryTheEmptyCacheTierIsWarmedFromTheSsdBesideFaster), async () =>
+    {
+        using var dir = new ScratchDir("warm");
+        string checkpoints = dir.File("checkpoints");
+        Guid token;
+        using (var rig = Open(dir, CacheRegions(), checkpoints))
+        {
+            rig.Store.Load();
+            rig.Store.UpdateAll(from: 0);
+            token = rig.Store.Checkpoint();
+        }
+        using (var rig = Open(dir, CacheRegions(), checkpoints, recover: true))
+        {
+            rig.Store.Recover(token);
+            // FASTER reads while the warm copy runs; every read is right either way.
+            var warming = rig.Tiered.WarmAsync();
+            long pending = rig.Store.ReadBackAll(version: 1);
+            long warmed = await warming.WaitAsync(TimeSpan.FromSeconds(30));
+            Assert.True(warmed > 0, "nothing was warmed");
+            long servedBefore = rig.Tiered.ReadsServedBy(0);
+            pending = rig.Store.ReadBackAll(version: 1);
+            Report("after recovery and the warm", rig.Tiered, pending);
+            // All but the reads of the tail segment, which FASTER was still writing and is not warmed.
+            long served = rig.Tiered.ReadsServedBy(0) - servedBefore;
+            Assert.True(served > pending * 3 / 4, $"the warmed cache served only {served} of {pending} device reads");
+            rig.Store.UpdateAll(from: 1);
+            rig.Store.ReadBackAll(version: 2);
+            Assert.Empty(rig.Tiered.FailedTiers);
+        }
+    });
+
+    [Fact]
     public Task FastersOwnTieredStorageDeviceThroughReflection() => Hang.Guard(nameof(FastersOwnTieredStorageDeviceThroughReflection), () =>
     {
         // For users whose FASTER build exposes TieredStorageDevice: RemoteCacheDevice works unchanged as its
