@@ -1,12 +1,15 @@
 using System;
 using System.Diagnostics;
 using System.IO;
+using System.Linq;
 using System.Threading;
 using System.Threading.Tasks;
 using Microsoft.AspNetCore.Builder;
+using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Logging;
 using RemoteCache.Manager;
 using RemoteCache.Manager.Catalogue;
+using RemoteCache.Manager.Core;
 using RemoteCache.Manager.Security;
 using RemoteCache.Slo;
 
@@ -48,7 +51,8 @@ internal sealed class ControlPlane : IAsyncDisposable
         var catalogue = new VmCatalogue
         {
             RegionBytes = regionSize,
-            VmTypes = new[] { new VmType("ycsb", regions * regionSize, 1, 0.05, null, 1, 0) },
+            // Two: a reclaimed or failed server's replacement runs beside it (the dynamics timelines).
+            VmTypes = new[] { new VmType("ycsb", regions * regionSize, 1, 0.05, null, 2, 0) },
         };
         string cataloguePath = Path.Combine(stateDirectory, "catalogue.json");
         await File.WriteAllTextAsync(cataloguePath, catalogue.ToJson()).ConfigureAwait(false);
@@ -89,6 +93,21 @@ internal sealed class ControlPlane : IAsyncDisposable
                        .GetAwaiter().GetResult();
         CreateTime = clock.Elapsed;
         return Cache.Client;
+    }
+
+    /// <summary>The server holding the cache now (it has one).</summary>
+    public string CacheServer => (Cache ?? throw new InvalidOperationException("no cache yet")).Info.Servers.Single().ServerId;
+
+    /// <summary>Announces the reclaim of the cache's server with <paramref name="notice"/>, as the operator would.</summary>
+    public Task<DateTimeOffset> ReclaimAsync(TimeSpan notice) => _client.ReclaimServerAsync(CacheServer, notice);
+
+    /// <summary>Kills the cache's server process (SIGKILL), as a machine that fails.</summary>
+    public void KillServer()
+    {
+        string id = CacheServer;
+        var server = _app.Services.GetRequiredService<ManagerCore>().Servers().Single(s => s.ServerId == id);
+        using var process = Process.GetProcessById(server.ProcessId);
+        process.Kill();
     }
 
     public async ValueTask DisposeAsync()

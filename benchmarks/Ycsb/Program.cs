@@ -51,6 +51,7 @@ public static class Program
         SsdCheck.Result? ssd = null;
         ControlPlane? controlPlane = null;
         SambaServer? samba = null;
+        IReadOnlyList<DynamicsRun>? dynamics = null;
         try
         {
             var env = new Runner<TValue, TValues>.Environment
@@ -75,7 +76,8 @@ public static class Program
                 if (ssd is not null)
                     AnsiConsole.MarkupLine(Invariant($"SSD device, random 512 B reads at depth 1: p50 {ssd.DeviceP50Us:0.0} µs (mean {ssd.DeviceMeanUs:0.0}); fio --direct=1 on the same file: p50 {ssd.FioP50Us:0.0} µs (mean {ssd.FioMeanUs:0.0}) → {ssd.Ratio:0.00}x"));
             }
-            WithProgress(sink => RunRounds(new Runner<TValue, TValues>(o, env, sink), o, results, failedDevices));
+            WithProgress(sink => RunRounds(new Runner<TValue, TValues>(o, env, sink), o, results, failedDevices,
+                                           (runner, stores) => dynamics = RunDynamics(runner, stores, controlPlane, o)));
         }
         finally
         {
@@ -88,12 +90,19 @@ public static class Program
         PrintTable(results);
         bool targetsMet = PrintRatios(results);
         WriteFiles(output, o, results, ssd);
+        if (dynamics is not null)
+        {
+            foreach (var run in dynamics)
+                AnsiConsole.MarkupLine(Markup.Escape(Dynamics.Summary(run)));
+            Dynamics.Write(output, dynamics, $"YCSB {o.Workload.Name} on FASTER over RemoteCache: a reclaim, then a killed cache server ({o.Transport})");
+            AnsiConsole.MarkupLine($"dynamics: {Markup.Escape(Path.Combine(output, Dynamics.JsonFile))}, {Dynamics.ChartFile}");
+        }
         AnsiConsole.MarkupLine($"results: {Markup.Escape(Path.Combine(output, "results.csv"))}, results.json, {string.Join(", ", Chart.Files)}");
         if (failedDevices.Count > 0)
             AnsiConsole.MarkupLine($"[red]devices that failed or hung: {string.Join(", ", failedDevices)}[/]");
         // Missed performance targets are reported above, not failures; wrong reads and broken devices are.
         _ = targetsMet;
-        return results.Any(r => r.Errors > 0) || failedDevices.Count > 0 ? 1 : 0;
+        return results.Any(r => r.Errors > 0) || failedDevices.Count > 0 || dynamics?.Any(d => d.Errors > 0) == true ? 1 : 0;
     }
 
     /// <summary>
@@ -115,7 +124,7 @@ public static class Program
     /// is reported and left out from then on; one broken baseline does not take the whole run with it.
     /// </summary>
     private static void RunRounds<TValue, TValues>(Runner<TValue, TValues> runner, YcsbOptions o, List<RunResult> results,
-                                                   List<string> failedDevices)
+                                                   List<string> failedDevices, Action<Runner<TValue, TValues>, IReadOnlyList<Runner<TValue, TValues>.Store>> after)
         where TValue : unmanaged where TValues : IValues<TValue>
     {
         var stores = new List<Runner<TValue, TValues>.Store>();
@@ -153,12 +162,30 @@ public static class Program
                     }
                 }
             }
+            after(runner, stores);
         }
         finally
         {
             foreach (var store in stores)
                 store.Dispose();
         }
+    }
+
+    // The extended mode's timelines, on the remotecache store (null when not asked for, or when that device failed).
+    private static IReadOnlyList<DynamicsRun>? RunDynamics<TValue, TValues>(Runner<TValue, TValues> runner, IReadOnlyList<Runner<TValue, TValues>.Store> stores,
+                                                                          ControlPlane? controlPlane, YcsbOptions o)
+        where TValue : unmanaged where TValues : IValues<TValue>
+    {
+        if (!o.Dynamics)
+            return null;
+        var store = stores.FirstOrDefault(s => s.Device == "remotecache");
+        if (store is null || controlPlane is null)
+        {
+            AnsiConsole.MarkupLine("[red]dynamics: the remotecache device did not run; no timelines[/]");
+            return null;
+        }
+        var limit = TimeSpan.FromSeconds(120) + 3 * o.DynamicsDuration;
+        return Guarded("remotecache", "dynamics", limit, () => Dynamics.Run(runner, store, controlPlane, o));
     }
 
     /// <summary>Runs <paramref name="body"/> on a background thread; null (reported) if it throws or outlives <paramref name="limit"/>.</summary>

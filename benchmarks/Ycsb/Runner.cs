@@ -2,6 +2,7 @@ using System;
 using System.Collections.Generic;
 using System.Diagnostics;
 using System.IO;
+using System.Linq;
 using System.Threading;
 using FASTER.core;
 using RemoteCache.Benchmarks.Ycsb.Baselines;
@@ -228,6 +229,56 @@ public sealed class Runner<TValue, TValues> where TValue : unmanaged where TValu
         return new RunResult(device, _o.Workload.Name, distribution.ToString().ToLowerInvariant(), threads, TValues.Bytes, _o.Records,
                              ops, seconds, latency.MeanNs / 1000, latency.Quantile(0.5) / 1000.0, latency.Quantile(0.99) / 1000.0,
                              errors, note) { Round = round, AllocatedPerOp = allocatedPerOp, Latency = latency };
+    }
+
+    /// <summary>
+    /// Runs <paramref name="threads"/> workers on a loaded store for <paramref name="duration"/> and samples the
+    /// throughput every <paramref name="period"/> (the dynamics timelines); <paramref name="atSample"/> is called after
+    /// each sample with the time since the start (it may set events off). Errors are wrong reads.
+    /// </summary>
+    public (IReadOnlyList<(double Seconds, double OpsPerSecond)> Samples, long Errors) RunTimeline(
+        Store store, Distribution distribution, int threads, TimeSpan duration, TimeSpan period, Action<TimeSpan> atSample)
+    {
+        var workers = new Worker[threads];
+        var stop = 0;
+        var measuring = 0;
+        using var started = new CountdownEvent(threads);
+        var threadList = new Thread[threads];
+        for (int t = 0; t < threads; t++)
+        {
+            var w = workers[t] = new Worker(this, store.Kv, KeyChoosers.For(distribution, _o, store.Inserted), store.Inserted, seed: 7000 * t + (int)distribution);
+            threadList[t] = new Thread(() => w.Run(started, ref stop, ref measuring)) { IsBackground = true, Name = $"ycsb timeline {t}" };
+            threadList[t].Start();
+        }
+        started.Wait();
+        var samples = new List<(double, double)>();
+        var clock = Stopwatch.StartNew();
+        long last = Sum(workers);
+        var lastAt = TimeSpan.Zero;
+        try
+        {
+            for (var next = period; next <= duration; next += period)
+            {
+                var wait = next - clock.Elapsed;
+                if (wait > TimeSpan.Zero)
+                    Thread.Sleep(wait);
+                var now = clock.Elapsed;
+                if (now - lastAt < period / 2)
+                    continue;  // a late sample's successors would span almost nothing
+                long ops = Sum(workers);
+                samples.Add((now.TotalSeconds, (ops - last) / (now - lastAt).TotalSeconds));
+                (last, lastAt) = (ops, now);
+                atSample(now);
+            }
+        }
+        finally
+        {
+            Volatile.Write(ref stop, 1);
+            foreach (var t in threadList)
+                t.Join();
+        }
+        long errors = workers.Sum(w => w.Functions.Errors + w.Errors);
+        return (samples, errors);
     }
 
     private void Tick(Stopwatch clock, double until)

@@ -26,6 +26,8 @@ public sealed class YcsbOptions
     public string Output = "artifacts/ycsb";
     public string? DataDir;
     public bool Fio = true;
+    public bool Dynamics;                         // the extended mode: timelines across a reclaim and a killed server
+    public TimeSpan DynamicsDuration = TimeSpan.FromSeconds(20);
 
     /// <summary>The request distributions the run phases use: the workload's own unless --distributions says otherwise.</summary>
     public Distribution[] Distributions => ExplicitDistributions ?? Workload.Distributions;
@@ -61,6 +63,12 @@ public sealed class YcsbOptions
                                device), rounds.png (every round), latency-cdf.png (default artifacts/ycsb)
           --data-dir DIR       where the SSD files go (default: under --out, on its disk)
           --no-fio             skip the fio --direct=1 reference of the SSD device
+          --dynamics           extended mode: after the rounds, two timelines of the remotecache device (throughput
+                               per 100 ms): a reclaim notice a quarter in (the cache moves to a replacement server),
+                               then its server killed a quarter in (replaced, the tier taken back and warmed);
+                               dynamics.json and dynamics.png, with the times to the first error, the replacement
+                               and the tier serving again
+          --dynamics-seconds S length of each timeline (default 20)
 
         Matches YCSB (site.ycsb core 0.17.0): workloads A-F with their operation mixes and request distributions,
         the uniform, Zipfian, scrambled Zipfian and latest generators, inserts read only once acknowledged, the
@@ -94,6 +102,8 @@ public sealed class YcsbOptions
                 case "--out": o.Output = Value(); break;
                 case "--data-dir": o.DataDir = Value(); break;
                 case "--no-fio": o.Fio = false; break;
+                case "--dynamics": o.Dynamics = true; break;
+                case "--dynamics-seconds": o.DynamicsDuration = TimeSpan.FromSeconds(double.Parse(Value(), CultureInfo.InvariantCulture)); break;
                 case "-h" or "--help": throw new HelpRequested();
                 default: throw new ArgumentException($"unknown flag '{args[i]}'");
             }
@@ -104,6 +114,10 @@ public sealed class YcsbOptions
             throw new ArgumentException("--operation-count must be >= 0");
         if (o.Theta <= 0 || o.Theta >= 1)
             throw new ArgumentException("--theta must be in (0, 1)");
+        if (o.Dynamics && !o.Devices.Contains("remotecache"))
+            throw new ArgumentException("--dynamics runs on the remotecache device: keep it in --devices");
+        if (o.DynamicsDuration < TimeSpan.FromSeconds(2))
+            throw new ArgumentException("--dynamics-seconds must be at least 2");
         if (o.Distributions.Length == 0)
             throw new ArgumentException("--distributions names none");
         if (o.Records < 1000 || o.MemoryFraction < 1 || o.Depth < 1 || o.Rounds < 1 || o.Threads.Any(t => t < 1) || o.Transport is not ("shm" or "tcp"))

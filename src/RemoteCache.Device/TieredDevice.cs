@@ -40,6 +40,8 @@ public sealed class TieredDevice : StorageDeviceBase
     // A warm copy moves this much per read and write (at most a segment), through a buffer aligned for direct I/O.
     private const int WarmChunk = 1 << 20;
     private const int WarmAlignment = 4096;
+    private const int WarmPasses = 3;
+    private static readonly TimeSpan WarmRetryDelay = TimeSpan.FromMilliseconds(50);
 
     private static readonly DeviceIOCompletionCallback s_onRead = OnTierRead;
     private static readonly DeviceIOCompletionCallback s_onWrite = OnTierWrite;
@@ -362,10 +364,10 @@ public sealed class TieredDevice : StorageDeviceBase
     /// Copies the newest segments of the log from the commit-point tier into tier <paramref name="tier"/>, so that their
     /// reads are served by that tier again: after its cache lost segments (a tier taken back starts this by itself) or
     /// after a restart, whose cache tier starts empty. It runs beside FASTER and never blocks it: a range becomes
-    /// readable from the tier once its copy has landed; a segment FASTER is writing is left to FASTER's writes, and a
-    /// copy overtaken by one of them is not kept. As many segments as the tier holds at once (its ring, for a
-    /// <see cref="RemoteCacheDevice"/>), newest first, but not the tail segment, which FASTER is still writing. Only
-    /// segmented logs are warmed (an unsegmented log completes at once with 0).
+    /// readable from the tier once its copy has landed; a chunk FASTER is writing is left to FASTER's writes, and a
+    /// copy overtaken by one of them is not kept (it is tried again, twice, 50 ms apart). As many segments as the tier
+    /// holds at once (its ring, for a <see cref="RemoteCacheDevice"/>), newest first, each as far as the commit point
+    /// holds it. Only segmented logs are warmed (an unsegmented log completes at once with 0).
     /// </summary>
     /// <param name="tier">A tier before the commit point.</param>
     /// <param name="cancellationToken">Stops the copy between two chunks.</param>
@@ -397,69 +399,85 @@ public sealed class TieredDevice : StorageDeviceBase
         int chunk = (int)Math.Min(WarmChunk, segmentSize);
         var clock = Stopwatch.StartNew();
         long bytes = 0;
-        int segments = 0;
+        var segments = new HashSet<int>();
         IntPtr allocated = Marshal.AllocHGlobal(chunk + WarmAlignment);
         var buffer = (IntPtr)(((long)allocated + WarmAlignment - 1) & ~(long)(WarmAlignment - 1));
         try
         {
-            for (int segment = tail - 1; segment >= first; segment--)
+            // Chunks FASTER was writing are tried again on the next pass (its own writes may fill them meanwhile).
+            bool skipped = true;
+            for (int pass = 0; pass < WarmPasses && skipped; pass++)
             {
-                long copied = 0;
-                for (long offset = 0; offset < segmentSize; offset += chunk)
+                skipped = false;
+                for (int segment = tail; segment >= first; segment--)
                 {
-                    cancellationToken.ThrowIfCancellationRequested();
-                    if (tier.Failed || Volatile.Read(ref _disposed) != 0)
+                    for (long offset = 0; offset < segmentSize; offset += chunk)
                     {
-                        DeviceLog.WarmFailed(_logger, index, tier.Device.FileName, "the tier failed or the device was disposed");
-                        return bytes;
-                    }
-                    if (tier.Written.Contains(segment, offset, offset + chunk))
-                        continue;
-                    var activity = Activity(segment);
-                    long started = Interlocked.Read(ref activity.Started);
-                    if (Volatile.Read(ref activity.InFlight) != 0)
-                        break;  // FASTER is writing this segment: its own writes fill the tier
-                    int at = segment;
-                    ulong from = (ulong)offset;
-                    uint error = await IoAsync(done => source.ReadAsync(at, from, buffer, (uint)chunk, done, this)).ConfigureAwait(false);
-                    if (error != 0)
-                    {
-                        DeviceLog.WarmFailed(_logger, index, tier.Device.FileName, $"reading segment {segment} from tier {_commitPoint} failed (0x{error:x})");
-                        return bytes;
-                    }
-                    tier.Written.BeginWrite(segment, offset, offset + chunk);
-                    error = await IoAsync(done => tier.Device.WriteAsync(buffer, at, from, (uint)chunk, done, this)).ConfigureAwait(false);
-                    // Kept only if no write of FASTER's started or is still in flight since the source was read.
-                    bool kept = error == 0 && segment >= tier.Device.StartSegment &&
-                                Interlocked.Read(ref activity.Started) == started && Volatile.Read(ref activity.InFlight) == 0;
-                    tier.Written.EndWrite(segment, offset, offset + chunk, kept);
-                    if (error != 0)
-                    {
-                        TakeOut(index, error, "warm write");
-                        return bytes;
-                    }
-                    if (kept)
-                    {
-                        copied += chunk;
-                        Interlocked.Add(ref _bytesWarmed, chunk);
+                        cancellationToken.ThrowIfCancellationRequested();
+                        if (tier.Failed || Volatile.Read(ref _disposed) != 0)
+                        {
+                            DeviceLog.WarmFailed(_logger, index, tier.Device.FileName, "the tier failed or the device was disposed");
+                            return bytes;
+                        }
+                        if (tier.Written.Contains(segment, offset, offset + chunk))
+                            continue;
+                        var (copied, more) = await WarmChunkAsync(index, source, segment, offset, chunk, buffer).ConfigureAwait(false);
+                        if (copied < 0)
+                            skipped = true;
+                        if (copied > 0)
+                        {
+                            bytes += copied;
+                            segments.Add(segment);
+                            Interlocked.Add(ref _bytesWarmed, copied);
+                        }
+                        if (!more)
+                            break;
                     }
                 }
-                bytes += copied;
-                segments += copied > 0 ? 1 : 0;
+                if (skipped)
+                    await Task.Delay(WarmRetryDelay, cancellationToken).ConfigureAwait(false);
             }
         }
         finally
         {
             Marshal.FreeHGlobal(allocated);
         }
-        DeviceLog.TierWarmed(_logger, index, tier.Device.FileName, segments, bytes, _commitPoint, clock.Elapsed.TotalMilliseconds);
+        DeviceLog.TierWarmed(_logger, index, tier.Device.FileName, segments.Count, bytes, _commitPoint, clock.Elapsed.TotalMilliseconds);
         return bytes;
     }
 
-    private static Task<uint> IoAsync(Action<DeviceIOCompletionCallback> start)
+    // Copies one chunk of `segment` from the commit point into tier `index`: the bytes kept (−1: FASTER was writing the
+    // segment, try later), and whether the segment goes on past it (a short read is its written end).
+    private async Task<(long Copied, bool More)> WarmChunkAsync(int index, IDevice source, int segment, long offset, int chunk, IntPtr buffer)
     {
-        var done = new TaskCompletionSource<uint>(TaskCreationOptions.RunContinuationsAsynchronously);
-        start((error, _, _) => done.TrySetResult(error));
+        var tier = _tiers[index];
+        var activity = Activity(segment);
+        long started = Interlocked.Read(ref activity.Started);
+        if (Volatile.Read(ref activity.InFlight) != 0)
+            return (-1, true);
+        var (error, read) = await IoAsync(done => source.ReadAsync(segment, (ulong)offset, buffer, (uint)chunk, done, this)).ConfigureAwait(false);
+        read &= ~(SectorSize - 1);
+        if (error != 0 || read == 0)
+            return (0, false);  // past what the commit point holds of the segment
+        long end = offset + read;
+        tier.Written.BeginWrite(segment, offset, end);
+        (error, _) = await IoAsync(done => tier.Device.WriteAsync(buffer, segment, (ulong)offset, read, done, this)).ConfigureAwait(false);
+        // Kept only if no write of FASTER's to the segment started or is still in flight since the source was read.
+        bool kept = error == 0 && segment >= tier.Device.StartSegment &&
+                    Interlocked.Read(ref activity.Started) == started && Volatile.Read(ref activity.InFlight) == 0;
+        tier.Written.EndWrite(segment, offset, end, kept);
+        if (error != 0)
+        {
+            TakeOut(index, error, "warm write");
+            return (0, false);
+        }
+        return (kept ? read : -1, read == chunk);
+    }
+
+    private static Task<(uint Error, uint Bytes)> IoAsync(Action<DeviceIOCompletionCallback> start)
+    {
+        var done = new TaskCompletionSource<(uint, uint)>(TaskCreationOptions.RunContinuationsAsynchronously);
+        start((error, bytes, _) => done.TrySetResult((error, bytes)));
         return done.Task;
     }
 

@@ -71,12 +71,14 @@ public sealed partial class RemoteCacheClient
         ArgumentOutOfRangeException.ThrowIfLessThan(regions, 1);
         ArgumentOutOfRangeException.ThrowIfGreaterThan(regions, RemoteCacheOptions.MaxRegionsPerServer);
         ThrowIfDisposed();
-        return Task.Run(() =>
+        if (cancellationToken.IsCancellationRequested)
+            return Task.FromCanceled<int>(cancellationToken);
+        return BlockingCall.Start(() =>
         {
             Errors.ThrowIfFailed(NativeMethods.CacheAddHolder(_cache, endpoint, capability, (uint)regions, out uint holder), Name);
             Log.HolderAdded(_logger, Name, endpoint, (int)holder, regions);
             return (int)holder;
-        }, cancellationToken);
+        });
     }
 
     /// <summary>
@@ -101,12 +103,14 @@ public sealed partial class RemoteCacheClient
         ArgumentOutOfRangeException.ThrowIfLessThan(timeout, TimeSpan.FromMilliseconds(1));
         ArgumentOutOfRangeException.ThrowIfGreaterThan(timeout, TimeSpan.FromMilliseconds(uint.MaxValue));
         ThrowIfDisposed();
-        return Task.Run(() =>
+        if (cancellationToken.IsCancellationRequested)
+            return Task.FromCanceled(cancellationToken);
+        return BlockingCall.Start(() =>
         {
             uint flags = pauseReads ? NativeLimits.MigrationPauseReads : 0;
             Errors.ThrowIfFailed(NativeMethods.CacheMigrationBegin(_cache, (uint)region, flags, (uint)timeout.TotalMilliseconds), Name);
             Log.MigrationBegun(_logger, Name, region);
-        }, cancellationToken);
+        });
     }
 
     /// <summary>

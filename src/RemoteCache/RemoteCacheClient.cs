@@ -149,9 +149,7 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
         var (list, plan) = Checked(endpoints, options);
         cancellationToken.ThrowIfCancellationRequested();
         var logger = LoggerFor(options);
-        var opening = Task.Factory.StartNew(() => OpenChecked(list, options, plan, logger), CancellationToken.None,
-                                            TaskCreationOptions.LongRunning | TaskCreationOptions.DenyChildAttach,
-                                            TaskScheduler.Default);
+        var opening = BlockingCall.Start(() => OpenChecked(list, options, plan, logger));
         try
         {
             return await opening.WaitAsync(cancellationToken).ConfigureAwait(false);
@@ -738,7 +736,7 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
     {
         if (Interlocked.Exchange(ref _disposed, 1) != 0)
             return ValueTask.CompletedTask;
-        return new ValueTask(Task.Run(Shutdown));
+        return new ValueTask(BlockingCall.Start(Shutdown));
     }
 
     /// <summary>
@@ -750,7 +748,7 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
         if (Interlocked.Exchange(ref _disposed, 1) != 0)
             return;
         if (IsPollerOf(this))
-            _ = Task.Run(Shutdown);
+            _ = BlockingCall.Start(Shutdown);
         else
             Shutdown();
     }

@@ -89,7 +89,7 @@ public sealed class CacheServerAdmin : IAsyncDisposable, IDisposable
         NativeMethods.EnsureCompatible();
         cancellationToken.ThrowIfCancellationRequested();
         var key = admissionKey.ToArray();  // the caller may reuse its memory once this returns
-        var connecting = Task.Run(() => Connect(endpoint, key, timeout), CancellationToken.None);
+        var connecting = BlockingCall.Start(() => Connect(endpoint, key, timeout));
         try
         {
             return await connecting.WaitAsync(cancellationToken).ConfigureAwait(false);
@@ -263,7 +263,7 @@ public sealed class CacheServerAdmin : IAsyncDisposable, IDisposable
         try
         {
             ObjectDisposedException.ThrowIf(Volatile.Read(ref _disposed) != 0, this);
-            running = Task.Run(call, CancellationToken.None);
+            running = BlockingCall.Start(call);
         }
         catch
         {
