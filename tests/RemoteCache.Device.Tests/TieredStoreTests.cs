@@ -73,6 +73,15 @@ public abstract class TieredStoreTests<TValue> where TValue : unmanaged
         }
     }
 
+    // A store loaded, updated once and checkpointed into `checkpoints`, then closed: what a restarted process recovers.
+    private Guid Checkpointed(ScratchDir dir, string checkpoints)
+    {
+        using var rig = Open(dir, CacheRegions(), checkpoints);
+        rig.Store.Load();
+        rig.Store.UpdateAll(from: 0);
+        return rig.Store.Checkpoint();
+    }
+
     private void Report(string phase, TieredDevice tiered, long pending)
     {
         _out.WriteLine($"{_kind.Name} {phase}: {pending} of {_shape.Records} reads went to the device; " +
@@ -137,13 +146,7 @@ public abstract class TieredStoreTests<TValue> where TValue : unmanaged
     {
         using var dir = new ScratchDir("recover");
         string checkpoints = dir.File("checkpoints");
-        Guid token;
-        using (var rig = Open(dir, CacheRegions(), checkpoints))
-        {
-            rig.Store.Load();
-            rig.Store.UpdateAll(from: 0);
-            token = rig.Store.Checkpoint();
-        }
+        var token = Checkpointed(dir, checkpoints);
         // A new process would get a new (empty) cache: the log comes back from the SSD through the tiered device.
         using (var rig = Open(dir, CacheRegions(), checkpoints, recover: true))
         {
@@ -234,13 +237,7 @@ public abstract class TieredStoreTests<TValue> where TValue : unmanaged
     {
         using var dir = new ScratchDir("warm");
         string checkpoints = dir.File("checkpoints");
-        Guid token;
-        using (var rig = Open(dir, CacheRegions(), checkpoints))
-        {
-            rig.Store.Load();
-            rig.Store.UpdateAll(from: 0);
-            token = rig.Store.Checkpoint();
-        }
+        var token = Checkpointed(dir, checkpoints);
         using (var rig = Open(dir, CacheRegions(), checkpoints, recover: true))
         {
             rig.Store.Recover(token);

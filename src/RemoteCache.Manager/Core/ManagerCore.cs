@@ -514,13 +514,7 @@ public sealed class ManagerCore : IAsyncDisposable
         CacheRecord cache;
         ServerRecord source, target;
         lock (_caches)
-        {
-            cache = Owned(tenant, request.CacheId);
-            source = ServerOf(cache, request.ServerId);
-            if (!cache.Replacements.TryGetValue(source.ServerId, out var pending))
-                throw new ManagerException(StatusCode.FailedPrecondition, $"no replacement of server {source.ServerId} was begun for cache {cache.CacheId} (BeginReplacement first)");
-            target = PendingReplacement(cache, source, pending, request.Mover);
-        }
+            (cache, source, target) = Pending(tenant, request.CacheId, request.ServerId, request.Mover);
         if (request.SourceRegion >= cache.RegionsPerServer || request.TargetRegion >= cache.RegionsPerServer)
             throw new ManagerException(StatusCode.InvalidArgument,
                 $"regions {request.SourceRegion} -> {request.TargetRegion}: a server lends cache {cache.CacheId} regions 0..{cache.RegionsPerServer - 1}");
@@ -561,11 +555,7 @@ public sealed class ManagerCore : IAsyncDisposable
         await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
         try
         {
-            var cache = Owned(tenant, request.CacheId);
-            var old = ServerOf(cache, request.ServerId);
-            if (!cache.Replacements.TryGetValue(old.ServerId, out var pending))
-                throw new ManagerException(StatusCode.FailedPrecondition, $"no replacement of server {old.ServerId} was begun for cache {cache.CacheId}");
-            var replacement = PendingReplacement(cache, old, pending, request.Mover);
+            var (cache, old, replacement) = Pending(tenant, request.CacheId, request.ServerId, request.Mover);
             if (request.RegionsMoved > cache.RegionsPerServer)
                 throw new ManagerException(StatusCode.InvalidArgument, $"regions_moved {request.RegionsMoved} exceeds the server's {cache.RegionsPerServer} regions");
             int index = cache.Servers.ToList().IndexOf(old.ServerId);
@@ -605,10 +595,9 @@ public sealed class ManagerCore : IAsyncDisposable
         try
         {
             var cache = Owned(tenant, request.CacheId);
-            var old = ServerOf(cache, request.ServerId);
-            if (!cache.Replacements.TryGetValue(old.ServerId, out var pending))
+            if (!cache.Replacements.ContainsKey(request.ServerId))
                 return cache;
-            var replacement = PendingReplacement(cache, old, pending, request.Mover);
+            var (_, old, replacement) = Pending(tenant, request.CacheId, request.ServerId, request.Mover);
             var replacements = new Dictionary<string, ReplacementRecord>(cache.Replacements);
             replacements.Remove(old.ServerId);
             var updated = cache with { Replacements = replacements, PricePerHour = cache.PricePerHour - PriceOf(replacement) };
@@ -638,6 +627,16 @@ public sealed class ManagerCore : IAsyncDisposable
         cache.Servers.Contains(serverId) && _servers.TryGetValue(serverId, out var s)
             ? s
             : throw new ManagerException(StatusCode.FailedPrecondition, $"server '{serverId}' is not one of cache {cache.CacheId}'s");
+
+    // Under the lock or the monitor: the cache, its server `serverId` and that server's pending replacement (of `mover`).
+    private (CacheRecord Cache, ServerRecord Server, ServerRecord Replacement) Pending(string tenant, ulong cacheId, string serverId, string mover)
+    {
+        var cache = Owned(tenant, cacheId);
+        var server = ServerOf(cache, serverId);
+        if (!cache.Replacements.TryGetValue(server.ServerId, out var pending))
+            throw new ManagerException(StatusCode.FailedPrecondition, $"no replacement of server {server.ServerId} was begun for cache {cache.CacheId} (BeginReplacement first)");
+        return (cache, server, PendingReplacement(cache, server, pending, mover));
+    }
 
     private ServerRecord PendingReplacement(CacheRecord cache, ServerRecord old, ReplacementRecord pending, string mover) =>
         pending.Mover != mover
