@@ -106,7 +106,7 @@ public sealed partial class ManagedCache
         int regions = (int)replacement.Regions;
         var complete = new ReplacementRequest { CacheId = CacheId, ServerId = request.ServerId, Mover = _mover, RegionsMoved = (uint)(regions - lost.Count) };
         var cache = await _manager.CallAsync("CompleteReplacement", o => _manager.Grpc.CompleteReplacementAsync(complete, o), cancellationToken).ConfigureAwait(false);
-        Volatile.Write(ref _state, cache);
+        AdoptState(cache);
         Log.ServerReplaced(_manager.Logger, Name, request.ServerId, replacement.ServerId, regions - lost.Count, regions, clock.Elapsed.TotalMilliseconds);
         ReportLost(lost, lostReason);
         return true;
@@ -122,7 +122,19 @@ public sealed partial class ManagedCache
         int holder;
         try
         {
-            holder = await _client.AddHolderAsync(to.Endpoint, to.Capability, regions, stop).ConfigureAwait(false);
+            await _holders.WaitAsync(stop).ConfigureAwait(false);
+            try
+            {
+                holder = await _client.AddHolderAsync(to.Endpoint, to.Capability, regions, stop).ConfigureAwait(false);
+                // A renewal since `to`'s capability was minted lists it among the replacements: present the renewed one.
+                var state = Volatile.Read(ref _state);
+                if (state.Replacements.Any(r => r.Server.ServerId == to.ServerId))
+                    RenewLocked(state.Servers.Concat(state.Replacements.Select(r => r.Server)));
+            }
+            finally
+            {
+                _holders.Release();
+            }
         }
         catch (Exception) when (mode != ShareMove.Follow)
         {
@@ -151,7 +163,7 @@ public sealed partial class ManagedCache
                 _client.ReportContentLost(region * size, size, lostReason ?? "not copied");
                 lost.Add(region);
             }
-            _client.CommitMigration(region, holder, k);
+            await WithHoldersAsync(() => _client.CommitMigration(region, holder, k), stop).ConfigureAwait(false);  // may let a holder go
             if (mode != ShareMove.Follow)
                 _feed.Publish(new RegionMovedEvent(CacheId, DateTimeOffset.UtcNow, from, region, k + 1, regions, clock.Elapsed, !copied));
         }

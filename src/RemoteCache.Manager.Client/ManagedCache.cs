@@ -34,7 +34,11 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
 
     private readonly RemoteCacheManagerClient _manager;
     private readonly RemoteCacheClient _client;
-    private readonly SemaphoreSlim _gate = new(1, 1);  // one change of the cache's shape, config or capabilities at a time
+    private readonly SemaphoreSlim _gate = new(1, 1);  // one change of the cache's shape, config or servers at a time
+    // The data client's holders change, and capabilities are presented to them, one at a time: a renewal runs beside a
+    // move (which holds _gate for as long as the move takes) and presents one capability per holder as they are then.
+    private readonly SemaphoreSlim _holders = new(1, 1);
+    private readonly object _stateLock = new();  // read-modify-writes of _state (renewals run beside the changes)
     private readonly CancellationTokenSource _stop = new();
     private readonly EventFeed _feed = new();
     private readonly Task _renewing;
@@ -138,7 +142,7 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
         // Shrinking: stop using the tail before the manager frees it, so no operation reaches a server that dropped the cache.
         bool shrinking = servers < before.Servers.Count;
         if (shrinking)
-            _client.Shrink(servers);
+            WithHolders(() => _client.Shrink(servers));
         ReallocateResponse response;
         try
         {
@@ -147,7 +151,7 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
         catch when (shrinking)
         {
             var tail = before.Servers.Skip(servers).ToList();
-            _client.Grow(tail.Select(s => s.Endpoint).ToList(), tail.Select(s => s.Capability).ToList());
+            WithHolders(() => _client.Grow(tail.Select(s => s.Endpoint).ToList(), tail.Select(s => s.Capability).ToList()));
             throw;
         }
         var after = response.Cache;
@@ -160,7 +164,7 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
             // All or nothing: the manager takes back what it granted (its tail servers, its new configuration).
             Log.ReshapeUndone(_manager.Logger, Name, e.Message);
             if (response.Added.Count > 0 && _client.ServerCount > before.Servers.Count)
-                _client.Shrink(before.Servers.Count);
+                WithHolders(() => _client.Shrink(before.Servers.Count));
             var undo = new ReallocateRequest { CacheId = CacheId, Capacity = before.Capacity, Slo = before.Slo };
             await _manager.CallAsync("Reallocate (undoing a reshape)", o => _manager.Grpc.ReallocateAsync(undo, o), CancellationToken.None).ConfigureAwait(false);
             throw;
@@ -249,7 +253,7 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
                     Gone(DataClientClosed);
                     return;
                 }
-                catch (Exception e) when (e is RemoteCacheManagerException or RemoteCacheException && !stop.IsCancellationRequested)
+                catch (Exception e) when (e is RemoteCacheManagerException or RemoteCacheException or ArgumentException && !stop.IsCancellationRequested)
                 {
                     var delay = retry.Next();
                     Log.RenewFailed(_manager.Logger, Name, LeaseExpires, delay.TotalMilliseconds, e.Message);
@@ -262,30 +266,82 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
         }
     }
 
+    // Not under _gate: a move holds it for as long as it takes, and the servers must have the new capabilities before
+    // the old ones expire.
     private async Task ApplyRenewalAsync(RenewLeaseResponse renewed, CancellationToken stop)
     {
-        await _gate.WaitAsync(stop).ConfigureAwait(false);
-        try
+        if (!Volatile.Read(ref _state).Servers.Select(s => s.ServerId).SequenceEqual(renewed.Servers.Select(s => s.ServerId)))
         {
-            var state = _state;
-            if (!state.Servers.Select(s => s.ServerId).SequenceEqual(renewed.Servers.Select(s => s.ServerId)))
+            // Reshaped (or a server replaced) since the last look: follow it, with capabilities of the renewed lease.
+            await _gate.WaitAsync(stop).ConfigureAwait(false);
+            try
             {
-                // Reshaped elsewhere since the last look: follow it, with capabilities of the renewed lease.
                 await FollowLockedAsync(stop).ConfigureAwait(false);
-                return;
             }
-            RenewLocked(renewed.Servers.Concat(renewed.Replacements.Select(r => r.Server)));
+            finally
+            {
+                _gate.Release();
+            }
+            return;
+        }
+        var servers = renewed.Servers.Concat(renewed.Replacements.Select(r => r.Server)).ToList();
+        await WithHoldersAsync(() => RenewLocked(servers), stop).ConfigureAwait(false);
+        UpdateState(state =>
+        {
             var next = state.Clone();
             next.Lease = renewed.Lease;
             next.Servers.Clear();
             next.Servers.AddRange(renewed.Servers);
             next.Replacements.Clear();
             next.Replacements.AddRange(renewed.Replacements);
-            Volatile.Write(ref _state, next);
+            return next;
+        });
+    }
+
+    // Changes _state; `change` may run more than once.
+    private void UpdateState(Func<Cache, Cache> change)
+    {
+        lock (_stateLock)
+            Volatile.Write(ref _state, change(_state));
+    }
+
+    // `cache` as the manager returned it from a change, keeping a lease renewed meanwhile (and its capabilities).
+    private void AdoptState(Cache cache) => UpdateState(current =>
+    {
+        if (current.Lease.Expires.ToDateTimeOffset() <= cache.Lease.Expires.ToDateTimeOffset())
+            return cache;
+        var renewed = current.Servers.Concat(current.Replacements.Select(r => r.Server)).ToDictionary(s => s.ServerId, s => s.Capability);
+        var next = cache.Clone();
+        next.Lease = current.Lease;
+        foreach (var server in next.Servers.Concat(next.Replacements.Select(r => r.Server)))
+            if (renewed.TryGetValue(server.ServerId, out var capability))
+                server.Capability = capability;
+        return next;
+    });
+
+    private async Task WithHoldersAsync(Action change, CancellationToken cancellationToken)
+    {
+        await _holders.WaitAsync(cancellationToken).ConfigureAwait(false);
+        try
+        {
+            change();
         }
         finally
         {
-            _gate.Release();
+            _holders.Release();
+        }
+    }
+
+    private void WithHolders(Action change)
+    {
+        _holders.Wait();
+        try
+        {
+            change();
+        }
+        finally
+        {
+            _holders.Release();
         }
     }
 
@@ -373,16 +429,19 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
         for (int i = 0; i < Math.Min(have.Count, want.Count); i++)
             if (have[i].ServerId != want[i].ServerId)
                 await MoveShareLockedAsync(i, have[i].ServerId, want[i], ShareMove.Follow, null, null, cancellationToken).ConfigureAwait(false);
-        if (want.Count < have.Count)
-            _client.Shrink(want.Count);
-        else if (want.Count > have.Count)
-            _client.Grow(want.Skip(have.Count).Select(s => s.Endpoint).ToList(), want.Skip(have.Count).Select(s => s.Capability).ToList());
-        if (cache.Lease.Expires.ToDateTimeOffset() > _state.Lease.Expires.ToDateTimeOffset())
-            RenewLocked(cache.Servers.Concat(cache.Replacements.Select(r => r.Server)));
+        await WithHoldersAsync(() =>
+        {
+            if (want.Count < have.Count)
+                _client.Shrink(want.Count);
+            else if (want.Count > have.Count)
+                _client.Grow(want.Skip(have.Count).Select(s => s.Endpoint).ToList(), want.Skip(have.Count).Select(s => s.Capability).ToList());
+            if (cache.Lease.Expires.ToDateTimeOffset() > _state.Lease.Expires.ToDateTimeOffset())
+                RenewLocked(cache.Servers.Concat(cache.Replacements.Select(r => r.Server)));
+        }, cancellationToken).ConfigureAwait(false);
         var config = Contract.FromProto(cache.Config);
         if (config != _client.Config)
             _client.Reconfigure(config);
-        Volatile.Write(ref _state, cache);
+        AdoptState(cache);
     }
 
     // Presents the capabilities of `servers` to the holders they belong to (by endpoint); a holder let go gets none.
