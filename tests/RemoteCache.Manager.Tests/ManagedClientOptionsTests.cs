@@ -24,6 +24,8 @@ public sealed class ManagedClientOptionsTests
             ["CallTimeout"] = "00:00:07",
             ["Cache:OperationTimeout"] = "00:00:03",
             ["Cache:Lanes"] = "2",
+            ["ReplaceServers"] = "false",
+            ["MoveMaxMibPerSecond"] = "512",
         }));
         using var provider = services.BuildServiceProvider();
         var options = provider.GetRequiredService<IOptions<RemoteCacheManagerOptions>>().Value;
@@ -32,6 +34,8 @@ public sealed class ManagedClientOptionsTests
         Assert.Equal(TimeSpan.FromSeconds(7), options.CallTimeout);
         Assert.Equal(TimeSpan.FromSeconds(3), options.Cache.OperationTimeout);
         Assert.Equal(2, options.Cache.Lanes);
+        Assert.False(options.ReplaceServers);
+        Assert.Equal(512, options.MoveMaxMibPerSecond);
         var client = provider.GetRequiredService<RemoteCacheManagerClient>();
         Assert.Same(client, provider.GetRequiredService<RemoteCacheManagerClient>());
         Assert.Equal(options.Address, client.Address);
@@ -43,6 +47,7 @@ public sealed class ManagedClientOptionsTests
     [InlineData("ApiKey", "has space", "ApiKey")]
     [InlineData("CallTimeout", "00:00:00", "CallTimeout")]
     [InlineData("RetryLimit", "00:00:00.010", "RetryLimit")]
+    [InlineData("MoveMaxMibPerSecond", "0", "MoveMaxMibPerSecond")]
     public void BadOptionsAreRefusedNamingTheOption(string key, string value, string named)
     {
         var services = new ServiceCollection();

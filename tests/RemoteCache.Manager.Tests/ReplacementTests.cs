@@ -168,6 +168,26 @@ public sealed class ReplacementTests
         await mover.DeleteAsync();
     }
 
+    [Fact]
+    public async Task WithReplaceServersOffTheNoticeIsOnlyHandedOn()
+    {
+        await using var manager = new TestManager(warm: 0);
+        await manager.StartAsync();
+        await using var client = manager.ManagedClient(configure: o => o.ReplaceServers = false);
+        var cache = await client.CreateAsync(Request(TwoServers));
+        var log = new EventLog(cache);
+        string reclaimed = cache.Info.Servers[1].ServerId;
+        await ReclaimAsync(manager, reclaimed, TimeSpan.FromSeconds(60));
+        await EventuallyAsync(() => log.Snapshot().OfType<ReclaimNoticeEvent>().Any(), "the notice arrived");
+        await Task.Delay(500);
+        Assert.Empty(log.Snapshot().OfType<RegionMovedEvent>());
+        var described = await manager.Tenant(AliceKey).GetCacheAsync(new GetCacheRequest { CacheId = cache.CacheId });
+        Assert.Empty(described.Replacements);
+        Assert.Equal(reclaimed, described.Servers[1].ServerId);
+        await WriteAndVerifyAsync(cache.Client, TwoServers - 4096, 4096);
+        await cache.DeleteAsync();
+    }
+
     private static async Task ReclaimAsync(TestManager manager, string serverId, TimeSpan notice) =>
         await manager.Operator().ReclaimServerAsync(new ReclaimServerRequest { ServerId = serverId, Notice = Google.Protobuf.WellKnownTypes.Duration.FromTimeSpan(notice) });
 
