@@ -191,6 +191,7 @@ public sealed class TieredDevice : StorageDeviceBase
             if (i > from || from > 0)
                 Interlocked.Increment(ref _fallThroughs);
             op.Tier = i;
+            op.Generation = tier.Generation;
             tier.Device.ReadAsync(op.Segment, op.Offset, op.Destination, op.Length, s_onRead, op);
             return;
         }
@@ -204,7 +205,7 @@ public sealed class TieredDevice : StorageDeviceBase
         if (errorCode != 0 && op.Tier < device._tiers.Length - 1)
         {
             if (errorCode != RemoteCacheDevice.NotResident && op.Tier < device._commitPoint)
-                device.TakeOut(op.Tier, errorCode, "read");
+                device.TakeOut(op.Tier, op.Generation, errorCode, "read");
             device.Route(op, op.Tier + 1);
             return;
         }
@@ -248,6 +249,7 @@ public sealed class TieredDevice : StorageDeviceBase
             if (tier.Tracked && tier.Written.BeginWrite(segmentId, op.Start, op.End))
                 tier.Written.RemoveBelow(tier.Device.StartSegment);  // a new segment: forget the evicted ones
             Interlocked.Increment(ref op.Remaining);
+            op.Parts[i].Generation = tier.Generation;
             tier.Device.WriteAsync(sourceAddress, segmentId, destinationAddress, numBytesToWrite, s_onWrite, op.Parts[i]);
         }
         op.Release();
@@ -273,7 +275,7 @@ public sealed class TieredDevice : StorageDeviceBase
         else if (errorCode != 0)
         {
             if (part.Tier < device._commitPoint)
-                device.TakeOut(part.Tier, errorCode, "write");
+                device.TakeOut(part.Tier, part.Generation, errorCode, "write");
             else
                 DeviceLog.TierWriteFailed(device._logger, part.Tier, tier.Device.FileName, op.Segment, errorCode);
         }
@@ -315,11 +317,13 @@ public sealed class TieredDevice : StorageDeviceBase
 
     // ---- failure ----------------------------------------------------------------------------------
 
-    private void TakeOut(int index, uint errorCode, string what)
+    // Takes tier `index` out after an operation issued in `generation` failed; a failure of one issued before the tier
+    // was last taken back belongs to the cache as it was then (its lost server), not to the tier as it is now.
+    private void TakeOut(int index, int generation, uint errorCode, string what)
     {
         Interlocked.Increment(ref _tierFailures);
         var tier = _tiers[index];
-        if (tier.Failed)
+        if (tier.Failed || generation != tier.Generation)
             return;
         tier.Failed = true;
         var status = RemoteCacheDevice.StatusOf(errorCode);
@@ -340,6 +344,7 @@ public sealed class TieredDevice : StorageDeviceBase
             foreach (int segment in forgotten)
                 tier.Written.Remove(segment);
             tier.Skipped.Clear();
+            tier.Generation++;
             tier.Failed = false;
         }
         DeviceLog.TierBack(_logger, index, tier.Device.FileName, forgotten.Count);
@@ -451,6 +456,7 @@ public sealed class TieredDevice : StorageDeviceBase
     private async Task<(long Copied, bool More)> WarmChunkAsync(int index, IDevice source, int segment, long offset, int chunk, IntPtr buffer)
     {
         var tier = _tiers[index];
+        int generation = tier.Generation;
         var activity = Activity(segment);
         long started = Interlocked.Read(ref activity.Started);
         if (Volatile.Read(ref activity.InFlight) != 0)
@@ -468,7 +474,7 @@ public sealed class TieredDevice : StorageDeviceBase
         tier.Written.EndWrite(segment, offset, end, kept);
         if (error != 0)
         {
-            TakeOut(index, error, "warm write");
+            TakeOut(index, generation, error, "warm write");
             return (0, false);
         }
         return (kept ? read : -1, read == chunk);
@@ -519,6 +525,7 @@ public sealed class TieredDevice : StorageDeviceBase
         public readonly bool Tracked;  // before the commit point: readable only where its write completed
         public readonly WrittenRanges Written = new();
         public volatile bool Failed;
+        public volatile int Generation;  // taken back this many times: operations record it when issued
         public readonly StripedCounter Served = new();
         // Segments written while the tier was out: what it holds of them may be stale (FASTER rewrites a log's last
         // page as it fills), so a tier taken back forgets them. Guarded by itself, with Failed's changes.
@@ -552,6 +559,7 @@ public sealed class TieredDevice : StorageDeviceBase
         public IntPtr Destination;
         public uint Length;
         public int Tier;
+        public int Generation;
         public DeviceIOCompletionCallback? Callback;
         public object? Context;
 
@@ -600,5 +608,16 @@ public sealed class TieredDevice : StorageDeviceBase
         }
     }
 
-    private sealed record WritePart(WriteOp Op, int Tier);
+    private sealed class WritePart
+    {
+        public WritePart(WriteOp op, int tier)
+        {
+            Op = op;
+            Tier = tier;
+        }
+
+        public readonly WriteOp Op;
+        public readonly int Tier;
+        public int Generation;  // of the tier when this part was issued
+    }
 }

@@ -225,7 +225,8 @@ public abstract class TieredStoreTests<TValue> where TValue : unmanaged
         long pending = rig.Store.ReadBackAll(version: 1);  // every read right: the SSD's, never the lost cache's
         Report("after the replacement and the warm", rig.Tiered, pending);
         long served = rig.Tiered.ReadsServedBy(0) - servedBefore;
-        Assert.True(served > pending / 2, $"the tier came back, yet served only {served} of {pending} device reads");
+        Assert.True(served > pending / 2, $"the tier came back, yet served only {served} of {pending} device reads " +
+                                          $"(failed tiers now: [{string.Join(",", rig.Tiered.FailedTiers)}], warmed {rig.Tiered.BytesWarmed} B)");
         Assert.Empty(rig.Tiered.FailedTiers);
         rig.Store.UpdateAll(from: 1);
         rig.Store.ReadBackAll(version: 2);
