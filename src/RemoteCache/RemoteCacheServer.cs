@@ -163,6 +163,12 @@ public sealed unsafe class RemoteCacheServer : IDisposable
     /// <summary>Bytes currently lent to caches.</summary>
     public long MemoryInUse => (long)NativeMethods.ServerMemoryInUse(_server);
 
+    /// <summary>
+    /// Bytes committed ahead for new caches and not lent yet (<see cref="RemoteCacheServerOptions.CommitMemory"/>'s spare
+    /// regions; 0 without it). It grows back in the background after a cache is freed.
+    /// </summary>
+    public long MemoryCommitted => (long)NativeMethods.ServerMemoryCommitted(_server);
+
     /// <summary>Closes every connection (clients see their operations fail) and stops the server.</summary>
     public void Dispose()
     {

@@ -65,8 +65,9 @@ public sealed class EmbeddedServerTests
 
     /// <summary>
     /// <see cref="RemoteCacheServerOptions.CommitMemory"/>: the server commits its memory ahead (spare regions whose
-    /// pages exist, seen here as its memfds of a region size no other test uses, fully allocated), a client's cache reads
-    /// zeros and keeps what it is written; without the option no region has pages before it is written.
+    /// pages exist, seen here as its memfds of a region size no other test uses, fully allocated, and as
+    /// <see cref="RemoteCacheServer.MemoryCommitted"/>), a client's cache takes them and reads zeros and keeps what it is
+    /// written; without the option no region has pages before it is written.
     /// </summary>
     [Theory]
     [InlineData("shm", true)]
@@ -86,15 +87,17 @@ public sealed class EmbeddedServerTests
                     Listen = listen, RegionSize = regionSize, MemoryLimit = Regions * regionSize, MaxThreads = 2, CommitMemory = commit,
                 });
                 var watch = Stopwatch.StartNew();
-                while (commit && RegionMemfds(regionSize).Committed < Regions && watch.Elapsed < TimeSpan.FromSeconds(20))
+                while (commit && (RegionMemfds(regionSize).Committed < Regions || server.MemoryCommitted < Regions * regionSize) && watch.Elapsed < TimeSpan.FromSeconds(20))
                     await Task.Delay(20);
                 Assert.Equal(commit ? (Regions, Regions) : (0, 0), RegionMemfds(regionSize));
+                Assert.Equal(commit ? Regions * regionSize : 0, server.MemoryCommitted);
 
                 var client = RemoteCacheClient.Open(new[] { server.Endpoints[0] }, Options(Regions, name: $"committed-{transport}"));
                 try
                 {
                     // The cache took the spares, or (without the option) made regions with no pages yet.
                     Assert.Equal((Regions, commit ? Regions : 0), RegionMemfds(regionSize));
+                    Assert.Equal((0L, Regions * regionSize), (server.MemoryCommitted, server.MemoryInUse));
                     await FreshCacheServesVerifiedIoAsync(client, seed: 8100, $"committed {transport}");
                 }
                 finally

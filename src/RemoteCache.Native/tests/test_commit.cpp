@@ -127,7 +127,8 @@ TEST(CommitMemory, OffMeansNothingIsCommittedAhead) {
 }
 
 // Through the C API and the data path: an embedded server with commit_memory serves tcp and shm
-// caches as any other; a value other than 0 or 1 is refused by name.
+// caches as any other, rc_server_memory_committed counts its spares as they are lent and come back;
+// a value other than 0 or 1 is refused by name.
 TEST(CommitMemory, ServerWithCommittedMemoryServesCaches) {
   const std::string shm = "shm:@rc-commit-" + std::to_string(getpid());
   const char* listen[] = {"tcp:127.0.0.1:0", shm.c_str()};
@@ -144,15 +145,21 @@ TEST(CommitMemory, ServerWithCommittedMemoryServesCaches) {
 
   so.commit_memory = 1;
   ASSERT_EQ(rc_server_start(&so, &server), RC_OK) << last_error();
+  const auto all_committed = [&] { return rc_server_memory_committed(server) == kLimitRegions * kRegion; };
+  ASSERT_TRUE(wait_for(all_committed)) << "committed: " << rc_server_memory_committed(server);
   for (size_t i = 0; i < 2; ++i) {
     rc_cache* cache = nullptr;
     ASSERT_EQ(open_cache({rc_server_endpoint(server, i)}, make_options(fresh_cache_id(), rc_config{0, 1, 1, 1}, 2), &cache),
               RC_OK)
         << last_error();
+    EXPECT_EQ(rc_server_memory_committed(server) + rc_server_memory_in_use(server), kLimitRegions * kRegion)
+        << "the cache's regions are the spares, lent";
     EXPECT_TRUE(cache_works(cache, kRegion - 1000, 7 + i)) << rc_server_endpoint(server, i);  // across the regions' boundary
     EXPECT_EQ(rc_cache_close(cache), RC_OK);
+    ASSERT_TRUE(wait_for(all_committed)) << "the spares did not come back: " << rc_server_memory_committed(server);
   }
   EXPECT_EQ(rc_server_stop(server), RC_OK);
+  EXPECT_EQ(rc_server_memory_committed(nullptr), 0u);
 }
 
 }  // namespace

@@ -262,6 +262,10 @@ internal static unsafe partial class NativeMethods
     [LibraryImport(Library, EntryPoint = "rc_server_memory_in_use")]
     public static partial ulong ServerMemoryInUse(ServerHandle server);
 
+    /// <summary><c>rc_server_memory_committed</c>.</summary>
+    [LibraryImport(Library, EntryPoint = "rc_server_memory_committed")]
+    public static partial ulong ServerMemoryCommitted(ServerHandle server);
+
     /// <summary><c>rc_server_stop</c> (use <see cref="ServerHandle"/> instead).</summary>
     [LibraryImport(Library, EntryPoint = "rc_server_stop")]
     public static partial RemoteCacheStatus ServerStop(IntPtr server);

@@ -39,7 +39,7 @@ extern "C" {
 /* The version of this header. A binding built against one version must not drive a library built
  * from another (struct layouts, limits and semantics may differ): it compares rc_api_version() of
  * the library it loaded with the RC_API_VERSION it was built against and refuses a mismatch. */
-#define RC_API_VERSION 7 /* 4: admin interface (remotecache_admin.h); 5: rc_cache_grow/shrink; 6: commit_memory; 7: region pull (rc_capability_mint_migration, rc_admin_pull_region) */
+#define RC_API_VERSION 8 /* 4: admin interface (remotecache_admin.h); 5: rc_cache_grow/shrink; 6: commit_memory; 7: region pull (rc_capability_mint_migration, rc_admin_pull_region); 8: rc_server_memory_committed */
 
 /* Limits and defaults of the API, defined here once (bindings take them from this header). */
 #define RC_MAX_TOKEN_BYTES 64            /* rc_cache_options.token, UTF-8 bytes */
@@ -300,6 +300,8 @@ RC_API const char* rc_server_id(const rc_server* server);
 RC_API const char* rc_server_endpoint(const rc_server* server, size_t index);
 /* Bytes currently lent to caches. */
 RC_API uint64_t rc_server_memory_in_use(const rc_server* server);
+/* Bytes committed ahead for new caches and not lent yet (commit_memory's spare regions; 0 without it). */
+RC_API uint64_t rc_server_memory_committed(const rc_server* server);
 /* Closes every connection (clients see RC_E_DISCONNECTED) and frees the server. */
 RC_API rc_status rc_server_stop(rc_server* server);
 

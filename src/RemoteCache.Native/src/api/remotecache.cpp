@@ -398,6 +398,10 @@ uint64_t rc_server_memory_in_use(const rc_server* server) {
   return server == nullptr ? 0 : server->impl->memory_in_use();
 }
 
+uint64_t rc_server_memory_committed(const rc_server* server) {
+  return server == nullptr ? 0 : server->impl->memory_committed();
+}
+
 rc_status rc_server_stop(rc_server* server) {
   if (server == nullptr) return null_argument("server");
   return guarded([&] {

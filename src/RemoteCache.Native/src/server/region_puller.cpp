@@ -1,7 +1,5 @@
 #include "server/region_puller.h"
 
-#include <sys/mman.h>
-
 #include <poll.h>
 
 #include <algorithm>
@@ -14,6 +12,7 @@
 #include "common/clock.h"
 #include "common/crypto.h"
 #include "common/log.h"
+#include "common/memfd.h"
 #include "transport/connect_codec.h"
 #include "transport/socket_util.h"
 #include "transport/transport.h"
@@ -283,9 +282,9 @@ Status pull(Registry& registry, const wire::AdminPullRequest& request, const std
                                            std::to_string(reply.region_size) + " bytes, this server of " +
                                            std::to_string(region.size));
 
-  // The target's pages are zero-filled in one pass before the copy rather than faulted in one by one
-  // under it (a region a cache never wrote has none yet); best effort (older kernels lack it).
-  madvise(region.base, region.size, MADV_POPULATE_WRITE);
+  // The target's pages are mapped (and zero-filled where the region has none yet) in one pass before
+  // the copy rather than faulted in one by one under it.
+  populate_for_write(region.base, region.size);
   out.one_sided = link->one_sided();
   RegionCopy copy(*link, static_cast<uint16_t>(request.source_region), region.base, region.size, source,
                   RegionCopy::Bounds{&target, cancel, deadline_ns, timeout_ms, request.max_mib_per_s});

@@ -307,6 +307,11 @@ uint64_t Registry::memory_in_use() const {
   return in_use_;
 }
 
+uint64_t Registry::memory_committed() const {
+  std::lock_guard lock(mutex_);
+  return spare_.size() * region_size_;
+}
+
 std::size_t Registry::spare_regions() const {
   std::lock_guard lock(mutex_);
   return spare_.size();

@@ -111,6 +111,7 @@ class Registry {
   uint64_t region_size() const { return region_size_; }
   uint64_t memory_limit() const { return memory_limit_; }
   uint64_t memory_in_use() const;
+  uint64_t memory_committed() const;
   // Committed regions waiting for a cache (commit_memory).
   std::size_t spare_regions() const;
 

@@ -456,6 +456,8 @@ const std::string& Server::server_id() const { return impl_->registry->server_id
 
 uint64_t Server::memory_in_use() const { return impl_->registry->memory_in_use(); }
 
+uint64_t Server::memory_committed() const { return impl_->registry->memory_committed(); }
+
 void Server::stop() {
   if (impl_->stopping.exchange(true)) return;
   {

@@ -40,6 +40,8 @@ class Server {
   const std::vector<std::string>& endpoints() const;
   const std::string& server_id() const;
   uint64_t memory_in_use() const;
+  // Bytes of spare regions committed ahead (commit_memory) and not lent yet.
+  uint64_t memory_committed() const;
   void stop();
 
   struct Impl;

@@ -210,6 +210,12 @@ class ShmClientConnection final : public ClientConnection {
     done_.push_back(Done{wr_id, src, dst, length});
     if (length > kDeferredReadMax) {
       if (length >= kPopulatedReadMin) populate_for_read(src, length);
+      // A migration source's bulk reads fill a region nobody reads until it is committed: streamed
+      // past the caches, they leave the data path's lines where they are.
+      if (read_only_ && length >= kPopulatedReadMin) {
+        stream_copy(dst, src, length);
+        done_.back().src = nullptr;
+      }
       finish(done_.back());
     } else {
       for (uint32_t line = 0; line < length; line += 64) __builtin_prefetch(src + line, 0, 3);
