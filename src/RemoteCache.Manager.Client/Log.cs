@@ -41,6 +41,9 @@ internal static partial class Log
     [LoggerMessage(111, LogLevel.Error, "{CacheName}: replacing server {ServerId} failed: {Reason}")]
     public static partial void ReplaceFailed(ILogger logger, string cacheName, string serverId, string reason);
 
+    [LoggerMessage(115, LogLevel.Warning, "{CacheName}: no server can be rented to replace {ServerId} now ({Reason}); asking again in {DelayMs:0} ms")]
+    public static partial void RentRetry(ILogger logger, string cacheName, string serverId, string reason, double delayMs);
+
     [LoggerMessage(112, LogLevel.Information, "{CacheName}: another client of the cache moves server {ServerId}'s regions; this one follows when it is done")]
     public static partial void MovedElsewhere(ILogger logger, string cacheName, string serverId);
 

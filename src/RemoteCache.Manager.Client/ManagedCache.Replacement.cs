@@ -40,8 +40,16 @@ public sealed partial class ManagedCache
 
     private TimeSpan FenceTimeout => _manager.Options.Cache.OperationTimeout * 2;
 
-    // Replaces server `serverId` (reclaimed at `deadline`, or failed for `failure`) and moves its regions there.
-    private async Task ReplaceAsync(string serverId, DateTimeOffset? deadline, string? failure, CancellationToken stop)
+    // Waits before asking again for a replacement the manager could not rent: doubling up to this.
+    private static readonly TimeSpan RentRetryLimit = TimeSpan.FromSeconds(30);
+
+    // Replacements asked for again later (the manager had no server to rent), awaited when the handle closes.
+    private readonly List<Task> _rentRetries = new();
+
+    // Replaces server `serverId` (reclaimed at `deadline`, or failed for `failure`) and moves its regions there. When the
+    // manager has no server to rent, it asks again later (in the background, so that events go on being handled) for as
+    // long as the server is the cache's and, for a reclaim, its deadline has not passed (then a failure event follows).
+    private async Task ReplaceAsync(string serverId, DateTimeOffset? deadline, string? failure, CancellationToken stop, Backoff? backoff = null)
     {
         try
         {
@@ -61,6 +69,14 @@ public sealed partial class ManagedCache
             await ReplaceServerLockedAsync(index, request, mode, deadline, failure ?? $"server {serverId} was reclaimed before they could be copied", stop)
                 .ConfigureAwait(false);
         }
+        catch (RemoteCacheManagerException e) when (e.Status == StatusCode.ResourceExhausted && !stop.IsCancellationRequested &&
+                                                     (deadline is null || deadline > DateTimeOffset.UtcNow))
+        {
+            var retry = backoff ?? new Backoff(RentRetryLimit);
+            var wait = retry.Next();
+            Log.RentRetry(_manager.Logger, Name, serverId, e.Message, wait.TotalMilliseconds);
+            RetryLater(serverId, deadline, failure, wait, retry, stop);
+        }
         catch (Exception e) when (e is RemoteCacheManagerException or RemoteCacheException or ArgumentException && !stop.IsCancellationRequested)
         {
             Log.ReplaceFailed(_manager.Logger, Name, serverId, e.Message);
@@ -72,6 +88,34 @@ public sealed partial class ManagedCache
         {
             _gate.Release();
         }
+    }
+
+    private void RetryLater(string serverId, DateTimeOffset? deadline, string? failure, TimeSpan wait, Backoff backoff, CancellationToken stop)
+    {
+        var task = Task.Run(async () =>
+        {
+            try
+            {
+                await Task.Delay(wait, stop).ConfigureAwait(false);
+            }
+            catch (OperationCanceledException)
+            {
+                return;
+            }
+            await ReplaceAsync(serverId, deadline, failure, stop, backoff).ConfigureAwait(false);
+        });
+        lock (_rentRetries)
+        {
+            _rentRetries.RemoveAll(t => t.IsCompleted);
+            _rentRetries.Add(task);
+        }
+    }
+
+    // The replacements still being asked for again (awaited at close).
+    private Task RentRetries()
+    {
+        lock (_rentRetries)
+            return Task.WhenAll(_rentRetries.ToList());
     }
 
     // Moves the cache onto servers with the cores `slo` needs, one server's regions at a time (Reshape).

@@ -587,11 +587,12 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
         }
         try
         {
+            await RentRetries().ConfigureAwait(false);  // they end at the stop
             await Populated.ConfigureAwait(false);
         }
         catch (Exception)
         {
-            // Its failure was reported through Populated and the event stream.
+            // A fill's failure was reported through Populated and the event stream; a replacement's was logged.
         }
     }
 

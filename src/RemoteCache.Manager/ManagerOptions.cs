@@ -51,6 +51,13 @@ public sealed class ManagerOptions
     /// <summary>A LeaseExpiring event goes out when this share of the lease is left.</summary>
     public double LeaseWarningShare { get; set; } = 0.2;
 
+    /// <summary>
+    /// A pending replacement whose mover has called neither BeginReplacement nor MoveRegion for this long (and has no copy
+    /// under way) is given back, and the replaced server's notice (ReclaimNotice or ServerFailed) goes out again, so that
+    /// another client of the cache takes the move over: the mover is taken to be gone.
+    /// </summary>
+    public TimeSpan ReplacementIdleTimeout { get; set; } = TimeSpan.FromMinutes(2);
+
     /// <summary>Local allocator: the remotecache-server to start; null: the one shipped with the RemoteCache package.</summary>
     public string? ServerPath { get; set; }
 

@@ -54,11 +54,12 @@ public static class Program
         var server = new Option<string?>("--server") { Description = "Local allocator: the remotecache-server to run [default: the one in the RemoteCache package]" };
         var probe = new Option<double>("--probe-period") { Description = "Seconds between probes of each server", DefaultValueFactory = _ => 2 };
         var lease = new Option<double>("--default-lease") { Description = "Seconds of a lease when Allocate names none", DefaultValueFactory = _ => 600 };
+        var replacementIdle = new Option<double>("--replacement-idle-timeout") { Description = "Seconds a pending replacement's mover may do nothing before the replacement is given back and the server's notice goes out again", DefaultValueFactory = _ => 120 };
         var certificate = new Option<string?>("--certificate") { Description = "PEM certificate: serve TLS (with --certificate-key)" };
         var certificateKey = new Option<string?>("--certificate-key") { Description = "PEM private key of --certificate" };
         var root = new RootCommand("remotecache-manager: allocates SLO-driven remote-memory caches over a priced VM catalogue, issues capabilities and leases, watches the servers")
         {
-            listen, state, catalogue, models, keys, admission, allocator, transports, warm, commit, server, probe, lease, certificate, certificateKey,
+            listen, state, catalogue, models, keys, admission, allocator, transports, warm, commit, server, probe, lease, replacementIdle, certificate, certificateKey,
         };
         root.SetAction(async (parse, cancellationToken) =>
         {
@@ -76,6 +77,7 @@ public static class Program
                 ServerPath = parse.GetValue(server),
                 ProbePeriod = TimeSpan.FromSeconds(parse.GetValue(probe)),
                 DefaultLease = TimeSpan.FromSeconds(parse.GetValue(lease)),
+                ReplacementIdleTimeout = TimeSpan.FromSeconds(parse.GetValue(replacementIdle)),
                 Certificate = parse.GetValue(certificate),
                 CertificateKey = parse.GetValue(certificateKey),
             };
@@ -104,6 +106,8 @@ public static class Program
     {
         if (options.ProbePeriod <= TimeSpan.Zero || options.DefaultLease < options.MinLease || options.Warm < 0 || options.Transports.Count == 0)
             throw new StartupException("--probe-period must be positive, --default-lease at least 2 s, --warm 0 or more, --transports not empty");
+        if (options.ReplacementIdleTimeout <= TimeSpan.Zero)
+            throw new StartupException($"--replacement-idle-timeout must be positive, not {options.ReplacementIdleTimeout.TotalSeconds} s");
         var endpoint = CheckListen(listen, options);
         Directory.CreateDirectory(options.StateDirectory);
         var catalogue = Load(() => options.Catalogue is null ? VmCatalogue.LocalDefault : VmCatalogue.Load(options.Catalogue));

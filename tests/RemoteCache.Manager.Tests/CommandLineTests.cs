@@ -33,6 +33,9 @@ public sealed class CommandLineTests
             (exit, _, error) = await Run("--state-dir", state, "--transports", "tcp,verbs");
             Assert.Equal(1, exit);
             Assert.Contains("no verbs model", error);
+            (exit, _, error) = await Run("--state-dir", state, "--replacement-idle-timeout", "0");
+            Assert.Equal(1, exit);
+            Assert.Contains("--replacement-idle-timeout must be positive", error);
         }
         finally
         {
@@ -45,7 +48,7 @@ public sealed class CommandLineTests
     {
         var (exit, output, _) = await Run("--help");
         Assert.Equal(0, exit);
-        foreach (string flag in new[] { "--listen", "--catalogue", "--keys", "--allocator", "--warm", "--commit-memory", "--certificate" })
+        foreach (string flag in new[] { "--listen", "--catalogue", "--keys", "--allocator", "--warm", "--commit-memory", "--replacement-idle-timeout", "--certificate" })
             Assert.Contains(flag, output);
     }
 }

@@ -14,7 +14,7 @@ namespace RemoteCache.Manager.Tests;
 /// <summary>
 /// The managed client's dynamics (Redy §6.2) end to end, on real remotecache-server processes: a reclaimed server's
 /// regions moved to a replacement under verified writes, a failed one replaced and refilled, a deadline too short,
-/// a second client of the cache following the first one's move.
+/// a second client of the cache following the first one's move, a mover that vanishes, no server to rent for a while.
 /// </summary>
 [Collection(nameof(ManagerServiceTests))]
 public sealed class ReplacementTests
@@ -166,6 +166,91 @@ public sealed class ReplacementTests
         await follower.Client.ReadAsync(300 * MiB + 8, back);
         Assert.Equal(stamp, back);  // both reach the replacement now
         await mover.DeleteAsync();
+    }
+
+    /// <summary>
+    /// A mover that begins a replacement and is never heard of again: the manager gives the replacement back after
+    /// ReplacementIdleTimeout and sends the reclaim notice again, and the cache's managed client, refused as long as the
+    /// other mover held the move, now moves the regions; the vanished mover's calls are refused from then on.
+    /// </summary>
+    [Fact]
+    public async Task AMoverThatVanishesHasItsReplacementGivenBackAndAnotherClientMovesTheRegions()
+    {
+        await using var manager = new TestManager(warm: 0);
+        manager.Options.ReplacementIdleTimeout = TimeSpan.FromSeconds(1);
+        await manager.StartAsync();
+        await using var client = manager.ManagedClient();
+        var cache = await client.CreateAsync(Request(TwoServers));
+        var log = new EventLog(cache);
+        string reclaimed = cache.Info.Servers[1].ServerId;
+        await MarkEveryMiBAsync(cache.Client);
+        var alice = manager.Tenant(AliceKey);
+        var ghost = new ReplacementRequest
+        {
+            CacheId = cache.CacheId, ServerId = reclaimed, Mover = "ghost",
+            Slo = new V1.Slo { ReadLatency = Google.Protobuf.WellKnownTypes.Duration.FromTimeSpan(TimeSpan.FromMicroseconds(50)), Throughput = 1e5 },
+        };
+        string ghostServer = (await alice.BeginReplacementAsync(ghost)).ServerId;
+
+        await ReclaimAsync(manager, reclaimed, TimeSpan.FromSeconds(60));
+        await EventuallyAsync(() => log.Snapshot().OfType<ServerReplacedEvent>().Any(), "the managed client replaced the server once the ghost's replacement was given back");
+
+        var events = log.Snapshot();
+        Assert.Equal(2, events.OfType<ReclaimNoticeEvent>().Count(n => n.ServerId == reclaimed));  // the notice, and again when the ghost's move was given back
+        var replaced = events.OfType<ServerReplacedEvent>().Single();
+        Assert.Equal((reclaimed, 3), (replaced.ServerId, replaced.RegionsMoved));
+        Assert.NotEqual(ghostServer, replaced.Replacement);
+        await CheckMarksAsync(cache.Client);
+        var refused = await Assert.ThrowsAsync<Grpc.Core.RpcException>(async () =>
+            await alice.MoveRegionAsync(new MoveRegionRequest { CacheId = cache.CacheId, ServerId = reclaimed, Mover = "ghost" }));
+        Assert.Equal(Grpc.Core.StatusCode.FailedPrecondition, refused.StatusCode);
+        var servers = (await manager.Operator().ListServersAsync(new ListServersRequest())).Servers;
+        Assert.DoesNotContain(servers, s => s.ServerId == ghostServer && s.CacheId == cache.CacheId);
+        Assert.Empty((await alice.GetCacheAsync(new GetCacheRequest { CacheId = cache.CacheId })).Replacements);
+        await cache.DeleteAsync();
+    }
+
+    /// <summary>
+    /// A static pool with no free server when the notice comes: the manager refuses the replacement (no server to rent),
+    /// the managed client asks again with a growing wait, and moves the regions once an operator adds a server.
+    /// </summary>
+    [Fact]
+    public async Task WhenNoServerCanBeRentedTheClientAsksAgainUntilOneIsAdded()
+    {
+        await using var manager = new TestManager(allocator: "static");
+        await manager.StartAsync();
+        using var first = StartPoolServer(manager);
+        using var second = StartPoolServer(manager);
+        await AddToPoolAsync(manager, first);
+        await using var client = manager.ManagedClient();
+        var cache = await client.CreateAsync(Request(128 * MiB));
+        var log = new EventLog(cache);
+        Assert.Equal(first.ServerId, cache.Info.Servers.Single().ServerId);
+        await MarkEveryMiBAsync(cache.Client);
+
+        await ReclaimAsync(manager, first.ServerId, TimeSpan.FromSeconds(60));
+        await EventuallyAsync(() => log.Snapshot().OfType<ReclaimNoticeEvent>().Any(), "the notice arrived");
+        await Task.Delay(1500);  // a few refused attempts
+        Assert.Empty(log.Snapshot().OfType<ServerReplacedEvent>());
+        await AddToPoolAsync(manager, second);
+        await EventuallyAsync(() => log.Snapshot().OfType<ServerReplacedEvent>().Any(), "the server was replaced once the pool had one to rent");
+
+        var replaced = log.Snapshot().OfType<ServerReplacedEvent>().Single();
+        Assert.Equal((first.ServerId, second.ServerId, replaced.Regions), (replaced.ServerId, replaced.Replacement, replaced.RegionsMoved));
+        await CheckMarksAsync(cache.Client);
+        await cache.DeleteAsync();
+    }
+
+    private static RemoteCacheServer StartPoolServer(TestManager manager) => RemoteCacheServer.Start(new RemoteCacheServerOptions
+    {
+        Listen = { "tcp:127.0.0.1:0" }, RegionSize = 64 * MiB, MemoryLimit = 256 * MiB, MaxThreads = 1, AdmissionKey = manager.AdmissionKey,
+    });
+
+    private static async Task AddToPoolAsync(TestManager manager, RemoteCacheServer server)
+    {
+        var add = new AddServerRequest { VmType = "small" };
+        add.Endpoints.Add("tcp", server.Endpoints[0]);
+        await manager.Operator().AddServerAsync(add);
     }
 
     [Fact]

@@ -46,6 +46,10 @@ public sealed class ManagerCore : IAsyncDisposable
     private readonly Dictionary<ulong, CacheRecord> _caches = new();
     private readonly Dictionary<string, ServerRecord> _servers = new(StringComparer.Ordinal);
     private readonly System.Collections.Concurrent.ConcurrentDictionary<string, ServerProbe> _probes = new(StringComparer.Ordinal);
+    // What each pending replacement's mover last did (under the _caches monitor), by cache and replaced server; one
+    // recovered from the store counts from the manager's start.
+    private readonly Dictionary<(ulong CacheId, string ServerId), MoverActivity> _movers = new();
+    private readonly DateTimeOffset _started;
 
     public ManagerCore(IManagerStore store, IServerAllocator allocator, IServerAdmin admin, VmCatalogue catalogue, ModelLibrary models,
                        ManagerOptions options, byte[] admissionKey, ApiKeyStore keys, TimeProvider time, ILogger<ManagerCore> logger, ManagerMetrics metrics)
@@ -61,6 +65,7 @@ public sealed class ManagerCore : IAsyncDisposable
         _time = time;
         _logger = logger;
         _metrics = metrics;
+        _started = time.GetUtcNow();
         metrics.Observe(() => CacheCount, () => Events.Count, ServerMemory);
     }
 
@@ -462,7 +467,11 @@ public sealed class ManagerCore : IAsyncDisposable
             var cache = Owned(tenant, request.CacheId);
             var old = ServerOf(cache, request.ServerId);
             if (cache.Replacements.TryGetValue(old.ServerId, out var pending))
-                return (cache, PendingReplacement(cache, old, pending, request.Mover));
+            {
+                var again = PendingReplacement(cache, old, pending, request.Mover);
+                Activity(cache.CacheId, old.ServerId).Acted(_time.GetUtcNow());
+                return (cache, again);
+            }
             // Sized for the configuration it will run: the cache's, or that of the SLO it is being reshaped to.
             var sized = cache;
             if (request.Slo is not null)
@@ -488,6 +497,7 @@ public sealed class ManagerCore : IAsyncDisposable
                 change.PutCaches.Add(updated);
                 change.PutServers.Add(replacement);
                 await CommitAsync(change, cancellationToken).ConfigureAwait(false);
+                Activity(cache.CacheId, old.ServerId).Acted(_time.GetUtcNow());
                 _logger.LogInformation("Cache {CacheId}: server {Replacement} rented to replace {ServerId} ({Status})",
                                        cache.CacheId, replacement.ServerId, old.ServerId, old.Status);
                 return (updated, replacement);
@@ -534,6 +544,8 @@ public sealed class ManagerCore : IAsyncDisposable
             Timeout = pullTimeout,
             MaxMibPerSecond = request.MaxMibPerS == 0 ? null : (int)request.MaxMibPerS,
         };
+        var activity = Activity(cache.CacheId, source.ServerId);
+        activity.CopyStarted();
         try
         {
             var result = await _admin.PullAsync(target, pull, cancellationToken).ConfigureAwait(false);
@@ -545,6 +557,10 @@ public sealed class ManagerCore : IAsyncDisposable
         {
             var code = e.Status == RemoteCacheStatus.Timeout ? StatusCode.DeadlineExceeded : StatusCode.FailedPrecondition;
             throw new ManagerException(code, $"copying region {pull.SourceRegion} of cache {cache.CacheId} from server {source.ServerId} to {target.ServerId} failed: {e.Message}");
+        }
+        finally
+        {
+            activity.CopyEnded(_time.GetUtcNow());
         }
     }
 
@@ -577,6 +593,7 @@ public sealed class ManagerCore : IAsyncDisposable
                 e.ServerReplaced.ServerIds.AddRange(servers);
             });
             await CommitAsync(change, cancellationToken).ConfigureAwait(false);
+            ForgetMover(cache.CacheId, old.ServerId);
             _logger.LogInformation("Cache {CacheId}: server {Replacement} replaced {ServerId} ({Moved} of {Regions} regions moved)",
                                    cache.CacheId, replacement.ServerId, old.ServerId, request.RegionsMoved, cache.RegionsPerServer);
             return updated;
@@ -598,19 +615,104 @@ public sealed class ManagerCore : IAsyncDisposable
             if (!cache.Replacements.ContainsKey(request.ServerId))
                 return cache;
             var (_, old, replacement) = Pending(tenant, request.CacheId, request.ServerId, request.Mover);
-            var replacements = new Dictionary<string, ReplacementRecord>(cache.Replacements);
-            replacements.Remove(old.ServerId);
-            var updated = cache with { Replacements = replacements, PricePerHour = cache.PricePerHour - PriceOf(replacement) };
-            var change = new StoreChange();
-            change.PutCaches.Add(updated);
-            await ReleaseFromCacheAsync(replacement, cache.CacheId, change).ConfigureAwait(false);
-            await CommitAsync(change, cancellationToken).ConfigureAwait(false);
+            var updated = await GiveBackLockedAsync(cache, old, replacement, notifyAgain: false, cancellationToken).ConfigureAwait(false);
             _logger.LogInformation("Cache {CacheId}: replacement {Replacement} of {ServerId} given back", cache.CacheId, replacement.ServerId, old.ServerId);
             return updated;
         }
         finally
         {
             _lock.Release();
+        }
+    }
+
+    // Under the lock: gives `cache`'s pending replacement of `old` back (the cache is as before); with `notifyAgain`, old's
+    // notice (ReclaimNotice or ServerFailed) goes out again, so that a client of the cache begins the move anew.
+    private async Task<CacheRecord> GiveBackLockedAsync(CacheRecord cache, ServerRecord old, ServerRecord replacement, bool notifyAgain,
+                                                        CancellationToken cancellationToken)
+    {
+        var replacements = new Dictionary<string, ReplacementRecord>(cache.Replacements);
+        replacements.Remove(old.ServerId);
+        var updated = cache with { Replacements = replacements, PricePerHour = cache.PricePerHour - PriceOf(replacement) };
+        var change = new StoreChange();
+        change.PutCaches.Add(updated);
+        await ReleaseFromCacheAsync(replacement, cache.CacheId, change).ConfigureAwait(false);
+        if (notifyAgain && old.Status == ServerStatus.Reclaiming)
+            AddReclaimEvent(change, updated, old);
+        else if (notifyAgain && old.Status == ServerStatus.Failed)
+            AddFailureEvent(change, updated, old, old.FailureReason ?? "failed");
+        await CommitAsync(change, cancellationToken).ConfigureAwait(false);
+        ForgetMover(cache.CacheId, old.ServerId);
+        return updated;
+    }
+
+    // Under the lock: gives back the pending replacements whose mover has done nothing for ReplacementIdleTimeout.
+    private async Task GiveBackIdleReplacementsAsync(DateTimeOffset now, CancellationToken cancellationToken)
+    {
+        foreach (var cache in _caches.Values.Where(c => c.Replacements.Count > 0).ToList())
+            foreach (var (serverId, pending) in cache.Replacements)
+            {
+                MoverActivity? activity;
+                lock (_caches)
+                    _movers.TryGetValue((cache.CacheId, serverId), out activity);
+                var idle = activity?.IdleAt(now) ?? now - _started;
+                if (idle < _options.ReplacementIdleTimeout || !_servers.TryGetValue(serverId, out var old) || !_servers.TryGetValue(pending.ServerId, out var replacement))
+                    continue;
+                var current = _caches[cache.CacheId];
+                await GiveBackLockedAsync(current, old, replacement, notifyAgain: true, cancellationToken).ConfigureAwait(false);
+                _logger.LogWarning("Cache {CacheId}: replacement {Replacement} of {ServerId} given back: its mover '{Mover}' did nothing for {Idle:0.0} s; " +
+                                   "the server's notice goes out again", cache.CacheId, pending.ServerId, serverId, pending.Mover, idle.TotalSeconds);
+            }
+    }
+
+    private MoverActivity Activity(ulong cacheId, string serverId)
+    {
+        lock (_caches)
+        {
+            if (!_movers.TryGetValue((cacheId, serverId), out var activity))
+                _movers[(cacheId, serverId)] = activity = new MoverActivity(_started);
+            return activity;
+        }
+    }
+
+    private void ForgetMover(ulong cacheId, string serverId)
+    {
+        lock (_caches)
+            _movers.Remove((cacheId, serverId));
+    }
+
+    /// <summary>When a mover last acted, and the copies it has under way (a copy in flight is activity).</summary>
+    private sealed class MoverActivity(DateTimeOffset since)
+    {
+        private readonly object _gate = new();
+        private DateTimeOffset _last = since;
+        private int _copies;
+
+        public void Acted(DateTimeOffset now)
+        {
+            lock (_gate)
+                _last = now;
+        }
+
+        public void CopyStarted()
+        {
+            lock (_gate)
+                _copies++;
+        }
+
+        public void CopyEnded(DateTimeOffset now)
+        {
+            lock (_gate)
+            {
+                _copies--;
+                _last = now;
+            }
+        }
+
+        /// <summary>How long the mover has done nothing; zero while a copy is under way.</summary>
+        public TimeSpan IdleAt(DateTimeOffset now)
+        {
+            lock (_gate)
+                return _copies > 0 ? TimeSpan.Zero : now - _last;
         }
     }
 
@@ -755,11 +857,7 @@ public sealed class ManagerCore : IAsyncDisposable
             if (s.Status == ServerStatus.Failed)
                 throw new ManagerException(StatusCode.FailedPrecondition, $"server {serverId} has failed; there is nothing left to reclaim");
             return s with { Status = ServerStatus.Reclaiming, ReclaimDeadline = s.ReclaimDeadline is { } d && d < deadline ? d : deadline };
-        }, (change, s, cache) => AddEvent(change, cache, e => e.ReclaimNotice = new ReclaimNotice
-        {
-            ServerId = s.ServerId, FirstRegion = (uint)(cache.Servers.ToList().IndexOf(s.ServerId) * cache.RegionsPerServer),
-            Regions = (uint)cache.RegionsPerServer, Deadline = Timestamp.FromDateTimeOffset(s.ReclaimDeadline!.Value),
-        }), cancellationToken).ConfigureAwait(false);
+        }, (change, s, cache) => AddReclaimEvent(change, cache, s), cancellationToken).ConfigureAwait(false);
         return server.ReclaimDeadline!.Value;
     }
 
@@ -854,7 +952,10 @@ public sealed class ManagerCore : IAsyncDisposable
         }
     }
 
-    /// <summary>Ends expired leases (the cache is freed everywhere), warns leases about to end, retires servers past their reclaim deadline.</summary>
+    /// <summary>
+    /// Ends expired leases (the cache is freed everywhere), warns leases about to end, gives back replacements whose mover
+    /// is gone, retires servers past their reclaim deadline.
+    /// </summary>
     public async Task TickAsync(CancellationToken cancellationToken)
     {
         var now = _time.GetUtcNow();
@@ -872,6 +973,7 @@ public sealed class ManagerCore : IAsyncDisposable
             }
             if (warn.PutCaches.Count > 0)
                 await CommitAsync(warn, cancellationToken).ConfigureAwait(false);
+            await GiveBackIdleReplacementsAsync(now, cancellationToken).ConfigureAwait(false);
             foreach (var server in _servers.Values.Where(s => s.Status == ServerStatus.Reclaiming && s.ReclaimDeadline <= now).ToList())
             {
                 await _allocator.RetireAsync(server, cancellationToken).ConfigureAwait(false);
@@ -921,6 +1023,8 @@ public sealed class ManagerCore : IAsyncDisposable
         change.DeleteCaches.Add(cache.CacheId);
         AddEvent(change, cache, e => e.CacheDeleted = new CacheDeleted { Reason = reason });
         await CommitAsync(change, cancellationToken).ConfigureAwait(false);
+        foreach (string id in cache.Replacements.Keys)
+            ForgetMover(cache.CacheId, id);
         _logger.LogInformation("Deleted cache {CacheId} of {Tenant}: {Reason}", cache.CacheId, cache.Tenant, reason);
     }
 
@@ -981,6 +1085,13 @@ public sealed class ManagerCore : IAsyncDisposable
             return e.ToByteArray();
         }));
     }
+
+    private void AddReclaimEvent(StoreChange change, CacheRecord cache, ServerRecord server) =>
+        AddEvent(change, cache, e => e.ReclaimNotice = new ReclaimNotice
+        {
+            ServerId = server.ServerId, FirstRegion = (uint)(cache.Servers.ToList().IndexOf(server.ServerId) * cache.RegionsPerServer),
+            Regions = (uint)cache.RegionsPerServer, Deadline = Timestamp.FromDateTimeOffset(server.ReclaimDeadline!.Value),
+        });
 
     private void AddFailureEvent(StoreChange change, CacheRecord cache, ServerRecord server, string reason) =>
         AddEvent(change, cache, e => e.ServerFailed = new ServerFailed
