@@ -23,8 +23,10 @@ namespace RemoteCache.Benchmarks.Migration;
 /// 1, 2 and 4 regions move to a second server, which pulls each through its admin interface. "optimized" is Redy's
 /// design: the regions move one at a time, only writes to the moving region wait, reads go on to the source.
 /// "paused" is the design without those two optimizations: all regions of a step stop (reads too) until the whole step
-/// has moved. Throughput is sampled every 100 ms. The generator keeps a window per region, as independent clients of
-/// each region would: an operation that waits for a move holds back its region only.
+/// has moved. Throughput is sampled every 100 ms for the charts; each step's ratio counts the operations completed in
+/// the second before it and between its first fence and its last commit. Rounds of the four runs interleave the modes,
+/// and the figures are medians over them. The generator keeps a window per region, as independent clients of each
+/// region would: an operation that waits for a move holds back its region only.
 /// </summary>
 internal static class Program
 {
@@ -42,10 +44,11 @@ internal static class Program
         var window = new Option<int>("--window") { Description = "Operations outstanding per thread (spread over the regions)", DefaultValueFactory = _ => 448 };
         var pace = new Option<int?>("--pull-mib-per-s") { Description = "Pace each region's pull to this many MiB/s (default: as fast as the transport goes)" };
         var config = new Option<string?>("--config") { Description = "The cache's (c,s,b,q): one-sided (0,0,16,8: shm's default, no server thread) or high-throughput (0,1,64,4: tcp's default)" };
+        var rounds = new Option<int>("--rounds") { Description = "Rounds of the four runs (reads and writes, optimized and paused), interleaved; figures are medians over them", DefaultValueFactory = _ => 3 };
         var output = new Option<string>("--out") { Description = "Folder for migration.json and the PNGs", DefaultValueFactory = _ => "benchmarks/Migration/results" };
         var root = new RootCommand("Region migration under 8 B reads and writes (Redy Fig. 15/16): throughput per 100 ms with and without unpaused reads and pause-on-migration writes; move time against the transport's bulk copy")
         {
-            transport, regionMiB, regions, phase, threads, window, config, pace, output,
+            transport, regionMiB, regions, phase, threads, window, config, pace, rounds, output,
         };
         root.SetAction(async (parse, ct) =>
         {
@@ -57,7 +60,9 @@ internal static class Program
                 var other => throw new ArgumentException($"--config: one-sided or high-throughput, not '{other}'"),
             };
             var setup = new Setup(t, (long)parse.GetValue(regionMiB) << 20, parse.GetValue(regions), TimeSpan.FromSeconds(parse.GetValue(phase)),
-                                  parse.GetValue(threads), parse.GetValue(window), cacheConfig, parse.GetValue(pace));
+                                  parse.GetValue(threads), parse.GetValue(window), cacheConfig, parse.GetValue(pace), parse.GetValue(rounds));
+            if (setup.Rounds < 1)
+                throw new ArgumentException($"--rounds: 1 or more, not {setup.Rounds}");
             if (setup.Regions < Steps.SelectMany(s => s).Max() + 1)
                 throw new ArgumentException($"--regions: the steps move regions 0..6, so the cache needs 7 or more, not {setup.Regions}");
             var report = await Bench.RunAllAsync(setup, ct);
@@ -76,51 +81,72 @@ internal static class Program
 }
 
 internal sealed record Setup(string Transport, long RegionSize, int Regions, TimeSpan Phase, int Threads, int Window, CacheConfig Config,
-                             int? PullMibPerSecond);
+                             int? PullMibPerSecond, int Rounds);
 
 internal sealed record Sample(double Seconds, double OpsPerSecond);
 
-/// <summary>One step: regions moved, from its start to its end (seconds into the run), and each region's move.</summary>
-internal sealed record Step(int[] Regions, double Start, double End, List<RegionMove> Moves);
+/// <summary>Operations completed by <see cref="Seconds"/> into a run.</summary>
+internal readonly record struct OpCount(long Ops, double Seconds)
+{
+    public double RateTo(OpCount later) => (later.Ops - Ops) / (later.Seconds - Seconds);
+}
+
+/// <summary>
+/// One step: regions moved, from its start to its end (seconds into the run), each region's move, and the throughput
+/// (operations counted at those instants, not sampled) over the second before the step, during it, and over the two
+/// seconds after it (where a client faults in the moved regions' pages anew).
+/// </summary>
+internal sealed record Step(int[] Regions, double Start, double End, List<RegionMove> Moves, double Before, double During, double After)
+{
+    public double DuringRatio => During / Before;
+    public double AfterRatio => After / Before;
+}
 
 /// <summary>A region's move: the fence (begin), the target's pull, and the whole, in seconds.</summary>
 internal sealed record RegionMove(int Region, double Begin, double Pull, double Total, bool OneSided);
 
-internal sealed record RunResult(string Op, string Mode, List<Sample> Samples, List<Step> Steps, long Errors)
+internal sealed record RunResult(string Op, string Mode, List<Sample> Samples, List<Step> Steps, long Errors);
+
+/// <summary>One round: the bulk copy and a move without load, then the four runs (reads and writes, optimized and paused).</summary>
+internal sealed record Round(double BulkCopySeconds, RegionMove IdleMove, List<RunResult> Runs)
 {
-    /// <summary>Mean throughput over the second half of the first phase (before any move).</summary>
-    public double Before(TimeSpan phase) => Mean(phase.TotalSeconds / 2, phase.TotalSeconds);
-
-    /// <summary>Mean throughput of the samples that end inside step <paramref name="i"/>'s moves.</summary>
-    public double During(int i) => Mean(Steps[i].Start + 0.1, Steps[i].End + 0.1);
-
-    private double Mean(double from, double to)
-    {
-        var inside = Samples.Where(s => s.Seconds > from && s.Seconds <= to).Select(s => s.OpsPerSecond).ToList();
-        return inside.Count == 0 ? double.NaN : inside.Average();
-    }
+    public double IdleMoveRatio => IdleMove.Total / BulkCopySeconds;
 }
 
 internal sealed record Report(string Transport, string Config, int? PullMibPerSecond, long RegionBytes, int Regions, double PhaseSeconds, int Threads, int Window,
-                              double BulkCopySeconds, RegionMove IdleMove, RegionMove IdleMoveOntoFreshMemory, List<RunResult> Runs)
+                              RegionMove IdleMoveOntoFreshMemory, List<Round> Rounds)
 {
+    /// <summary>The figures the targets are judged on: medians over the rounds, each a ratio within its own round.</summary>
     public string Summary()
     {
+        var first = Rounds[0];
         var lines = new List<string>
         {
-            $"{Transport} {Config}: {Regions} regions of {RegionBytes >> 20} MiB, {Threads} thread(s), window {Window}, pull {(PullMibPerSecond is { } p ? $"paced to {p} MiB/s" : "unpaced")}",
-            $"  one region: bulk copy {BulkCopySeconds:0.000} s; moved without load {IdleMove.Total:0.000} s = {IdleMove.Total / BulkCopySeconds:0.00}x (fence {IdleMove.Begin:0.000} s, pull {IdleMove.Pull:0.000} s); onto fresh memory {IdleMoveOntoFreshMemory.Total:0.000} s = {IdleMoveOntoFreshMemory.Total / BulkCopySeconds:0.00}x",
+            $"{Transport} {Config}: {Regions} regions of {RegionBytes >> 20} MiB, {Threads} thread(s), window {Window}, pull {(PullMibPerSecond is { } p ? $"paced to {p} MiB/s" : "unpaced")}, {Rounds.Count} round(s)",
+            $"  one region moved without load: {Median(Rounds.Select(r => r.IdleMoveRatio)):0.00}x the bulk copy (median; rounds: " +
+            string.Join(", ", Rounds.Select(r => $"{r.IdleMove.Total:0.000} s / {r.BulkCopySeconds:0.000} s = {r.IdleMoveRatio:0.00}x")) + ")",
+            $"  onto fresh memory (a target that does not commit memory ahead): {IdleMoveOntoFreshMemory.Total:0.000} s = {IdleMoveOntoFreshMemory.Total / first.BulkCopySeconds:0.00}x",
         };
-        foreach (var run in Runs)
+        foreach (var (op, mode) in first.Runs.Select(r => (r.Op, r.Mode)))
         {
-            double before = run.Before(TimeSpan.FromSeconds(PhaseSeconds));
-            string steps = string.Join(", ", run.Steps.Select((s, i) => $"{s.Regions.Length} region(s): {run.During(i) / before:P0} of before over {s.End - s.Start:0.00} s"));
-            lines.Add($"  {run.Op}s {run.Mode}: before {before / 1e6:0.00} M ops/s; during {steps}; errors {run.Errors}");
+            var runs = Rounds.Select(r => r.Runs.Single(x => x.Op == op && x.Mode == mode)).ToList();
+            string steps = string.Join("; ", Enumerable.Range(0, first.Runs[0].Steps.Count).Select(i =>
+                $"{runs[0].Steps[i].Regions.Length} region(s) {Median(runs.Select(r => r.Steps[i].DuringRatio)):P0} during " +
+                $"[{string.Join(" ", runs.Select(r => r.Steps[i].DuringRatio.ToString("P0", CultureInfo.InvariantCulture)))}], " +
+                $"{Median(runs.Select(r => r.Steps[i].AfterRatio)):P0} after"));
+            lines.Add($"  {op}s {mode}: {steps}; errors {runs.Sum(r => r.Errors)}");
         }
-        var moves = Runs.Where(r => r.Mode == "optimized").SelectMany(r => r.Steps).SelectMany(s => s.Moves).Select(m => m.Total).Order().ToList();
+        var moves = Rounds.SelectMany(r => r.Runs.Where(x => x.Mode == "optimized").SelectMany(x => x.Steps).SelectMany(s => s.Moves)
+                                            .Select(m => m.Total / r.BulkCopySeconds)).ToList();
         if (moves.Count > 0)
-            lines.Add($"  a region's move under load (optimized, median of {moves.Count}): {moves[moves.Count / 2]:0.000} s = {moves[moves.Count / 2] / BulkCopySeconds:0.00}x the bulk copy");
+            lines.Add($"  a region's move under load (optimized, median of {moves.Count}): {Median(moves):0.00}x its round's bulk copy");
         return string.Join(Environment.NewLine, lines);
+    }
+
+    public static double Median(IEnumerable<double> values)
+    {
+        var sorted = values.Order().ToList();
+        return sorted.Count == 0 ? double.NaN : sorted.Count % 2 == 1 ? sorted[sorted.Count / 2] : (sorted[sorted.Count / 2 - 1] + sorted[sorted.Count / 2]) / 2;
     }
 }
 
@@ -129,32 +155,39 @@ internal static class Bench
     public static async Task<Report> RunAllAsync(Setup setup, CancellationToken ct)
     {
         using var servers = Servers.Start(setup);
-        double bulk = await BulkCopySecondsAsync(setup, servers, ct);
-        var idle = await IdleMoveAsync(setup, servers, committedTarget: true, ct);
-        var idleFresh = await IdleMoveAsync(setup, servers, committedTarget: false, ct);
-        Console.WriteLine($"one {setup.RegionSize >> 20} MiB region over {setup.Transport}: bulk copy {bulk:0.000} s, moved without load in " +
-                          $"{idle.Total:0.000} s (pull {idle.Pull:0.000} s), onto fresh memory in {idleFresh.Total:0.000} s");
-        var runs = new List<RunResult>();
-        foreach (var op in new[] { "read", "write" })
-            foreach (var mode in new[] { "optimized", "paused" })
-            {
-                var run = await RunAsync(setup, servers, op, mode, ct);
-                Console.WriteLine($"{op}s {mode}: {run.Samples.Count} samples, {run.Errors} errors");
-                runs.Add(run);
-            }
-        return new Report(setup.Transport, setup.Config.ToString(), setup.PullMibPerSecond, setup.RegionSize, setup.Regions, setup.Phase.TotalSeconds, setup.Threads, setup.Window, bulk, idle,
-                          idleFresh, runs);
+        RegionMove idleFresh;
+        using (var fresh = servers.StartTarget("fresh-target", commitMemory: false, regions: 1))
+            idleFresh = await IdleMoveAsync(servers, fresh, ct);
+        Console.WriteLine($"one {setup.RegionSize >> 20} MiB region over {setup.Transport} moved onto fresh memory in {idleFresh.Total:0.000} s");
+        // Rounds interleave the runs of both modes, so that a slow stretch of the machine does not fall on one mode.
+        var rounds = new List<Round>();
+        for (int round = 1; round <= setup.Rounds; round++)
+        {
+            double bulk = await BulkCopySecondsAsync(setup, servers, ct);
+            var idle = await IdleMoveAsync(servers, servers.Target, ct);
+            Console.WriteLine($"round {round}: bulk copy {bulk:0.000} s, moved without load in {idle.Total:0.000} s (pull {idle.Pull:0.000} s) = {idle.Total / bulk:0.00}x");
+            var runs = new List<RunResult>();
+            foreach (var op in new[] { "read", "write" })
+                foreach (var mode in new[] { "optimized", "paused" })
+                {
+                    var run = await RunAsync(setup, servers, op, mode, ct);
+                    Console.WriteLine($"round {round}, {op}s {mode}: " + string.Join(", ", run.Steps.Select(s => $"{s.Regions.Length} region(s) {s.DuringRatio:P0} during, {s.AfterRatio:P0} after")) +
+                                      $"; {run.Errors} errors");
+                    runs.Add(run);
+                }
+            rounds.Add(new Round(bulk, idle, runs));
+        }
+        return new Report(setup.Transport, setup.Config.ToString(), setup.PullMibPerSecond, setup.RegionSize, setup.Regions, setup.Phase.TotalSeconds, setup.Threads,
+                          setup.Window, idleFresh, rounds);
     }
 
     // A region's whole move (fence, pull, commit) with nothing else running: what the bulk copy is the reference for.
-    private static async Task<RegionMove> IdleMoveAsync(Setup setup, Servers servers, bool committedTarget, CancellationToken ct)
+    private static async Task<RegionMove> IdleMoveAsync(Servers servers, RemoteCacheServer target, CancellationToken ct)
     {
         await using var client = await servers.OpenCacheAsync(1, ct);
         await Fill(client, ct);
-        int holder = await client.AddHolderAsync(servers.Target.Endpoints[0], servers.TargetCapability(client.CacheId, 1), 1, ct);
-        if (committedTarget)
-            await servers.CommitTargetAsync(client, 1, ct);
-        var moves = await MoveOneByOneAsync(client, servers, holder, new[] { 0 }, targetRegionOf: _ => 0, pace: null, ct);
+        int holder = await client.AddHolderAsync(target.Endpoints[0], servers.TargetCapability(target, client.CacheId, 1), 1, ct);
+        var moves = await MoveOneByOneAsync(client, servers, target, holder, new[] { 0 }, targetRegionOf: _ => 0, pace: null, ct);
         return moves[0];
     }
 
@@ -216,31 +249,45 @@ internal static class Bench
     {
         await using var client = await servers.OpenCacheAsync(setup.Regions, ct);
         await Fill(client, ct);
-        int holder = await client.AddHolderAsync(servers.Target.Endpoints[0], servers.TargetCapability(client.CacheId, setup.Regions),
+        int holder = await client.AddHolderAsync(servers.Target.Endpoints[0], servers.TargetCapability(servers.Target, client.CacheId, setup.Regions),
                                                  setup.Regions, ct);
-        await servers.CommitTargetAsync(client, setup.Regions, ct);
         using var load = new Load(client, setup, write: op == "write");
         var clock = Stopwatch.StartNew();
         var sampler = Task.Run(() => load.Sample(clock, setup.Phase * 4), ct);
         var steps = new List<Step>();
         for (int s = 0; s < Program.Steps.Length; s++)
         {
-            var until = setup.Phase * (s + 1) - clock.Elapsed;
-            if (until > TimeSpan.Zero)
-                await Task.Delay(until, ct);
-            double start = clock.Elapsed.TotalSeconds;
+            await DelayUntil(clock, setup.Phase * (s + 1) - ReferenceBefore, ct);
+            var before = load.Count(clock);
+            await DelayUntil(clock, setup.Phase * (s + 1), ct);
+            var start = load.Count(clock);
             var moves = mode == "optimized"
-                ? await MoveOneByOneAsync(client, servers, holder, Program.Steps[s], targetRegionOf: r => r, setup.PullMibPerSecond, ct)
+                ? await MoveOneByOneAsync(client, servers, servers.Target, holder, Program.Steps[s], targetRegionOf: r => r, setup.PullMibPerSecond, ct)
                 : await MoveAllPausedAsync(client, servers, holder, Program.Steps[s], setup.PullMibPerSecond, ct);
-            steps.Add(new Step(Program.Steps[s], start, clock.Elapsed.TotalSeconds, moves));
+            var end = load.Count(clock);
+            await DelayUntil(clock, clock.Elapsed + ReferenceAfter, ct);
+            var after = load.Count(clock);
+            steps.Add(new Step(Program.Steps[s], start.Seconds, end.Seconds, moves, before.RateTo(start), start.RateTo(end), end.RateTo(after)));
         }
         var samples = await sampler;
         return new RunResult(op, mode, samples, steps, load.Errors);
     }
 
+    /// <summary>The step's reference: the throughput over this long right before it (no move under way since the last step's "after").</summary>
+    private static readonly TimeSpan ReferenceBefore = TimeSpan.FromSeconds(1);
+    /// <summary>How long after a step its "after" throughput is taken (the client faults the moved regions' pages in anew).</summary>
+    private static readonly TimeSpan ReferenceAfter = TimeSpan.FromSeconds(2);
+
+    private static async Task DelayUntil(Stopwatch clock, TimeSpan at, CancellationToken ct)
+    {
+        var wait = at - clock.Elapsed;
+        if (wait > TimeSpan.Zero)
+            await Task.Delay(wait, ct);
+    }
+
     // Redy's design: one region at a time; its writes wait, its reads go to the source until the commit.
-    private static async Task<List<RegionMove>> MoveOneByOneAsync(RemoteCacheClient client, Servers servers, int holder, int[] regions,
-                                                                  Func<int, int> targetRegionOf, int? pace, CancellationToken ct)
+    private static async Task<List<RegionMove>> MoveOneByOneAsync(RemoteCacheClient client, Servers servers, RemoteCacheServer target, int holder,
+                                                                  int[] regions, Func<int, int> targetRegionOf, int? pace, CancellationToken ct)
     {
         var moves = new List<RegionMove>();
         foreach (int region in regions)
@@ -248,7 +295,7 @@ internal static class Bench
             var watch = Stopwatch.StartNew();
             await client.BeginMigrationAsync(region, TimeSpan.FromSeconds(10), pauseReads: false, ct);
             double begun = watch.Elapsed.TotalSeconds;
-            var pulled = await servers.PullAsync(client, region, targetRegionOf(region), pace, ct);
+            var pulled = await servers.PullAsync(target, client, region, targetRegionOf(region), pace, ct);
             client.CommitMigration(region, holder, targetRegionOf(region));
             moves.Add(new RegionMove(region, begun, pulled.Elapsed.TotalSeconds, watch.Elapsed.TotalSeconds, pulled.OneSided));
         }
@@ -265,7 +312,7 @@ internal static class Bench
         double begun = watch.Elapsed.TotalSeconds;
         var pulls = new List<RegionPullResult>();
         foreach (int region in regions)
-            pulls.Add(await servers.PullAsync(client, region, region, pace, ct));
+            pulls.Add(await servers.PullAsync(servers.Target, client, region, region, pace, ct));
         foreach (int region in regions)
             client.CommitMigration(region, holder, region);
         double total = watch.Elapsed.TotalSeconds;
@@ -273,12 +320,15 @@ internal static class Bench
     }
 }
 
-/// <summary>The source and target servers (embedded, keyed) and an admin connection to the target.</summary>
+/// <summary>
+/// The source and target servers (embedded, keyed; the target commits its memory ahead, as the manager's servers do with
+/// --commit-memory) and admin connections to targets.
+/// </summary>
 internal sealed class Servers : IDisposable
 {
     private readonly Setup _setup;
     private readonly byte[] _sourceKey = RandomNumberGenerator.GetBytes(32), _targetKey = RandomNumberGenerator.GetBytes(32);
-    private CacheServerAdmin? _targetAdmin;
+    private readonly Dictionary<RemoteCacheServer, CacheServerAdmin> _admins = new();
 
     private Servers(Setup setup) => _setup = setup;
 
@@ -288,12 +338,15 @@ internal sealed class Servers : IDisposable
     public static Servers Start(Setup setup)
     {
         var servers = new Servers(setup);
-        servers.Source = servers.StartOne("source", servers._sourceKey);
-        servers.Target = servers.StartOne("target", servers._targetKey);
+        servers.Source = servers.StartOne("source", servers._sourceKey, commitMemory: false, setup.Regions + 1);
+        servers.Target = servers.StartTarget("target", commitMemory: true, setup.Regions);
         return servers;
     }
 
-    private RemoteCacheServer StartOne(string id, byte[] key)
+    /// <summary>A target server of <paramref name="regions"/> regions, admitting the benchmark's target capabilities.</summary>
+    public RemoteCacheServer StartTarget(string id, bool commitMemory, int regions) => StartOne(id, _targetKey, commitMemory, regions);
+
+    private RemoteCacheServer StartOne(string id, byte[] key, bool commitMemory, int regions)
     {
         string listen = _setup.Transport switch
         {
@@ -305,63 +358,47 @@ internal sealed class Servers : IDisposable
         {
             Listen = { listen },
             RegionSize = _setup.RegionSize,
-            MemoryLimit = (_setup.Regions + 1) * _setup.RegionSize,
+            MemoryLimit = regions * _setup.RegionSize,
             MaxThreads = 1,
             AdmissionKey = key,
             ServerId = id,
+            CommitMemory = commitMemory,
         });
     }
 
-    public string TargetCapability(ulong cacheId, int regions) =>
-        RemoteCacheCapability.Mint(_targetKey, cacheId, Target.ServerId, regions, DateTimeOffset.UtcNow.AddHours(1));
+    public string TargetCapability(RemoteCacheServer target, ulong cacheId, int regions) =>
+        RemoteCacheCapability.Mint(_targetKey, cacheId, target.ServerId, regions, DateTimeOffset.UtcNow.AddHours(1));
 
     public async Task<RemoteCacheClient> OpenCacheAsync(int regions, CancellationToken ct)
     {
-        // The memory of the previous cache comes back once its connections have closed.
-        for (int i = 0; i < 500 && (Source.MemoryInUse != 0 || Target.MemoryInUse != 0); i++)
+        // The memory of the previous cache comes back once its connections have closed, and the target commits its
+        // share again (its spares are what a move lands in).
+        var deadline = Stopwatch.StartNew();
+        while (Source.MemoryInUse != 0 || Target.MemoryInUse != 0 || Target.MemoryCommitted < _setup.Regions * _setup.RegionSize)
+        {
+            if (deadline.Elapsed > TimeSpan.FromMinutes(2))
+                throw new TimeoutException($"the servers did not free and commit their memory in 2 minutes: source lends {Source.MemoryInUse} B, " +
+                                           $"target lends {Target.MemoryInUse} B and has {Target.MemoryCommitted} B committed");
             await Task.Delay(20, ct);
+        }
         var options = new RemoteCacheOptions
         {
             RegionsPerServer = regions,
             Config = _setup.Config,
             OperationTimeout = TimeSpan.FromSeconds(30),
             Name = "migration-bench",
-            Token = Token,
         };
         options.Capabilities = new[] { RemoteCacheCapability.Mint(_sourceKey, options.CacheId, Source.ServerId, regions, DateTimeOffset.UtcNow.AddHours(1)) };
         return await RemoteCacheClient.OpenAsync(new[] { Source.Endpoints[0] }, options, cancellationToken: ct);
     }
 
-    /// <summary>
-    /// Writes every page of the cache's share on the target (a client sharing the cache there), as a server with
-    /// committed spare memory (commit_memory) would hand it out: a fresh share's pages cost more to allocate and zero
-    /// than to copy into (this VM: ~1.8 GB/s against ~20 GB/s), which is the target's memory, not the move.
-    /// </summary>
-    public async Task CommitTargetAsync(RemoteCacheClient client, int regions, CancellationToken ct)
+    public async Task<RegionPullResult> PullAsync(RemoteCacheServer target, RemoteCacheClient client, int region, int targetRegion, int? mibPerSecond,
+                                                  CancellationToken ct)
     {
-        var options = new RemoteCacheOptions
-        {
-            CacheId = client.CacheId,
-            Token = Token,
-            RegionsPerServer = regions,
-            Config = CacheConfig.HighThroughput,
-            Name = "migration-bench target",
-            Capabilities = new[] { TargetCapability(client.CacheId, regions) },
-        };
-        await using var share = await RemoteCacheClient.OpenAsync(new[] { Target.Endpoints[0] }, options, ct);
-        var zeros = new byte[4 << 20];
-        for (long at = 0; at < share.Capacity; at += zeros.Length)
-            await share.WriteAsync(at, zeros, ct);
-    }
-
-    /// <summary>The benchmark's caches share one token, so that a second client can join one on the target.</summary>
-    private const string Token = "migration-bench";
-
-    public async Task<RegionPullResult> PullAsync(RemoteCacheClient client, int region, int targetRegion, int? mibPerSecond, CancellationToken ct)
-    {
-        _targetAdmin ??= await CacheServerAdmin.ConnectAsync(Target.Endpoints[0], _targetKey, TimeSpan.FromSeconds(30), ct);
+        if (!_admins.TryGetValue(target, out var admin))
+            _admins[target] = admin = await CacheServerAdmin.ConnectAsync(target.Endpoints[0], _targetKey, TimeSpan.FromSeconds(30), ct);
         var placed = client.GetRegion(region);
-        return await _targetAdmin.PullRegionAsync(new RegionPull
+        return await admin.PullRegionAsync(new RegionPull
         {
             CacheId = client.CacheId,
             SourceRegion = placed.HolderRegion,
@@ -374,7 +411,8 @@ internal sealed class Servers : IDisposable
 
     public void Dispose()
     {
-        _targetAdmin?.Dispose();
+        foreach (var admin in _admins.Values)
+            admin.Dispose();
         Source?.Dispose();
         Target?.Dispose();
     }
@@ -407,6 +445,9 @@ internal sealed unsafe class Load : IDisposable
     }
 
     public long Errors => Interlocked.Read(ref _errors);
+
+    /// <summary>Operations completed so far, and when.</summary>
+    public OpCount Count(Stopwatch clock) => new(Total(), clock.Elapsed.TotalSeconds);
 
     public List<Sample> Sample(Stopwatch clock, TimeSpan until)
     {
@@ -505,12 +546,12 @@ internal static class Charts
 {
     static Charts() => ChartKit.UseSansSerif();
 
-    /// <summary>Throughput per 100 ms of one operation, optimized and paused, the optimized run's moves shaded.</summary>
+    /// <summary>Throughput per 100 ms of one operation in the first round, optimized and paused, the optimized run's moves shaded.</summary>
     public static void Timeline(string path, Report report, string op)
     {
         var plot = new Plot();
         var colors = new Dictionary<string, Color> { ["optimized"] = Colors.SteelBlue, ["paused"] = Colors.OrangeRed };
-        foreach (var run in report.Runs.Where(r => r.Op == op))
+        foreach (var run in report.Rounds[0].Runs.Where(r => r.Op == op))
         {
             foreach (var step in run.Steps.Where(_ => run.Mode == "optimized"))
             {
@@ -524,7 +565,7 @@ internal static class Charts
                 ? (op == "read" ? "unpaused reads" : "pause-on-migration writes")
                 : "paused (all operations of the step's regions, until the step ends)";
         }
-        plot.Title($"8 B {op}s while 1, 2 and 4 of {report.Regions} regions of {report.RegionBytes >> 20} MiB move ({report.Transport})");
+        plot.Title($"8 B {op}s while 1, 2 and 4 of {report.Regions} regions of {report.RegionBytes >> 20} MiB move ({report.Transport}, round 1 of {report.Rounds.Count})");
         plot.Axes.Bottom.Label.Text = "seconds (shaded: the optimized run's moves)";
         plot.Axes.Left.Label.Text = "M ops/s per 100 ms";
         plot.Axes.Left.Min = 0;
