@@ -63,6 +63,8 @@ internal static class Program
                                   parse.GetValue(threads), parse.GetValue(window), cacheConfig, parse.GetValue(pace), parse.GetValue(rounds));
             if (setup.Rounds < 1)
                 throw new ArgumentException($"--rounds: 1 or more, not {setup.Rounds}");
+            if (setup.Phase < Bench.StepReferences)
+                throw new ArgumentException($"--phase-seconds: at least {Bench.StepReferences.TotalSeconds} (a step's reference before it and its 'after'), not {setup.Phase.TotalSeconds}");
             if (setup.Regions < Steps.SelectMany(s => s).Max() + 1)
                 throw new ArgumentException($"--regions: the steps move regions 0..6, so the cache needs 7 or more, not {setup.Regions}");
             var report = await Bench.RunAllAsync(setup, ct);
@@ -277,6 +279,9 @@ internal static class Bench
     private static readonly TimeSpan ReferenceBefore = TimeSpan.FromSeconds(1);
     /// <summary>How long after a step its "after" throughput is taken (the client faults the moved regions' pages in anew).</summary>
     private static readonly TimeSpan ReferenceAfter = TimeSpan.FromSeconds(2);
+
+    /// <summary>The shortest phase: a step's "after" ends before the next step's "before" begins.</summary>
+    public static TimeSpan StepReferences => ReferenceBefore + ReferenceAfter;
 
     private static async Task DelayUntil(Stopwatch clock, TimeSpan at, CancellationToken ct)
     {

@@ -173,7 +173,7 @@ public sealed partial class ManagedCache
                 // A renewal since `to`'s capability was minted lists it among the replacements: present the renewed one.
                 var state = Volatile.Read(ref _state);
                 if (state.Replacements.Any(r => r.Server.ServerId == to.ServerId))
-                    RenewLocked(state.Servers.Concat(state.Replacements.Select(r => r.Server)));
+                    RenewLocked(AllServers(state.Servers, state.Replacements));
             }
             finally
             {

@@ -284,7 +284,7 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
             }
             return;
         }
-        var servers = renewed.Servers.Concat(renewed.Replacements.Select(r => r.Server)).ToList();
+        var servers = AllServers(renewed.Servers, renewed.Replacements).ToList();
         await WithHoldersAsync(() => RenewLocked(servers), stop).ConfigureAwait(false);
         UpdateState(state =>
         {
@@ -298,6 +298,10 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
         });
     }
 
+    // The cache's servers and the replacements rented for some of them: every server holding a capability of the lease.
+    private static IEnumerable<CacheServer> AllServers(IEnumerable<CacheServer> servers, IEnumerable<Replacement> replacements) =>
+        servers.Concat(replacements.Select(r => r.Server));
+
     // Changes _state; `change` may run more than once.
     private void UpdateState(Func<Cache, Cache> change)
     {
@@ -310,10 +314,10 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
     {
         if (current.Lease.Expires.ToDateTimeOffset() <= cache.Lease.Expires.ToDateTimeOffset())
             return cache;
-        var renewed = current.Servers.Concat(current.Replacements.Select(r => r.Server)).ToDictionary(s => s.ServerId, s => s.Capability);
+        var renewed = AllServers(current.Servers, current.Replacements).ToDictionary(s => s.ServerId, s => s.Capability);
         var next = cache.Clone();
         next.Lease = current.Lease;
-        foreach (var server in next.Servers.Concat(next.Replacements.Select(r => r.Server)))
+        foreach (var server in AllServers(next.Servers, next.Replacements))
             if (renewed.TryGetValue(server.ServerId, out var capability))
                 server.Capability = capability;
         return next;
@@ -436,7 +440,7 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
             else if (want.Count > have.Count)
                 _client.Grow(want.Skip(have.Count).Select(s => s.Endpoint).ToList(), want.Skip(have.Count).Select(s => s.Capability).ToList());
             if (cache.Lease.Expires.ToDateTimeOffset() > _state.Lease.Expires.ToDateTimeOffset())
-                RenewLocked(cache.Servers.Concat(cache.Replacements.Select(r => r.Server)));
+                RenewLocked(AllServers(cache.Servers, cache.Replacements));
         }, cancellationToken).ConfigureAwait(false);
         var config = Contract.FromProto(cache.Config);
         if (config != _client.Config)
