@@ -71,7 +71,7 @@ internal static class Program
             string dir = parse.GetValue(output)!;
             Directory.CreateDirectory(dir);
             string json = Path.Combine(dir, $"migration-{setup.Transport}.json");
-            await File.WriteAllTextAsync(json, JsonSerializer.Serialize(report, new JsonSerializerOptions { WriteIndented = true }), ct);
+            await File.WriteAllTextAsync(json, JsonSerializer.Serialize(report, new JsonSerializerOptions { WriteIndented = true, NumberHandling = System.Text.Json.Serialization.JsonNumberHandling.AllowNamedFloatingPointLiterals }), ct);
             foreach (var op in new[] { "read", "write" })
                 Charts.Timeline(Path.Combine(dir, $"migration-{setup.Transport}-{op}s.png"), report, op);
             Console.WriteLine(report.Summary());
@@ -261,7 +261,8 @@ internal static class Bench
         {
             await DelayUntil(clock, setup.Phase * (s + 1) - ReferenceBefore, ct);
             var before = load.Count(clock);
-            await DelayUntil(clock, setup.Phase * (s + 1), ct);
+            // A whole reference second even when the run is behind its schedule (a busy machine).
+            await DelayUntil(clock, Max(setup.Phase * (s + 1), TimeSpan.FromSeconds(before.Seconds) + ReferenceBefore), ct);
             var start = load.Count(clock);
             var moves = mode == "optimized"
                 ? await MoveOneByOneAsync(client, servers, servers.Target, holder, Program.Steps[s], targetRegionOf: r => r, setup.PullMibPerSecond, ct)
@@ -282,6 +283,8 @@ internal static class Bench
 
     /// <summary>The shortest phase: a step's "after" ends before the next step's "before" begins.</summary>
     public static TimeSpan StepReferences => ReferenceBefore + ReferenceAfter;
+
+    private static TimeSpan Max(TimeSpan a, TimeSpan b) => a > b ? a : b;
 
     private static async Task DelayUntil(Stopwatch clock, TimeSpan at, CancellationToken ct)
     {

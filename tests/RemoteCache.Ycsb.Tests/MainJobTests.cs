@@ -8,6 +8,7 @@ using Xunit;
 namespace RemoteCache.Ycsb.Tests;
 
 /// <summary>The main job end to end, small: every device (a real smbd included), both distributions, checked reads.</summary>
+[Collection(BenchmarkRuns.Name)]
 public sealed class MainJobTests
 {
     [Fact]
