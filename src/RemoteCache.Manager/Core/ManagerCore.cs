@@ -651,10 +651,7 @@ public sealed class ManagerCore : IAsyncDisposable
         foreach (var cache in _caches.Values.Where(c => c.Replacements.Count > 0).ToList())
             foreach (var (serverId, pending) in cache.Replacements)
             {
-                MoverActivity? activity;
-                lock (_caches)
-                    _movers.TryGetValue((cache.CacheId, serverId), out activity);
-                var idle = activity?.IdleAt(now) ?? now - _started;
+                var idle = Activity(cache.CacheId, serverId).IdleAt(now);
                 if (idle < _options.ReplacementIdleTimeout || !_servers.TryGetValue(serverId, out var old) || !_servers.TryGetValue(pending.ServerId, out var replacement))
                     continue;
                 var current = _caches[cache.CacheId];

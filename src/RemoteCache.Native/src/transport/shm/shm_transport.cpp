@@ -209,12 +209,14 @@ class ShmClientConnection final : public ClientConnection {
     if (src == nullptr) return fail(RC_E_OUT_OF_RANGE, "one-sided read outside the granted region");
     done_.push_back(Done{wr_id, src, dst, length});
     if (length > kDeferredReadMax) {
-      if (length >= kPopulatedReadMin) populate_for_read(src, length);
-      // A migration source's bulk reads fill a region nobody reads until it is committed: streamed
-      // past the caches, they leave the data path's lines where they are.
-      if (read_only_ && length >= kPopulatedReadMin) {
-        stream_copy(dst, src, length);
-        done_.back().src = nullptr;
+      if (length >= kPopulatedReadMin) {
+        populate_for_read(src, length);
+        // A migration source's bulk reads fill a region nobody reads until it is committed: streamed
+        // past the caches, they leave the data path's lines where they are.
+        if (read_only_) {
+          stream_copy(dst, src, length);
+          done_.back().src = nullptr;
+        }
       }
       finish(done_.back());
     } else {
