@@ -75,9 +75,10 @@ public sealed class MigrationTests
                     client.CommitMigration(region, holder, to);
                     Assert.Equal(new RemoteCacheRegion(region, holder, to, MiB, false), client.GetRegion(region));
                 }
-                // What the manager does last: the old server drops the cache (lanes that stayed idle since the moves
-                // still hold connections to it). Nothing the I/O does reaches it any more.
-                Assert.Equal(1, await sourceAdmin.DropCacheAsync(options.CacheId));
+                // What the manager does last: the old server drops the cache, if lanes that stayed idle since the moves
+                // still hold connections to it (else it freed the cache when the last one closed: 0 dropped). Nothing
+                // the I/O does reaches it any more.
+                Assert.InRange(await sourceAdmin.DropCacheAsync(options.CacheId), 0, 1);
                 await Progress(200);
             }
             finally
