@@ -65,7 +65,8 @@ internal static class Contract
             CacheEvent.KindOneofCase.CacheDeleted => new CacheDeletedEvent(id, seq, time, e.CacheDeleted.Reason),
             CacheEvent.KindOneofCase.ServerReplaced => new ServerReplacedEvent(id, seq, time, e.ServerReplaced.ServerId, e.ServerReplaced.Replacement,
                                                                                (int)e.ServerReplaced.FirstRegion, (int)e.ServerReplaced.Regions,
-                                                                               (int)e.ServerReplaced.RegionsMoved, e.ServerReplaced.ServerIds.ToList()),
+                                                                               (int)e.ServerReplaced.RegionsMoved, e.ServerReplaced.ServerIds.ToList(),
+                                                                               e.ServerReplaced.LostRegions.Select(r => (int)r).ToList()),
             _ => null,
         };
     }

@@ -34,7 +34,7 @@ public sealed partial class ManagedCache
         // Switch each region without its content (the server failed): it starts empty on the replacement.
         Empty,
 
-        // Switch each region: another client of the cache copied it (ServerReplaced).
+        // Switch each region: another client of the cache moved it (ServerReplaced), and says which lost their content.
         Follow,
     }
 
@@ -148,20 +148,23 @@ public sealed partial class ManagedCache
         var clock = Stopwatch.StartNew();
         var lost = await MoveShareLockedAsync(index, request.ServerId, replacement, mode, deadline, lostReason, cancellationToken).ConfigureAwait(false);
         int regions = (int)replacement.Regions;
-        var complete = new ReplacementRequest { CacheId = CacheId, ServerId = request.ServerId, Mover = _mover, RegionsMoved = (uint)(regions - lost.Count) };
+        var complete = new ReplacementRequest { CacheId = CacheId, ServerId = request.ServerId, Mover = _mover };
+        complete.LostRegions.AddRange(lost.Select(r => (uint)(r - index * regions)));
         var cache = await _manager.CallAsync("CompleteReplacement", o => _manager.Grpc.CompleteReplacementAsync(complete, o), cancellationToken).ConfigureAwait(false);
         AdoptState(cache);
         Log.ServerReplaced(_manager.Logger, Name, request.ServerId, replacement.ServerId, regions - lost.Count, regions, clock.Elapsed.TotalMilliseconds);
-        ReportLost(lost, lostReason);
+        ReportLost(lost, lostReason, refill: true);
         return true;
     }
 
     // Moves the regions of share `index` (those server `from` lent) to `to`, one at a time: from a region's fence to its
     // commit, writes to it wait in the client, reads go on to `from`, other regions are not touched. Returns the
-    // regions whose content did not come along (Copy: the copy failed or `deadline` passed; Empty: all).
+    // regions whose content did not come along (Copy: the copy failed or `deadline` passed; Empty: all; Follow: those
+    // the manager lists for `to`, or all when `to` did not replace `from` itself).
     private async Task<List<int>> MoveShareLockedAsync(int index, string from, CacheServer to, ShareMove mode, DateTimeOffset? deadline, string? lostReason,
                                                        CancellationToken stop)
     {
+        var followLost = to.Replaced == from ? to.LostRegions.Select(r => (int)r).ToHashSet() : Enumerable.Range(0, (int)to.Regions).ToHashSet();
         int regions = (int)to.Regions;
         int holder;
         try
@@ -197,7 +200,7 @@ public sealed partial class ManagedCache
             bool copied = mode switch
             {
                 ShareMove.Copy => await CopyRegionAsync(from, sourceRegion, k, deadline, stop).ConfigureAwait(false),
-                ShareMove.Follow => true,
+                ShareMove.Follow => !followLost.Contains(k),
                 _ => false,
             };
             if (!copied)
@@ -267,8 +270,9 @@ public sealed partial class ManagedCache
         }
     }
 
-    // Tells the readers of Events which regions lost their content, and refills them from populateFrom.
-    private void ReportLost(List<int> lost, string reason)
+    // Tells the readers of Events which regions lost their content, and with `refill` (the client that moved them) refills
+    // them from populateFrom.
+    private void ReportLost(List<int> lost, string reason, bool refill)
     {
         if (lost.Count == 0)
             return;
@@ -285,7 +289,7 @@ public sealed partial class ManagedCache
             if (_populateSource is { } source && first * regionSize < source.Length)
                 refills.Add((first * regionSize, Math.Min(source.Length, (first + count) * regionSize)));
         }
-        if (refills.Count == 0 || _populateSource is not { } file)
+        if (!refill || refills.Count == 0 || _populateSource is not { } file)
             return;
         var previous = Populated;
         var task = Task.Run(async () =>

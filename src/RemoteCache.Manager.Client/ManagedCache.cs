@@ -432,7 +432,11 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
         var want = cache.Servers;
         for (int i = 0; i < Math.Min(have.Count, want.Count); i++)
             if (have[i].ServerId != want[i].ServerId)
-                await MoveShareLockedAsync(i, have[i].ServerId, want[i], ShareMove.Follow, null, null, cancellationToken).ConfigureAwait(false);
+            {
+                string reason = $"another client of the cache moved server {have[i].ServerId}'s regions to {want[i].ServerId} without their content";
+                var lost = await MoveShareLockedAsync(i, have[i].ServerId, want[i], ShareMove.Follow, null, reason, cancellationToken).ConfigureAwait(false);
+                ReportLost(lost, reason, refill: false);
+            }
         await WithHoldersAsync(() =>
         {
             if (want.Count < have.Count)

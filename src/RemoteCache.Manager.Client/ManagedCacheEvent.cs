@@ -38,11 +38,14 @@ public sealed record ServerFailedEvent(ulong CacheId, long Sequence, DateTimeOff
 
 /// <summary>
 /// Server <paramref name="ServerId"/> was replaced by <paramref name="Replacement"/>, which now holds regions
-/// [<paramref name="FirstRegion"/>, + <paramref name="Regions"/>); <paramref name="RegionsMoved"/> of them were copied
-/// (the rest lost their content). The cache now spans <paramref name="ServerIds"/>.
+/// [<paramref name="FirstRegion"/>, + <paramref name="Regions"/>); <paramref name="RegionsMoved"/> of them were copied,
+/// the cache's regions <paramref name="LostRegions"/> lost their content. The cache now spans <paramref name="ServerIds"/>.
+/// Every client of the cache reports the lost ones (<see cref="RegionsLostEvent"/>, <see cref="RemoteCacheClient.ContentLost"/>)
+/// before it serves them from the replacement.
 /// </summary>
 public sealed record ServerReplacedEvent(ulong CacheId, long Sequence, DateTimeOffset Time, string ServerId, string Replacement, int FirstRegion, int Regions,
-                                         int RegionsMoved, IReadOnlyList<string> ServerIds) : ManagedCacheEvent(CacheId, Sequence, Time);
+                                         int RegionsMoved, IReadOnlyList<string> ServerIds, IReadOnlyList<int> LostRegions)
+    : ManagedCacheEvent(CacheId, Sequence, Time);
 
 /// <summary>
 /// This client moved region <paramref name="Region"/> of the cache off server <paramref name="ServerId"/>

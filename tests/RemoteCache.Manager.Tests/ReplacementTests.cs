@@ -98,7 +98,9 @@ public sealed class ReplacementTests
         Assert.Equal(failed, events.OfType<ServerFailedEvent>().Single().ServerId);
         var lost = events.OfType<RegionsLostEvent>().Single();
         Assert.Equal((3, 3), (lost.FirstRegion, lost.Regions));
-        Assert.Equal(0, events.OfType<ServerReplacedEvent>().Single().RegionsMoved);
+        var replaced = events.OfType<ServerReplacedEvent>().Single();
+        Assert.Equal(0, replaced.RegionsMoved);
+        Assert.Equal(new[] { 3, 4, 5 }, replaced.LostRegions);
         Assert.All(events.OfType<RegionMovedEvent>(), m => Assert.True(m.Lost));
         Assert.True(events.FindIndex(e => e is RegionsLostEvent) < events.FindLastIndex(e => e is PopulateProgressEvent));
         await VerifyAsync(cache.Client, source, source.Length);
@@ -130,6 +132,7 @@ public sealed class ReplacementTests
         Assert.Equal(Enumerable.Range(3, replaced.RegionsMoved), moved);
         var lost = events.OfType<RegionsLostEvent>().Single();
         Assert.Equal((3 + replaced.RegionsMoved, 3 - replaced.RegionsMoved), (lost.FirstRegion, lost.Regions));
+        Assert.Equal(Enumerable.Range(lost.FirstRegion, lost.Regions), replaced.LostRegions);
         const long region = 64 * MiB;
         await CheckMarksAsync(data, 0, (3 + replaced.RegionsMoved) * region);  // the first server's and the moved ones
         // A lost region is served by the replacement (its content is whatever part of the copy was done).
@@ -166,6 +169,87 @@ public sealed class ReplacementTests
         await follower.Client.ReadAsync(300 * MiB + 8, back);
         Assert.Equal(stamp, back);  // both reach the replacement now
         await mover.DeleteAsync();
+    }
+
+    /// <summary>
+    /// Two clients of a cache whose server is reclaimed with a notice too short for the move: the one that did not move
+    /// the regions learns from the manager which were lost, reports them (RegionsLostEvent, ContentLost) before it
+    /// serves them from the replacement, and still reads the moved ones.
+    /// </summary>
+    [Fact]
+    public async Task AClientFollowingAMoveReportsTheRegionsTheMoverLost()
+    {
+        await using var manager = new TestManager(warm: 0);
+        await manager.StartAsync();
+        // Paced to 32 MiB/s, a 64 MiB region takes 2 s to copy: a 3 s notice lets one or two of three move.
+        await using var first = manager.ManagedClient(configure: o => o.MoveMaxMibPerSecond = 32);
+        await using var second = manager.ManagedClient(configure: o => o.MoveMaxMibPerSecond = 32);
+        var a = await first.CreateAsync(Request(TwoServers));
+        var b = await second.OpenAsync(a.CacheId);
+        var logs = new[] { new EventLog(a), new EventLog(b) };
+        var contentLost = new[] { new List<(long Address, long Length)>(), new List<(long Address, long Length)>() };
+        a.Client.ContentLost += (_, e) => { lock (contentLost[0]) contentLost[0].Add((e.Address, e.Length)); };
+        b.Client.ContentLost += (_, e) => { lock (contentLost[1]) contentLost[1].Add((e.Address, e.Length)); };
+        await MarkEveryMiBAsync(a.Client);
+
+        await ReclaimAsync(manager, a.Info.Servers[1].ServerId, TimeSpan.FromSeconds(3));
+        await EventuallyAsync(() => logs.All(l => l.Snapshot().OfType<RegionsLostEvent>().Any()), "both clients reported the lost regions");
+
+        int mover = logs[0].Snapshot().OfType<RegionMovedEvent>().Any() ? 0 : 1, follower = 1 - mover;
+        Assert.Empty(logs[follower].Snapshot().OfType<RegionMovedEvent>());
+        var replaced = logs[mover].Snapshot().OfType<ServerReplacedEvent>().Single();
+        Assert.InRange(replaced.RegionsMoved, 1, 2);
+        var lost = logs[follower].Snapshot().OfType<RegionsLostEvent>().Single();
+        Assert.Equal(logs[mover].Snapshot().OfType<RegionsLostEvent>().Single() with { Time = lost.Time, Reason = lost.Reason }, lost);
+        Assert.Equal(Enumerable.Range(lost.FirstRegion, lost.Regions), replaced.LostRegions);
+        const long region = 64 * MiB;
+        Assert.Equal(Enumerable.Range(lost.FirstRegion, lost.Regions).Select(r => (r * region, region)), contentLost[follower]);
+        Assert.Equal(contentLost[mover], contentLost[follower]);
+        var handles = new[] { a, b };
+        await CheckMarksAsync(handles[follower].Client, 0, (3 + replaced.RegionsMoved) * region);  // the first server's and the moved ones
+        // The manager describes the replacement with what it lost, for a client that follows later.
+        var described = await manager.Tenant(AliceKey).GetCacheAsync(new GetCacheRequest { CacheId = a.CacheId });
+        Assert.Equal(replaced.ServerId, described.Servers[1].Replaced);
+        Assert.Equal(replaced.LostRegions.Select(r => (uint)(r - 3)), described.Servers[1].LostRegions);
+        await a.DeleteAsync();
+    }
+
+    /// <summary>
+    /// A mover that completes a replacement saying nothing was lost, having copied one region of three: the manager reports
+    /// the two it did not copy as lost, and refuses a lost region the server does not have. A copy asked for before the
+    /// mover connected to the replacement is refused with a reason.
+    /// </summary>
+    [Fact]
+    public async Task TheManagerReportsAsLostEveryRegionItDidNotCopy()
+    {
+        await using var manager = new TestManager(warm: 0);
+        await manager.StartAsync();
+        await using var client = manager.ManagedClient(configure: o => o.ReplaceServers = false);
+        var cache = await client.CreateAsync(Request(TwoServers));
+        string reclaimed = cache.Info.Servers[1].ServerId;
+        var alice = manager.Tenant(AliceKey);
+        await ReclaimAsync(manager, reclaimed, TimeSpan.FromSeconds(60));
+        var request = new ReplacementRequest { CacheId = cache.CacheId, ServerId = reclaimed, Mover = "careless" };
+        var begun = await alice.BeginReplacementAsync(request);
+        string replacement = begun.ServerId;
+        var move = new MoveRegionRequest { CacheId = cache.CacheId, ServerId = reclaimed, Mover = "careless", SourceRegion = 1, TargetRegion = 1 };
+        var early = await Assert.ThrowsAsync<Grpc.Core.RpcException>(async () => await alice.MoveRegionAsync(move));
+        Assert.Equal(Grpc.Core.StatusCode.FailedPrecondition, early.StatusCode);
+        Assert.Contains("connect to the replacement", early.Status.Detail);
+        await cache.Client.AddHolderAsync(begun.Endpoint, begun.Capability, (int)begun.Regions, CancellationToken.None);  // creates the cache there
+        await alice.MoveRegionAsync(move);
+
+        var wrong = request.Clone();
+        wrong.LostRegions.Add(3);
+        var refused = await Assert.ThrowsAsync<Grpc.Core.RpcException>(async () => await alice.CompleteReplacementAsync(wrong));
+        Assert.Equal(Grpc.Core.StatusCode.InvalidArgument, refused.StatusCode);
+        Assert.Contains("lost region 3", refused.Status.Detail);
+        var completed = await alice.CompleteReplacementAsync(request);
+
+        Assert.Equal((replacement, reclaimed), (completed.Servers[1].ServerId, completed.Servers[1].Replaced));
+        Assert.Equal(new uint[] { 0, 2 }, completed.Servers[1].LostRegions);
+        Assert.Equal("", completed.Servers[0].Replaced);
+        await cache.DeleteAsync();
     }
 
     /// <summary>

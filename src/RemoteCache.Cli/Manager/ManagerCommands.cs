@@ -309,7 +309,8 @@ internal static class ManagerCommands
             LeaseExpiringEvent l => $"ends {l.Expires.UtcDateTime:HH:mm:ss}",
             ReclaimNoticeEvent r => $"{r.ServerId} (regions {r.FirstRegion}..{r.FirstRegion + r.Regions - 1}) at {r.Deadline.UtcDateTime:HH:mm:ss}",
             ServerFailedEvent f => $"{f.ServerId} (regions {f.FirstRegion}..{f.FirstRegion + f.Regions - 1}): {f.Reason}",
-            ServerReplacedEvent r => $"{r.ServerId} -> {r.Replacement} (regions {r.FirstRegion}..{r.FirstRegion + r.Regions - 1}, {r.RegionsMoved} moved)",
+            ServerReplacedEvent r => $"{r.ServerId} -> {r.Replacement} (regions {r.FirstRegion}..{r.FirstRegion + r.Regions - 1}, {r.RegionsMoved} moved" +
+                                     (r.LostRegions.Count == 0 ? ")" : $", lost {string.Join(',', r.LostRegions)})"),
             CacheDeletedEvent d => d.Reason,
             _ => "",
         };

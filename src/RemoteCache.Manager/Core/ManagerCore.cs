@@ -341,6 +341,7 @@ public sealed class ManagerCore : IAsyncDisposable
                 {
                     RequestedBytes = (long)request.Capacity,
                     Servers = kept.Select(s => s.ServerId).ToList(),
+                    Lineage = cache.Lineage.Where(l => kept.Any(s => s.ServerId == l.Key)).ToDictionary(l => l.Key, l => l.Value),
                     PricePerHour = kept.Sum(PriceOf),
                 };
             }
@@ -435,6 +436,8 @@ public sealed class ManagerCore : IAsyncDisposable
         Capability = RemoteCacheCapability.Mint(_admissionKey, cache.CacheId, server.ServerId, cache.RegionsPerServer, cache.LeaseExpires),
         VmType = server.VmType,
         Spot = server.Spot,
+        Replaced = cache.Lineage.TryGetValue(server.ServerId, out var lineage) ? lineage.Replaced : "",
+        LostRegions = { lineage?.LostRegions.Select(r => (uint)r) ?? [] },
     };
 
     /// <summary>The cache as the contract describes it: its servers and pending replacements, with capabilities for the current lease.</summary>
@@ -549,6 +552,7 @@ public sealed class ManagerCore : IAsyncDisposable
         try
         {
             var result = await _admin.PullAsync(target, pull, cancellationToken).ConfigureAwait(false);
+            activity.Copied(pull.TargetRegion);
             _logger.LogInformation("Cache {CacheId}: region {Source} of {ServerId} copied to region {Target} of {Replacement} ({Bytes} bytes in {Ms:0.0} ms)",
                                    cache.CacheId, pull.SourceRegion, source.ServerId, pull.TargetRegion, target.ServerId, result.Bytes, result.Elapsed.TotalMilliseconds);
             return result;
@@ -557,6 +561,14 @@ public sealed class ManagerCore : IAsyncDisposable
         {
             var code = e.Status == RemoteCacheStatus.Timeout ? StatusCode.DeadlineExceeded : StatusCode.FailedPrecondition;
             throw new ManagerException(code, $"copying region {pull.SourceRegion} of cache {cache.CacheId} from server {source.ServerId} to {target.ServerId} failed: {e.Message}");
+        }
+        catch (ArgumentException e)
+        {
+            // The target refused the pull as asked: most likely the mover has not connected to the replacement yet (a
+            // connection with its capability creates the cache there).
+            throw new ManagerException(StatusCode.FailedPrecondition,
+                $"server {target.ServerId} refused to copy region {pull.SourceRegion} of cache {cache.CacheId} from {source.ServerId}: {e.Message}; " +
+                "connect to the replacement with its capability before MoveRegion");
         }
         finally
         {
@@ -572,14 +584,19 @@ public sealed class ManagerCore : IAsyncDisposable
         try
         {
             var (cache, old, replacement) = Pending(tenant, request.CacheId, request.ServerId, request.Mover);
-            if (request.RegionsMoved > cache.RegionsPerServer)
-                throw new ManagerException(StatusCode.InvalidArgument, $"regions_moved {request.RegionsMoved} exceeds the server's {cache.RegionsPerServer} regions");
+            if (request.LostRegions.FirstOrDefault(r => r >= cache.RegionsPerServer, uint.MaxValue) is var wrong && wrong != uint.MaxValue)
+                throw new ManagerException(StatusCode.InvalidArgument, $"lost region {wrong}: a server lends cache {cache.CacheId} regions 0..{cache.RegionsPerServer - 1}");
+            // What the mover says it lost, and whatever this manager did not copy (a mover cannot make the others trust an empty region).
+            var activity = Activity(cache.CacheId, old.ServerId);
+            var lost = Enumerable.Range(0, cache.RegionsPerServer).Where(r => request.LostRegions.Contains((uint)r) || !activity.WasCopied(r)).ToList();
             int index = cache.Servers.ToList().IndexOf(old.ServerId);
             var servers = cache.Servers.ToList();
             servers[index] = replacement.ServerId;
             var replacements = new Dictionary<string, ReplacementRecord>(cache.Replacements);
             replacements.Remove(old.ServerId);
-            var updated = cache with { Servers = servers, Replacements = replacements, PricePerHour = cache.PricePerHour - PriceOf(old) };
+            var lineage = cache.Lineage.Where(l => servers.Contains(l.Key)).ToDictionary(l => l.Key, l => l.Value);
+            lineage[replacement.ServerId] = new LineageRecord(old.ServerId, lost);
+            var updated = cache with { Servers = servers, Replacements = replacements, Lineage = lineage, PricePerHour = cache.PricePerHour - PriceOf(old) };
             var change = new StoreChange();
             change.PutCaches.Add(updated);
             await ReleaseFromCacheAsync(old, cache.CacheId, change).ConfigureAwait(false);
@@ -588,14 +605,15 @@ public sealed class ManagerCore : IAsyncDisposable
                 e.ServerReplaced = new ServerReplaced
                 {
                     ServerId = old.ServerId, Replacement = replacement.ServerId, FirstRegion = (uint)(index * cache.RegionsPerServer),
-                    Regions = (uint)cache.RegionsPerServer, RegionsMoved = request.RegionsMoved,
+                    Regions = (uint)cache.RegionsPerServer, RegionsMoved = (uint)(cache.RegionsPerServer - lost.Count),
                 };
                 e.ServerReplaced.ServerIds.AddRange(servers);
+                e.ServerReplaced.LostRegions.AddRange(lost.Select(r => (uint)(index * cache.RegionsPerServer + r)));
             });
             await CommitAsync(change, cancellationToken).ConfigureAwait(false);
             ForgetMover(cache.CacheId, old.ServerId);
             _logger.LogInformation("Cache {CacheId}: server {Replacement} replaced {ServerId} ({Moved} of {Regions} regions moved)",
-                                   cache.CacheId, replacement.ServerId, old.ServerId, request.RegionsMoved, cache.RegionsPerServer);
+                                   cache.CacheId, replacement.ServerId, old.ServerId, cache.RegionsPerServer - lost.Count, cache.RegionsPerServer);
             return updated;
         }
         finally
@@ -683,6 +701,7 @@ public sealed class ManagerCore : IAsyncDisposable
         private readonly object _gate = new();
         private DateTimeOffset _last = since;
         private int _copies;
+        private readonly HashSet<int> _copied = new();
 
         public void Acted(DateTimeOffset now)
         {
@@ -703,6 +722,19 @@ public sealed class ManagerCore : IAsyncDisposable
                 _copies--;
                 _last = now;
             }
+        }
+
+        /// <summary>Target region <paramref name="region"/> was copied (a manager restarted since knows of no copy).</summary>
+        public void Copied(int region)
+        {
+            lock (_gate)
+                _copied.Add(region);
+        }
+
+        public bool WasCopied(int region)
+        {
+            lock (_gate)
+                return _copied.Contains(region);
         }
 
         /// <summary>How long the mover has done nothing; zero while a copy is under way.</summary>

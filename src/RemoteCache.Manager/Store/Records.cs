@@ -102,12 +102,21 @@ public sealed record CacheRecord
     /// <summary>Servers rented to take the place of one of <see cref="Servers"/> (by the id they replace), not yet in place.</summary>
     public IReadOnlyDictionary<string, ReplacementRecord> Replacements { get; init; } = new Dictionary<string, ReplacementRecord>();
 
+    /// <summary>For each of <see cref="Servers"/> that replaced another: which, and the regions that lost their content then.</summary>
+    public IReadOnlyDictionary<string, LineageRecord> Lineage { get; init; } = new Dictionary<string, LineageRecord>();
+
     /// <summary>Bytes it provides: servers × regions × region size.</summary>
     public long CapacityBytes => Servers.Count * (long)RegionsPerServer * RegionBytes;
 }
 
 /// <summary>A server rented to replace one of a cache's: <paramref name="ServerId"/>, and the client moving the regions.</summary>
 public sealed record ReplacementRecord(string ServerId, string Mover);
+
+/// <summary>
+/// A server that took the place of <paramref name="Replaced"/> in a cache; <paramref name="LostRegions"/> (0-based, its
+/// own) did not get their content from it.
+/// </summary>
+public sealed record LineageRecord(string Replaced, IReadOnlyList<int> LostRegions);
 
 /// <summary>An event as stored: its sequence, whose cache and tenant, and the serialized protobuf CacheEvent.</summary>
 public sealed record StoredEvent(long Sequence, ulong CacheId, string Tenant, byte[] Payload);
