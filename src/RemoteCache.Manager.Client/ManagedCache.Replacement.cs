@@ -197,6 +197,7 @@ public sealed partial class ManagedCache
             var clock = Stopwatch.StartNew();
             int sourceRegion = _client.GetRegion(region).HolderRegion;
             await FenceAsync(region, stop).ConfigureAwait(false);
+            var fenced = clock.Elapsed;
             bool copied = mode switch
             {
                 ShareMove.Copy => await CopyRegionAsync(from, sourceRegion, k, deadline, stop).ConfigureAwait(false),
@@ -210,9 +211,14 @@ public sealed partial class ManagedCache
                 _client.ReportContentLost(region * size, size, lostReason ?? "not copied");
                 lost.Add(region);
             }
+            var copiedAt = clock.Elapsed;
             await WithHoldersAsync(() => _client.CommitMigration(region, holder, k), stop).ConfigureAwait(false);  // may let a holder go
+            var elapsed = clock.Elapsed;
+            Log.RegionMoved(_manager.Logger, Name, region, from, elapsed.TotalMilliseconds, fenced.TotalMilliseconds,
+                            (copiedAt - fenced).TotalMilliseconds, (elapsed - copiedAt).TotalMilliseconds);
+            Console.Error.WriteLine($"TMPMOVE {region} {elapsed.TotalMilliseconds:0.00} fence {fenced.TotalMilliseconds:0.00} copy {(copiedAt - fenced).TotalMilliseconds:0.00} commit {(elapsed - copiedAt).TotalMilliseconds:0.00}");
             if (mode != ShareMove.Follow)
-                _feed.Publish(new RegionMovedEvent(CacheId, DateTimeOffset.UtcNow, from, region, k + 1, regions, clock.Elapsed, !copied));
+                _feed.Publish(new RegionMovedEvent(CacheId, DateTimeOffset.UtcNow, from, region, k + 1, regions, elapsed, !copied));
         }
         return lost;
     }

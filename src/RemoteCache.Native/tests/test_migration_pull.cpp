@@ -71,7 +71,7 @@ struct Pulled {
 
 Pulled pull(rc_admin* admin, uint64_t cache_id, uint32_t target_region, uint32_t source_region,
             const std::string& source, const std::string& capability, uint32_t timeout_ms = 0,
-            uint32_t max_mib_per_s = 0) {
+            uint32_t max_mib_per_s = 0, uint32_t regions = 0) {
   rc_pull_request request{};
   request.cache_id = cache_id;
   request.target_region = target_region;
@@ -80,6 +80,7 @@ Pulled pull(rc_admin* admin, uint64_t cache_id, uint32_t target_region, uint32_t
   request.source_capability = capability.c_str();
   request.timeout_ms = timeout_ms;
   request.max_mib_per_s = max_mib_per_s;
+  request.regions = regions;
   Pulled out;
   const auto t0 = Clock::now();
   out.status = rc_admin_pull_region(admin, &request, &out.result);
@@ -279,7 +280,7 @@ TEST_P(MigrationPullP, PullCopiesTheRegionByteForByte) {
   EXPECT_TRUE(holds(ca.c, 1 * kPullRegion, moving, "A's region 1 (the source)"));
   EXPECT_EQ(wait_connections(on_a.a, x, a_connections, 5000), a_connections) << "the migration connection stayed on A";
   EXPECT_EQ(wait_connections(on_b.a, x, b_connections, 5000), b_connections) << "the pull's hold stayed on B";
-  EXPECT_TRUE(contains(read_text(logs_[1]), "pulled region 1 from " + a.endpoint() + " into region 2")) << read_text(logs_[1]);
+  EXPECT_TRUE(contains(read_text(logs_[1]), "pulled region 1 from " + a.endpoint() + " into region 2 on")) << read_text(logs_[1]);
   EXPECT_TRUE(contains(read_text(logs_[0]), "a migration source connected (read-only")) << read_text(logs_[0]);
 
   phase("again, the other way round within B's cache");
@@ -287,6 +288,17 @@ TEST_P(MigrationPullP, PullCopiesTheRegionByteForByte) {
   const Pulled self = pull(on_b.a, x, 0, 2, b.endpoint(), mint_migration(key_b_.key, x, id_b_, an_hour_from_now()));
   ASSERT_EQ(self.status, RC_OK) << self.error;
   EXPECT_TRUE(holds(cb.c, 0, moving, "B's region 0 after pulling from itself"));
+
+  phase("several regions over one connection");
+  const auto a2 = pattern(15, kPullRegion);
+  ASSERT_TRUE(write_all(ca.c, 2 * kPullRegion, a2));
+  const Pulled two = pull(on_b.a, x, 0, 1, a.endpoint(), mint_migration(key_a_.key, x, id_a_, an_hour_from_now()), 0, 0, 2);
+  ASSERT_EQ(two.status, RC_OK) << two.error;
+  EXPECT_EQ(two.result.bytes, 2 * kPullRegion);
+  EXPECT_TRUE(holds(cb.c, 0 * kPullRegion, moving, "B's region 0 after pulling A's 1..2"));
+  EXPECT_TRUE(holds(cb.c, 1 * kPullRegion, a2, "B's region 1 after pulling A's 1..2"));
+  EXPECT_TRUE(holds(cb.c, 2 * kPullRegion, moving, "B's region 2 (not pulled into)"));
+  EXPECT_TRUE(contains(read_text(logs_[1]), "pulled regions 1..+2 from " + a.endpoint() + " into region 0 on")) << read_text(logs_[1]);
 
   phase("paced");
   // At 8 MiB/s a 4 MiB region cannot be copied in less than the time its bytes after the first read take: a lower
@@ -366,6 +378,22 @@ TEST_P(MigrationPullP, RefusalsNameWhatAndWhy) {
     for (const auto& part : c.says) EXPECT_TRUE(contains(p.error, part)) << c.what << ": '" << part << "' not in: " << p.error;
     EXPECT_EQ(p.result.bytes, 0u) << c.what;
   }
+
+  phase("region ranges past either cache, and a reserved field set");
+  Pulled past = pull(admin.a, x, 2, 0, src, good, 0, 0, 2);
+  EXPECT_EQ(past.status, RC_E_OUT_OF_RANGE) << past.error;
+  EXPECT_TRUE(contains(past.error, "target regions 2..+2 is out of range")) << past.error;
+  past = pull(admin.a, x, 0, 2, src, good, 0, 0, 2);
+  EXPECT_EQ(past.status, RC_E_OUT_OF_RANGE) << past.error;
+  EXPECT_TRUE(contains(past.error, "source regions 2..+2 is out of range")) << past.error;
+  EXPECT_TRUE(holds(cb.c, 2 * kPullRegion, old2, "B's region 2 after the refusals"));
+  rc_pull_request reserved{};
+  reserved.cache_id = x;
+  reserved.source_endpoint = src.c_str();
+  reserved.source_capability = good.c_str();
+  reserved.reserved = 1;
+  EXPECT_EQ(rc_admin_pull_region(admin.a, &reserved, nullptr), RC_E_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(last_error(), "reserved must be 0")) << last_error();
 
   phase("the source holds no cache with the id, or two");
   const uint64_t only_on_b = fresh_cache_id();
@@ -766,11 +794,12 @@ TEST(MigrationPullWire, LayoutsArePinned) {
   EXPECT_EQ(offsetof(wire::ConnectReply, flags), 20u);
   EXPECT_EQ(wire::kReplyReadOnly, 1u);
   EXPECT_EQ(static_cast<int>(wire::AdminOp::PullRegion), 5);
-  EXPECT_EQ(sizeof(wire::AdminPullRequest), 296u);
-  EXPECT_EQ(offsetof(wire::AdminPullRequest, source_endpoint), 24u);
-  EXPECT_EQ(offsetof(wire::AdminPullRequest, source_capability), 152u);
+  EXPECT_EQ(sizeof(wire::AdminPullRequest), 304u);
+  EXPECT_EQ(offsetof(wire::AdminPullRequest, regions), 24u);
+  EXPECT_EQ(offsetof(wire::AdminPullRequest, source_endpoint), 32u);
+  EXPECT_EQ(offsetof(wire::AdminPullRequest, source_capability), 160u);
   EXPECT_EQ(sizeof(wire::AdminPullResult), 280u);
-  EXPECT_EQ(sizeof(rc_pull_request), 40u);
+  EXPECT_EQ(sizeof(rc_pull_request), 48u);
   EXPECT_EQ(sizeof(rc_pull_result), 24u);
   EXPECT_GE(RC_API_VERSION, 7);
   // A capability minted before rights existed had zeros there: it is still an ordinary admission.
@@ -945,9 +974,12 @@ TEST(MigrationPullSession, PullRequestsAreCheckedBeforeTheyRun) {
   std::memset(unterminated.source_endpoint, 'x', sizeof unterminated.source_endpoint);
   wire::AdminPullRequest empty = good;
   empty.source_endpoint[0] = '\0';
-  const Bad bad[] = {{"short payload", good, sizeof(wire::AdminRequest), "a request payload of 24 bytes, not 296"},
+  wire::AdminPullRequest reserved = good;
+  reserved.reserved = 7;
+  const Bad bad[] = {{"short payload", good, sizeof(wire::AdminRequest), "a request payload of 24 bytes, not 304"},
                      {"endpoint without a NUL", unterminated, sizeof unterminated, "not NUL-terminated"},
-                     {"no endpoint", empty, sizeof empty, "names no source endpoint"}};
+                     {"no endpoint", empty, sizeof empty, "names no source endpoint"},
+                     {"reserved set", reserved, sizeof reserved, "reserved field is not 0"}};
   for (const Bad& b : bad) {
     rc::server::AdminSession session(rc::server::AdminContext{&registry, 1, rc::now_ns(), nullptr, nullptr}, key);
     rc::admin::SessionKey k{};

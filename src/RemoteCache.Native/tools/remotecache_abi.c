@@ -141,6 +141,8 @@ static const field_layout rc_pull_request_fields[] = {
     FIELD(rc_pull_request, source_capability),
     FIELD(rc_pull_request, timeout_ms),
     FIELD(rc_pull_request, max_mib_per_s),
+    FIELD(rc_pull_request, regions),
+    FIELD(rc_pull_request, reserved),
 };
 
 static const field_layout rc_pull_result_fields[] = {

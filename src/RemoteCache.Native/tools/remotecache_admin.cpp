@@ -6,7 +6,8 @@
 //   remotecache-admin --connect ENDPOINT --key FILE [--timeout MS] [--json] caches
 //   remotecache-admin --connect ENDPOINT --key FILE [--timeout MS] [--json] drop CACHE_ID
 //   remotecache-admin --connect TARGET --key FILE [--timeout MS] [--json] pull CACHE_ID --source ENDPOINT
-//                     --source-region N --target-region N --capability TEXT [--pull-timeout MS] [--max-mib-per-s N]
+//                     --source-region N --target-region N --capability TEXT [--regions N] [--pull-timeout MS]
+//                     [--max-mib-per-s N]
 //
 // Prints readable text, or one JSON object with --json. Exit status: 0 done, 1 the server or the
 // connection failed (the reason on stderr), 2 bad arguments.
@@ -39,6 +40,7 @@ int usage(const char* why) {
                "             --target-region N   the region to overwrite, within the target's cache\n"
                "             --capability TEXT   a migration capability for the source (remotecache-capability\n"
                "                                 --migration with the SOURCE's key)\n"
+               "             --regions N         copy N consecutive regions from those on (default 1)\n"
                "             --pull-timeout MS   bound of the copy on the target (default %u)\n"
                "             --max-mib-per-s N   pace the copy (default: as fast as the transport goes)\n"
                "  ENDPOINT: one of the server's tcp:HOST:PORT or shm:PATH endpoints\n"
@@ -188,6 +190,7 @@ struct PullArgs {
   uint64_t target_region = UINT64_MAX;
   uint64_t timeout_ms = 0;
   uint64_t max_mib_per_s = 0;
+  uint64_t regions = 1;
 };
 
 int pull(rc_admin* admin, uint64_t cache_id, const PullArgs& args, bool json) {
@@ -199,20 +202,25 @@ int pull(rc_admin* admin, uint64_t cache_id, const PullArgs& args, bool json) {
   request.source_capability = args.capability.c_str();
   request.timeout_ms = static_cast<uint32_t>(args.timeout_ms);
   request.max_mib_per_s = static_cast<uint32_t>(args.max_mib_per_s);
+  request.regions = static_cast<uint32_t>(args.regions);
   rc_pull_result result{};
   if (const rc_status st = rc_admin_pull_region(admin, &request, &result); st != RC_OK)
     return failed("pulling the region", st);
   const auto ms = static_cast<unsigned long long>(result.elapsed_ns / 1'000'000);
   if (json) {
-    std::printf("{\"cache_id\":%llu,\"source\":%s,\"source_region\":%u,\"target_region\":%u,\"bytes\":%llu,"
-                "\"elapsed_ns\":%llu,\"one_sided\":%s}\n",
+    std::printf("{\"cache_id\":%llu,\"source\":%s,\"source_region\":%u,\"target_region\":%u,\"regions\":%u,"
+                "\"bytes\":%llu,\"elapsed_ns\":%llu,\"one_sided\":%s}\n",
                 static_cast<unsigned long long>(cache_id), json_string(args.source).c_str(), request.source_region,
-                request.target_region, static_cast<unsigned long long>(result.bytes),
+                request.target_region, request.regions, static_cast<unsigned long long>(result.bytes),
                 static_cast<unsigned long long>(result.elapsed_ns), result.one_sided != 0 ? "true" : "false");
   } else {
-    std::printf("pulled region %u of cache %llu from %s into region %u: %llu bytes in %llu ms (%s)\n",
-                request.source_region, static_cast<unsigned long long>(cache_id), args.source.c_str(),
-                request.target_region, static_cast<unsigned long long>(result.bytes), ms,
+    const auto range = [&](uint32_t first) {
+      return request.regions == 1 ? "region " + std::to_string(first)
+                                  : "regions " + std::to_string(first) + ".." + std::to_string(first + request.regions - 1);
+    };
+    std::printf("pulled %s of cache %llu from %s into %s: %llu bytes in %llu ms (%s)\n", range(request.source_region).c_str(),
+                static_cast<unsigned long long>(cache_id), args.source.c_str(), range(request.target_region).c_str(),
+                static_cast<unsigned long long>(result.bytes), ms,
                 result.one_sided != 0 ? "one-sided reads" : "batched reads");
   }
   return 0;
@@ -246,6 +254,9 @@ int main(int argc, char** argv) {
       uint64_t& region = arg == "--source-region" ? pull_args.source_region : pull_args.target_region;
       if (!parse_u64(argv[++i], region) || region >= RC_MAX_REGIONS_PER_SERVER)
         return usage(("bad " + arg + " (0.." + std::to_string(RC_MAX_REGIONS_PER_SERVER - 1) + ")").c_str());
+    } else if (arg == "--regions" && has_value) {
+      if (!parse_u64(argv[++i], pull_args.regions) || pull_args.regions == 0 || pull_args.regions > RC_MAX_REGIONS_PER_SERVER)
+        return usage(("bad --regions (1.." + std::to_string(RC_MAX_REGIONS_PER_SERVER) + ")").c_str());
     } else if (arg == "--pull-timeout" && has_value) {
       if (!parse_u64(argv[++i], pull_args.timeout_ms) || pull_args.timeout_ms == 0 || pull_args.timeout_ms > UINT32_MAX)
         return usage("bad --pull-timeout (milliseconds, at least 1)");

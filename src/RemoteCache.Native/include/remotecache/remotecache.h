@@ -39,7 +39,7 @@ extern "C" {
 /* The version of this header. A binding built against one version must not drive a library built
  * from another (struct layouts, limits and semantics may differ): it compares rc_api_version() of
  * the library it loaded with the RC_API_VERSION it was built against and refuses a mismatch. */
-#define RC_API_VERSION 8 /* 4: admin interface (remotecache_admin.h); 5: rc_cache_grow/shrink; 6: commit_memory; 7: region pull (rc_capability_mint_migration, rc_admin_pull_region); 8: rc_server_memory_committed */
+#define RC_API_VERSION 9 /* 4: admin interface (remotecache_admin.h); 5: rc_cache_grow/shrink; 6: commit_memory; 7: region pull (rc_capability_mint_migration, rc_admin_pull_region); 8: rc_server_memory_committed; 9: several regions per migration_begin and pull */
 
 /* Limits and defaults of the API, defined here once (bindings take them from this header). */
 #define RC_MAX_TOKEN_BYTES 64            /* rc_cache_options.token, UTF-8 bytes */
@@ -175,7 +175,7 @@ RC_API rc_status rc_cache_close(rc_cache* cache);
  *
  * Moving region r from its holder to another server, as the manager drives it:
  *  1. rc_cache_add_holder(target): connect the target, which lends regions of its own to this cache;
- *  2. rc_cache_migration_begin(r): from now on writes to r wait in their sessions (as do requests that
+ *  2. rc_cache_migration_begin(r, 1): from now on writes to r wait in their sessions (as do requests that
  *     follow a waiting one and touch r); reads of r still go to the source. Returns once no request sent
  *     before can still change r on the source;
  *  3. the target copies r from the source (rc_admin_pull_region on the target, remotecache_admin.h);
@@ -209,10 +209,14 @@ RC_API rc_status rc_cache_add_holder(rc_cache* cache, const char* endpoint, cons
 /* rc_cache_migration_begin flags */
 #define RC_MIGRATION_PAUSE_READS 1u /* reads of the region wait too (no "unpaused reads": for comparisons) */
 
-/* Starts moving a region: see above. timeout_ms bounds the wait for requests already sent (0 =
- * op_timeout_ms); on RC_E_TIMEOUT the region is not moving any more and rc_last_error() says how many
- * sessions held requests back (a session that stops polling keeps its partly filled batches). */
-RC_API rc_status rc_cache_migration_begin(rc_cache* cache, uint32_t region, uint32_t flags, uint32_t timeout_ms);
+/* Starts moving regions [region, region + count) together (see above): one wait for the requests
+ * already sent covers them all, so that a cache of many small regions moves them in batches; each is
+ * committed or aborted on its own. count >= 1; none of them may be moving already. timeout_ms bounds
+ * the wait (0 = op_timeout_ms); on RC_E_TIMEOUT none of them is moving any more and rc_last_error()
+ * says how many sessions held requests back (a session that stops polling keeps its partly filled
+ * batches). */
+RC_API rc_status rc_cache_migration_begin(rc_cache* cache, uint32_t region, uint32_t count, uint32_t flags,
+                                          uint32_t timeout_ms);
 /* Places a moving region on region holder_region of holder (same size, not holding another region). */
 RC_API rc_status rc_cache_migration_commit(rc_cache* cache, uint32_t region, uint32_t holder, uint32_t holder_region);
 /* Ends a migration with the region where it was. */

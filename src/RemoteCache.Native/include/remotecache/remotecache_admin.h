@@ -96,8 +96,8 @@ RC_API rc_status rc_admin_list_caches(rc_admin* admin, rc_admin_cache* out, uint
  * caches were dropped (0 when the server holds none with this id). */
 RC_API rc_status rc_admin_drop_cache(rc_admin* admin, uint64_t cache_id, uint32_t* out_dropped);
 
-/* A region pull (Redy §6.2): the server the handle is connected to (the target) copies one region of
- * a cache from another server (the source) into one region of its own cache with the same id. */
+/* A region pull (Redy §6.2): the server the handle is connected to (the target) copies regions of a
+ * cache from another server (the source) into regions of its own cache with the same id. */
 typedef struct rc_pull_request {
   uint64_t cache_id;             /* the one live cache with this id on each server */
   uint32_t target_region;        /* index of the region to overwrite, within the target's cache */
@@ -108,23 +108,27 @@ typedef struct rc_pull_request {
   uint32_t timeout_ms;           /* bounds the pull on the target; 0 = RC_DEFAULT_PULL_TIMEOUT_MS */
   uint32_t max_mib_per_s;        /* paces the copy to at most this many MiB/s, leaving memory bandwidth and
                                     CPU to the data path; 0 = as fast as the transport goes */
+  uint32_t regions;              /* consecutive regions copied, from source_region into target_region on,
+                                    over one connection to the source; 0 = 1 */
+  uint32_t reserved;             /* 0 */
 } rc_pull_request;
 
 typedef struct rc_pull_result {
-  uint64_t bytes;      /* bytes copied: the region size on success */
+  uint64_t bytes;      /* bytes copied: the regions' size on success */
   uint64_t elapsed_ns; /* the pull's time on the target */
   uint32_t one_sided;  /* 1: one-sided reads (shm, verbs); 0: batched reads on the message path (tcp) */
   uint32_t reserved;
 } rc_pull_result;
 
-/* Pulls source_region of the source's cache into target_region of the target's cache. The target
- * connects to the source as a migration source (read-only, authorized by the capability), checks
- * that both regions have the same size, and copies the region straight into its own memory. Each
+/* Pulls regions [source_region, + regions) of the source's cache into [target_region, + regions) of
+ * the target's cache, one after another. The target connects to the source once, as a migration
+ * source (read-only, authorized by the capability), checks that the regions have the same size, and
+ * copies them straight into its own memory. Each
  * server must hold exactly one live cache with cache_id (RC_E_INVALID_ARGUMENT otherwise); a region
- * index past its cache is RC_E_OUT_OF_RANGE; a capability the source refuses is RC_E_AUTH; a source
+ * range past its cache is RC_E_OUT_OF_RANGE; a capability the source refuses is RC_E_AUTH; a source
  * that dies or falls silent fails the pull (RC_E_DISCONNECTED, RC_E_TIMEOUT) within timeout_ms. The
- * target region's old content is overwritten as the copy goes, so after a failure it may hold part of
- * the source's: keep writers away from it while it moves. rc_last_error() names what failed, on which
+ * target regions' old content is overwritten as the copy goes, so after a failure they may hold part of
+ * the source's (result.bytes says how far it got): keep writers away from it while it moves. rc_last_error() names what failed, on which
  * server. This call waits up to the pull's timeout_ms plus the handle's timeout; a pull that fails
  * leaves the handle usable, a reply that never comes breaks it (as for every call). *out_result may
  * be NULL. */

@@ -224,9 +224,9 @@ rc_status rc_cache_add_holder(rc_cache* cache, const char* endpoint, const char*
   });
 }
 
-rc_status rc_cache_migration_begin(rc_cache* cache, uint32_t region, uint32_t flags, uint32_t timeout_ms) {
+rc_status rc_cache_migration_begin(rc_cache* cache, uint32_t region, uint32_t count, uint32_t flags, uint32_t timeout_ms) {
   if (cache == nullptr) return null_argument("cache");
-  return guarded([&] { return cache->impl->migration_begin(region, flags, timeout_ms); });
+  return guarded([&] { return cache->impl->migration_begin(region, count, flags, timeout_ms); });
 }
 
 rc_status rc_cache_migration_commit(rc_cache* cache, uint32_t region, uint32_t holder, uint32_t holder_region) {

@@ -87,6 +87,7 @@ rc_status rc_admin_pull_region(rc_admin* admin, const rc_pull_request* request, 
   if (endpoint_length == 0 || endpoint_length > RC_MAX_PULL_ENDPOINT_BYTES)
     return rc::fail(RC_E_INVALID_ARGUMENT, "rc_pull_request.source_endpoint has " + std::to_string(endpoint_length) +
                                                " bytes; 1 to " + std::to_string(RC_MAX_PULL_ENDPOINT_BYTES) + " are allowed");
+  if (request->reserved != 0) return rc::fail(RC_E_INVALID_ARGUMENT, "rc_pull_request.reserved must be 0");
   return guarded([&] {
     const auto capability = rc::capability::from_text(request->source_capability);
     if (!capability)
@@ -98,6 +99,7 @@ rc_status rc_admin_pull_region(rc_admin* admin, const rc_pull_request* request, 
     wire_request.source_region = request->source_region;
     wire_request.timeout_ms = request->timeout_ms;
     wire_request.max_mib_per_s = request->max_mib_per_s;
+    wire_request.regions = request->regions;
     std::memcpy(wire_request.source_endpoint, request->source_endpoint, endpoint_length);
     wire_request.source_capability = *capability;
     rc_pull_result result{};

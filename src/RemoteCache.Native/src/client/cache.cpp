@@ -610,24 +610,29 @@ void Cache::stop_moving(std::size_t region) {
   relayout();  // nothing is let go: the region stays where it was
 }
 
-Status Cache::migration_begin(std::size_t region, uint32_t flags, uint32_t timeout_ms) {
+Status Cache::migration_begin(std::size_t first, std::size_t count, uint32_t flags, uint32_t timeout_ms) {
   if ((flags & ~RC_MIGRATION_PAUSE_READS) != 0) return fail(RC_E_INVALID_ARGUMENT, "unknown bits in the migration flags");
+  if (count == 0) return fail(RC_E_INVALID_ARGUMENT, "a migration begins on 1 region or more, not 0");
+  const std::string which = count == 1 ? "region " + std::to_string(first)
+                                       : "regions " + std::to_string(first) + "..+" + std::to_string(count);
   uint64_t epoch = 0;
   {
     std::lock_guard lock(mutex_);
-    if (region >= layout_.size())
-      return fail(RC_E_INVALID_ARGUMENT, "region " + std::to_string(region) + ": the cache has " +
-                                             std::to_string(layout_.size()) + " regions");
-    if (layout_[region].moving) return fail(RC_E_INVALID_ARGUMENT, "region " + std::to_string(region) + " is already moving");
-    layout_[region].moving = true;
-    layout_[region].reads_wait = (flags & RC_MIGRATION_PAUSE_READS) != 0;
+    if (first >= layout_.size() || count > layout_.size() - first)
+      return fail(RC_E_INVALID_ARGUMENT, which + ": the cache has " + std::to_string(layout_.size()) + " regions");
+    for (std::size_t r = first; r < first + count; ++r)
+      if (layout_[r].moving) return fail(RC_E_INVALID_ARGUMENT, "region " + std::to_string(r) + " is already moving");
+    for (std::size_t r = first; r < first + count; ++r) {
+      layout_[r].moving = true;
+      layout_[r].reads_wait = (flags & RC_MIGRATION_PAUSE_READS) != 0;
+    }
     publish_layout();
     epoch = epoch_.fetch_add(1, std::memory_order_acq_rel) + 1;
   }
   const auto give_up = [&](Status st, const std::string& why) {
     std::lock_guard lock(mutex_);
-    stop_moving(region);
-    return fail(st, "region " + std::to_string(region) + ": " + why);
+    for (std::size_t r = first; r < first + count; ++r) stop_moving(r);
+    return fail(st, which + ": " + why);
   };
   if (!barrier_all_threads()) return give_up(RC_E_UNSUPPORTED, "this kernel has no private expedited membarrier");
   const uint64_t wait_ns = uint64_t{timeout_ms == 0 ? options_.op_timeout_ms : timeout_ms} * 1'000'000;

@@ -98,7 +98,7 @@ class Cache {
   // Marks a region moving (writes to it wait in the sessions; with RC_MIGRATION_PAUSE_READS its reads
   // too), then waits up to timeout_ms until no request sent before can still reach it. On timeout the
   // region is not moving any more.
-  Status migration_begin(std::size_t region, uint32_t flags, uint32_t timeout_ms);
+  Status migration_begin(std::size_t first, std::size_t count, uint32_t flags, uint32_t timeout_ms);
   // The region lives at (holder, holder_region) from now on; waiting requests go there. A holder left
   // with no region is let go (its connections close, so its server frees its share).
   Status migration_commit(std::size_t region, std::size_t holder, uint32_t holder_region);

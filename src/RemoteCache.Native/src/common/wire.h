@@ -288,10 +288,12 @@ struct AdminPullRequest {
   uint32_t source_region;  // index within the source's cache
   uint32_t timeout_ms;     // bounds the whole pull; 0 = RC_DEFAULT_PULL_TIMEOUT_MS
   uint32_t max_mib_per_s;  // paces the copy; 0 = unpaced
+  uint32_t regions;        // consecutive regions from source_region / target_region on; 0 = 1
+  uint32_t reserved;       // 0
   char source_endpoint[kAdminEndpointBytes];
   Capability source_capability;  // kCapabilityRightMigrationSource, minted with the source's key
 };
-static_assert(sizeof(AdminPullRequest) == 296);
+static_assert(sizeof(AdminPullRequest) == 304);
 
 struct AdminPullResult {
   int32_t status;       // RC_OK, or why the pull failed (the region may then be partly written)

@@ -156,6 +156,7 @@ Status AdminSession::execute_pull(std::span<const std::byte> request, std::vecto
   if (end == r.source_endpoint + sizeof r.source_endpoint)
     return fail(RC_E_PROTOCOL, "a pull's source endpoint is not NUL-terminated text");
   if (end == r.source_endpoint) return fail(RC_E_PROTOCOL, "a pull names no source endpoint");
+  if (r.reserved != 0) return fail(RC_E_PROTOCOL, "a pull's reserved field is not 0");
   // What fails from here on is the pull's, not the protocol's: the reply says so and the session goes on.
   wire::AdminPullResult result{};
   if (context_.pull_region) {

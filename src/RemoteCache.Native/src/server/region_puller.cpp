@@ -49,9 +49,11 @@ class RegionCopy {
     uint32_t max_mib_per_s;  // 0: unpaced
   };
 
+  // `next_seq`: the link's next request sequence, carried from one region's copy to the next (the source
+  // takes a sequence that goes back for a protocol fault).
   RegionCopy(transport::ClientConnection& link, uint16_t region, std::byte* dst, uint64_t size, std::string source,
-             const Bounds& bounds)
-      : link_(link), region_(region), dst_(dst), size_(size), source_(std::move(source)), bounds_(bounds) {}
+             const Bounds& bounds, uint64_t& next_seq)
+      : link_(link), region_(region), dst_(dst), size_(size), source_(std::move(source)), bounds_(bounds), next_seq_(next_seq) {}
 
   Status run() {
     started_ns_ = now_ns();
@@ -222,7 +224,7 @@ class RegionCopy {
   uint32_t outstanding_ = 0;
   // Message path.
   std::unique_ptr<std::byte[]> frame_;
-  uint64_t next_seq_ = 1;
+  uint64_t& next_seq_;
   std::deque<PendingRead> pending_;
 };
 
@@ -247,15 +249,22 @@ struct Outcome {
   bool one_sided = false;
 };
 
+uint32_t regions_of(const wire::AdminPullRequest& request) { return request.regions == 0 ? 1 : request.regions; }
+
+std::string range(uint32_t first, uint32_t count) {
+  return count == 1 ? "region " + std::to_string(first) : "regions " + std::to_string(first) + "..+" + std::to_string(count);
+}
+
 Status pull(Registry& registry, const wire::AdminPullRequest& request, const std::string& source,
             const EventFd* cancel, uint64_t deadline_ns, uint32_t timeout_ms, Outcome& out) {
   const std::string cache = "cache " + std::to_string(request.cache_id);
   TargetHold hold(registry, request.cache_id);
   if (!hold.cache()) return fail(RC_E_INVALID_ARGUMENT, std::string("the target: ") + last_error());
   const CacheState& target = *hold.cache();
-  if (request.target_region >= target.regions.size())
-    return fail(RC_E_OUT_OF_RANGE, "target region " + std::to_string(request.target_region) + " is out of range: " +
-                                       cache + " has " + std::to_string(target.regions.size()) + " regions on this server");
+  const uint32_t count = regions_of(request);
+  if (request.target_region >= target.regions.size() || count > target.regions.size() - request.target_region)
+    return fail(RC_E_OUT_OF_RANGE, "target " + range(request.target_region, count) + " is out of range: " + cache +
+                                       " has " + std::to_string(target.regions.size()) + " regions on this server");
   const auto endpoint = parse_endpoint(source);
   if (!endpoint) return fail(RC_E_INVALID_ARGUMENT, "the source endpoint: " + std::string(last_error()));
 
@@ -273,24 +282,27 @@ Status pull(Registry& registry, const wire::AdminPullRequest& request, const std
   if (!link) return fail(st, "connecting to the source " + source + " as a migration source: " + last_error());
 
   const wire::ConnectReply& reply = link->reply();
-  if (request.source_region >= reply.region_count)
-    return fail(RC_E_OUT_OF_RANGE, "source region " + std::to_string(request.source_region) + " is out of range: " +
-                                       cache + " has " + std::to_string(reply.region_count) + " regions on " + source);
-  const transport::RegionMemory& region = target.regions[request.target_region];
-  if (reply.region_size != region.size)
+  if (request.source_region >= reply.region_count || count > reply.region_count - request.source_region)
+    return fail(RC_E_OUT_OF_RANGE, "source " + range(request.source_region, count) + " is out of range: " + cache +
+                                       " has " + std::to_string(reply.region_count) + " regions on " + source);
+  if (reply.region_size != target.regions[request.target_region].size)
     return fail(RC_E_INVALID_ARGUMENT, "region sizes differ: the source " + source + " lends regions of " +
                                            std::to_string(reply.region_size) + " bytes, this server of " +
-                                           std::to_string(region.size));
+                                           std::to_string(target.regions[request.target_region].size));
 
-  // The target's pages are mapped (and zero-filled where the region has none yet) in one pass before
-  // the copy rather than faulted in one by one under it.
-  populate_for_write(region.base, region.size);
   out.one_sided = link->one_sided();
-  RegionCopy copy(*link, static_cast<uint16_t>(request.source_region), region.base, region.size, source,
-                  RegionCopy::Bounds{&target, cancel, deadline_ns, timeout_ms, request.max_mib_per_s});
-  st = copy.run();
-  out.bytes = copy.copied();
-  if (st != RC_OK) return st;
+  uint64_t next_seq = 1;
+  for (uint32_t i = 0; i < count; ++i) {
+    const transport::RegionMemory& region = target.regions[request.target_region + i];
+    // The target's pages are mapped (and zero-filled where the region has none yet) in one pass before
+    // the copy rather than faulted in one by one under it.
+    populate_for_write(region.base, region.size);
+    RegionCopy copy(*link, static_cast<uint16_t>(request.source_region + i), region.base, region.size, source,
+                    RegionCopy::Bounds{&target, cancel, deadline_ns, timeout_ms, request.max_mib_per_s}, next_seq);
+    st = copy.run();
+    out.bytes += copy.copied();
+    if (st != RC_OK) return st;
+  }
   // One-sided reads copy from the source's memory without asking it: they are known good only if the
   // source still held the cache after the last of them (a cache it freed reads as zeros).
   if (out.one_sided && (st = link->check_alive()) != RC_OK)
@@ -323,14 +335,15 @@ wire::AdminPullResult pull_region(Registry& registry, const wire::AdminPullReque
   std::memcpy(result.message, why.data(), n);
   const auto ms = static_cast<unsigned long long>(result.elapsed_ns / 1'000'000);
   if (st == RC_OK) {
-    RC_LOG_INFO("cache %llu: pulled region %u from %s into region %u: %llu bytes in %llu ms (%s)",
-                static_cast<unsigned long long>(request.cache_id), request.source_region, source.c_str(),
-                request.target_region, static_cast<unsigned long long>(result.bytes), ms,
+    RC_LOG_INFO("cache %llu: pulled %s from %s into region %u on: %llu bytes in %llu ms (%s)",
+                static_cast<unsigned long long>(request.cache_id), range(request.source_region, regions_of(request)).c_str(),
+                source.c_str(), request.target_region, static_cast<unsigned long long>(result.bytes), ms,
                 outcome.one_sided ? "one-sided reads" : "batched reads");
   } else {
-    RC_LOG_WARN("cache %llu: pulling region %u from %s into region %u failed after %llu ms: %s: %s",
-                static_cast<unsigned long long>(request.cache_id), request.source_region, source.c_str(),
-                request.target_region, ms, status_name(st), why.c_str());
+    RC_LOG_WARN("cache %llu: pulling %s from %s into region %u on failed after %llu ms (%llu bytes copied): %s: %s",
+                static_cast<unsigned long long>(request.cache_id), range(request.source_region, regions_of(request)).c_str(),
+                source.c_str(), request.target_region, ms, static_cast<unsigned long long>(result.bytes),
+                status_name(st), why.c_str());
   }
   return result;
 }
