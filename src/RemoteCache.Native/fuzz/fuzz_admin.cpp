@@ -384,7 +384,7 @@ class SessionRun {
       case wire::AdminOp::Stats: check_stats(reply.payload, listed); break;
       case wire::AdminOp::ListCaches: check_list(reply.payload, listed, r); break;
       case wire::AdminOp::DropCache: check_drop(reply.payload, r.cache_id, wakeups); break;
-      // No script carries a pull's 296-byte payload (requests are AdminRequests, raw frames at most
+      // No script carries a pull's 304-byte payload (requests are AdminRequests, raw frames at most
       // 200 bytes), so the model refuses every pull; test_migration_pull.cpp covers the op.
       case wire::AdminOp::PullRegion: FUZZ_CHECK(false); break;
     }
