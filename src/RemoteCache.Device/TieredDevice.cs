@@ -185,13 +185,15 @@ public sealed class TieredDevice : StorageDeviceBase
         {
             var tier = _tiers[i];
             bool last = i == _tiers.Length - 1;
+            // Read before what it was taken back for: a read routed by ranges a loss then forgets carries the old one.
+            int generation = tier.Generation;
             if (!last && (tier.Failed || op.Segment < tier.Device.StartSegment ||
                           (tier.Tracked && !tier.Written.Contains(op.Segment, start, end))))
                 continue;
             if (i > from || from > 0)
                 Interlocked.Increment(ref _fallThroughs);
             op.Tier = i;
-            op.Generation = tier.Generation;
+            op.Generation = generation;
             tier.Device.ReadAsync(op.Segment, op.Offset, op.Destination, op.Length, s_onRead, op);
             return;
         }
@@ -207,6 +209,13 @@ public sealed class TieredDevice : StorageDeviceBase
             if (errorCode != RemoteCacheDevice.NotResident && op.Tier < device._commitPoint)
                 device.TakeOut(op.Tier, op.Generation, errorCode, "read");
             device.Route(op, op.Tier + 1);
+            return;
+        }
+        if (op.Tier < device._commitPoint && op.Generation != tier.Generation)
+        {
+            // The tier lost content while this read was on its way: it may have been served by the replacement (a read
+            // that waited behind a write to a moving region), whose bytes there are not the log's. Routed again.
+            device.Route(op, op.Tier);
             return;
         }
         if (errorCode == 0)

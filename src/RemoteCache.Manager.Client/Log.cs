@@ -47,11 +47,12 @@ internal static partial class Log
     [LoggerMessage(112, LogLevel.Information, "{CacheName}: another client of the cache moves server {ServerId}'s regions; this one follows when it is done")]
     public static partial void MovedElsewhere(ILogger logger, string cacheName, string serverId);
 
-    [LoggerMessage(113, LogLevel.Warning, "{CacheName}: region {Region} of server {ServerId} could not be copied: {Reason}")]
-    public static partial void RegionNotCopied(ILogger logger, string cacheName, int region, string serverId, string reason);
+    [LoggerMessage(113, LogLevel.Warning, "{CacheName}: regions {Region}..+{Regions} of server {ServerId} could not be copied: {Reason}")]
+    public static partial void RegionNotCopied(ILogger logger, string cacheName, int region, int regions, string serverId, string reason);
 
-    [LoggerMessage(116, LogLevel.Debug, "{CacheName}: region {Region} moved off {ServerId} in {ElapsedMs:0.00} ms: fence {FenceMs:0.00}, copy {CopyMs:0.00}, commit {CommitMs:0.00}")]
-    public static partial void RegionMoved(ILogger logger, string cacheName, int region, string serverId, double elapsedMs, double fenceMs, double copyMs, double commitMs);
+    [LoggerMessage(116, LogLevel.Debug, "{CacheName}: regions {FirstRegion}..+{Regions} moved off {ServerId} in {ElapsedMs:0.00} ms: fence {FenceMs:0.00}, copy {CopyMs:0.00}, commits {CommitMs:0.00}")]
+    public static partial void RegionsMoved(ILogger logger, string cacheName, int firstRegion, int regions, string serverId, double elapsedMs, double fenceMs, double copyMs,
+                                            double commitMs);
 
     [LoggerMessage(114, LogLevel.Warning, "{CacheName}: regions {FirstRegion}..+{Regions} lost their content: {Reason}")]
     public static partial void RegionsLost(ILogger logger, string cacheName, int firstRegion, int regions, string reason);

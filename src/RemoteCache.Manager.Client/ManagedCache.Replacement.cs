@@ -191,46 +191,63 @@ public sealed partial class ManagedCache
             throw;
         }
         var lost = new List<int>();
-        for (int k = 0; k < regions; k++)
+        for (int k = 0, count; k < regions; k += count)
         {
-            int region = index * regions + k;
+            count = BatchAt(index * regions + k, regions - k);
+            int first = index * regions + k;
             var clock = Stopwatch.StartNew();
-            int sourceRegion = _client.GetRegion(region).HolderRegion;
-            await FenceAsync(region, stop).ConfigureAwait(false);
+            int sourceRegion = _client.GetRegion(first).HolderRegion;
+            await FenceAsync(first, count, stop).ConfigureAwait(false);
             var fenced = clock.Elapsed;
-            bool copied = mode switch
-            {
-                ShareMove.Copy => await CopyRegionAsync(from, sourceRegion, k, deadline, stop).ConfigureAwait(false),
-                ShareMove.Follow => !followLost.Contains(k),
-                _ => false,
-            };
-            if (!copied)
-            {
-                // Before the region is served again: no reader may take the replacement's bytes for what it wrote.
-                var size = _client.GetRegion(region).Size;
-                _client.ReportContentLost(region * size, size, lostReason ?? "not copied");
-                lost.Add(region);
-            }
+            bool copied = mode == ShareMove.Copy && await CopyRegionsAsync(from, sourceRegion, k, count, deadline, stop).ConfigureAwait(false);
             var copiedAt = clock.Elapsed;
-            await WithHoldersAsync(() => _client.CommitMigration(region, holder, k), stop).ConfigureAwait(false);  // may let a holder go
+            for (int i = 0; i < count; i++)
+            {
+                int region = first + i;
+                bool kept = mode == ShareMove.Follow ? !followLost.Contains(k + i) : copied;
+                if (!kept)
+                {
+                    // Before the region is served again: no reader may take the replacement's bytes for what it wrote.
+                    var size = _client.GetRegion(region).Size;
+                    _client.ReportContentLost(region * size, size, lostReason ?? "not copied");
+                    lost.Add(region);
+                }
+                await WithHoldersAsync(() => _client.CommitMigration(region, holder, k + i), stop).ConfigureAwait(false);  // may let a holder go
+                if (mode != ShareMove.Follow)
+                    _feed.Publish(new RegionMovedEvent(CacheId, DateTimeOffset.UtcNow, from, region, k + i + 1, regions, clock.Elapsed, !kept));
+            }
             var elapsed = clock.Elapsed;
-            Log.RegionMoved(_manager.Logger, Name, region, from, elapsed.TotalMilliseconds, fenced.TotalMilliseconds,
-                            (copiedAt - fenced).TotalMilliseconds, (elapsed - copiedAt).TotalMilliseconds);
-            Console.Error.WriteLine($"TMPMOVE {region} {elapsed.TotalMilliseconds:0.00} fence {fenced.TotalMilliseconds:0.00} copy {(copiedAt - fenced).TotalMilliseconds:0.00} commit {(elapsed - copiedAt).TotalMilliseconds:0.00}");
-            if (mode != ShareMove.Follow)
-                _feed.Publish(new RegionMovedEvent(CacheId, DateTimeOffset.UtcNow, from, region, k + 1, regions, elapsed, !copied));
+            Log.RegionsMoved(_manager.Logger, Name, first, count, from, elapsed.TotalMilliseconds, fenced.TotalMilliseconds,
+                             (copiedAt - fenced).TotalMilliseconds, (elapsed - copiedAt).TotalMilliseconds);
         }
         return lost;
     }
 
-    // Waits until no write sent before can still change `region` where it is (RemoteCacheClient.BeginMigrationAsync).
-    private async Task FenceAsync(int region, CancellationToken stop)
+    // How many regions from `first` on (at most `left`) move together: consecutive on their holder too, adding up to at
+    // most MoveBatchBytes (a region that size or larger moves alone).
+    private int BatchAt(int first, int left)
+    {
+        var start = _client.GetRegion(first);
+        int count = 1;
+        while (count < left && (count + 1) * start.Size <= _manager.Options.MoveBatchBytes)
+        {
+            var next = _client.GetRegion(first + count);
+            if (next.Holder != start.Holder || next.HolderRegion != start.HolderRegion + count || next.Size != start.Size)
+                break;
+            count++;
+        }
+        return count;
+    }
+
+    // Waits until no write sent before can still change regions [first, + count) where they are
+    // (RemoteCacheClient.BeginMigrationAsync).
+    private async Task FenceAsync(int first, int count, CancellationToken stop)
     {
         for (int attempt = 1; ; attempt++)
         {
             try
             {
-                await _client.BeginMigrationAsync(region, FenceTimeout, pauseReads: false, stop).ConfigureAwait(false);
+                await _client.BeginMigrationAsync(first, count, FenceTimeout, pauseReads: false, stop).ConfigureAwait(false);
                 return;
             }
             catch (RemoteCacheException e) when (e.Status == RemoteCacheStatus.Timeout && attempt < FenceAttempts)
@@ -240,15 +257,15 @@ public sealed partial class ManagedCache
         }
     }
 
-    // Has the replacement copy the region (the manager drives its pull); false when it could not be copied before the
-    // deadline, or failed twice (the source failed, or was reclaimed meanwhile). A manager that does not answer is
+    // Has the replacement copy `count` regions (the manager drives its pull); false when they could not be copied before
+    // the deadline, or failed twice (the source failed, or was reclaimed meanwhile). A manager that does not answer is
     // retried until the deadline.
-    private async Task<bool> CopyRegionAsync(string from, int sourceRegion, int targetRegion, DateTimeOffset? deadline, CancellationToken stop)
+    private async Task<bool> CopyRegionsAsync(string from, int sourceRegion, int targetRegion, int count, DateTimeOffset? deadline, CancellationToken stop)
     {
         var request = new MoveRegionRequest
         {
             CacheId = CacheId, ServerId = from, Mover = _mover, SourceRegion = (uint)sourceRegion, TargetRegion = (uint)targetRegion,
-            MaxMibPerS = (uint)(_manager.Options.MoveMaxMibPerSecond ?? 0),
+            MaxMibPerS = (uint)(_manager.Options.MoveMaxMibPerSecond ?? 0), Regions = (uint)count,
         };
         var retry = new Backoff(_manager.Options.RetryLimit);
         int failures = 0;
@@ -269,7 +286,7 @@ public sealed partial class ManagedCache
             }
             catch (RemoteCacheManagerException e)
             {
-                Log.RegionNotCopied(_manager.Logger, Name, sourceRegion, from, e.Message);
+                Log.RegionNotCopied(_manager.Logger, Name, sourceRegion, count, from, e.Message);
                 if (++failures == CopyAttempts)
                     return false;
             }

@@ -60,6 +60,14 @@ public sealed class RemoteCacheManagerOptions
     /// </summary>
     public int? MoveMaxMibPerSecond { get; set; }
 
+    /// <summary>
+    /// Consecutive regions smaller than this move in batches adding up to at most this many bytes: one fence, one copy
+    /// call and one connection to the old server per batch, where each costs milliseconds per region on its own. Writes
+    /// to a batch's regions wait for the batch's copy. A region this size or larger moves alone (Redy's pause per
+    /// region); 0 moves every region alone. Default: 64 MiB.
+    /// </summary>
+    public long MoveBatchBytes { get; set; } = 64L << 20;
+
     /// <summary>Checks the options; the one place where they are checked (the client and options validation call it).</summary>
     /// <exception cref="ArgumentException">What is wrong, naming the option.</exception>
     public void Validate()
@@ -74,6 +82,8 @@ public sealed class RemoteCacheManagerOptions
             throw new ArgumentException($"RemoteCacheManagerOptions.RetryLimit is {RetryLimit}; it must be at least 100 ms", nameof(RetryLimit));
         if (MoveMaxMibPerSecond is < 1)
             throw new ArgumentException($"RemoteCacheManagerOptions.MoveMaxMibPerSecond is {MoveMaxMibPerSecond}; it must be at least 1 (null: unpaced)", nameof(MoveMaxMibPerSecond));
+        if (MoveBatchBytes < 0)
+            throw new ArgumentException($"RemoteCacheManagerOptions.MoveBatchBytes is {MoveBatchBytes}; it must be 0 or more", nameof(MoveBatchBytes));
         if (Cache is null)
             throw new ArgumentException("RemoteCacheManagerOptions.Cache is null", nameof(Cache));
     }

@@ -97,9 +97,22 @@ public sealed partial class RemoteCacheClient
     /// <exception cref="RemoteCacheException">Operations sent before did not finish within <paramref name="timeout"/>
     /// (<see cref="RemoteCacheStatus.Timeout"/>), or the kernel lacks what the fence needs (<see cref="RemoteCacheStatus.Unsupported"/>).</exception>
     /// <exception cref="ArgumentException">No such region, or it is moving already.</exception>
-    public Task BeginMigrationAsync(int region, TimeSpan timeout, bool pauseReads = false, CancellationToken cancellationToken = default)
+    public Task BeginMigrationAsync(int region, TimeSpan timeout, bool pauseReads = false, CancellationToken cancellationToken = default) =>
+        BeginMigrationAsync(region, 1, timeout, pauseReads, cancellationToken);
+
+    /// <summary>
+    /// Starts moving regions [<paramref name="firstRegion"/>, + <paramref name="count"/>) together, as
+    /// <see cref="BeginMigrationAsync(int, TimeSpan, bool, CancellationToken)"/> does one: one wait for the operations
+    /// already sent covers them all, so that a cache of many small regions moves them in batches. Each is then committed
+    /// or aborted on its own; writes to one wait until it is.
+    /// </summary>
+    /// <exception cref="RemoteCacheException">Operations sent before did not finish within <paramref name="timeout"/>
+    /// (<see cref="RemoteCacheStatus.Timeout"/>: none of the regions is moving then).</exception>
+    /// <exception cref="ArgumentException">A region past the cache, or one already moving (none of them moves then).</exception>
+    public Task BeginMigrationAsync(int firstRegion, int count, TimeSpan timeout, bool pauseReads = false, CancellationToken cancellationToken = default)
     {
-        ArgumentOutOfRangeException.ThrowIfNegative(region);
+        ArgumentOutOfRangeException.ThrowIfNegative(firstRegion);
+        ArgumentOutOfRangeException.ThrowIfLessThan(count, 1);
         ArgumentOutOfRangeException.ThrowIfLessThan(timeout, TimeSpan.FromMilliseconds(1));
         ArgumentOutOfRangeException.ThrowIfGreaterThan(timeout, TimeSpan.FromMilliseconds(uint.MaxValue));
         ThrowIfDisposed();
@@ -108,8 +121,9 @@ public sealed partial class RemoteCacheClient
         return BlockingCall.Start(() =>
         {
             uint flags = pauseReads ? NativeLimits.MigrationPauseReads : 0;
-            Errors.ThrowIfFailed(NativeMethods.CacheMigrationBegin(_cache, (uint)region, flags, (uint)timeout.TotalMilliseconds), Name);
-            Log.MigrationBegun(_logger, Name, region);
+            Errors.ThrowIfFailed(NativeMethods.CacheMigrationBegin(_cache, (uint)firstRegion, (uint)count, flags, (uint)timeout.TotalMilliseconds), Name);
+            for (int r = firstRegion; r < firstRegion + count; r++)
+                Log.MigrationBegun(_logger, Name, r);
         });
     }
 

@@ -5,5 +5,5 @@ namespace RemoteCache;
 /// <param name="Holder">The server it lives on, numbered in the order the cache's servers joined (<see cref="RemoteCacheClient.GetHolderEndpoint"/>).</param>
 /// <param name="HolderRegion">Its index among the regions that server lent the cache.</param>
 /// <param name="Size">Bytes.</param>
-/// <param name="Moving">Whether it is migrating: between <see cref="RemoteCacheClient.BeginMigrationAsync"/> and the commit or abort.</param>
+/// <param name="Moving">Whether it is migrating: between <see cref="RemoteCacheClient.BeginMigrationAsync(int, System.TimeSpan, bool, System.Threading.CancellationToken)"/> and the commit or abort.</param>
 public readonly record struct RemoteCacheRegion(int Index, int Holder, int HolderRegion, long Size, bool Moving);

@@ -26,6 +26,7 @@ public sealed class ManagedClientOptionsTests
             ["Cache:Lanes"] = "2",
             ["ReplaceServers"] = "false",
             ["MoveMaxMibPerSecond"] = "512",
+            ["MoveBatchBytes"] = "0",
         }));
         using var provider = services.BuildServiceProvider();
         var options = provider.GetRequiredService<IOptions<RemoteCacheManagerOptions>>().Value;
@@ -36,6 +37,7 @@ public sealed class ManagedClientOptionsTests
         Assert.Equal(2, options.Cache.Lanes);
         Assert.False(options.ReplaceServers);
         Assert.Equal(512, options.MoveMaxMibPerSecond);
+        Assert.Equal(0, options.MoveBatchBytes);
         var client = provider.GetRequiredService<RemoteCacheManagerClient>();
         Assert.Same(client, provider.GetRequiredService<RemoteCacheManagerClient>());
         Assert.Equal(options.Address, client.Address);
@@ -48,6 +50,7 @@ public sealed class ManagedClientOptionsTests
     [InlineData("CallTimeout", "00:00:00", "CallTimeout")]
     [InlineData("RetryLimit", "00:00:00.010", "RetryLimit")]
     [InlineData("MoveMaxMibPerSecond", "0", "MoveMaxMibPerSecond")]
+    [InlineData("MoveBatchBytes", "-1", "MoveBatchBytes")]
     public void BadOptionsAreRefusedNamingTheOption(string key, string value, string named)
     {
         var services = new ServiceCollection();

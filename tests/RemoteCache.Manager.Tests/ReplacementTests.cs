@@ -28,7 +28,8 @@ public sealed class ReplacementTests
     {
         await using var manager = new TestManager(warm: 0);
         await manager.StartAsync();
-        await using var client = manager.ManagedClient();
+        // Two of the server's three regions move as one batch (one fence and one copy call), the third alone.
+        await using var client = manager.ManagedClient(configure: o => o.MoveBatchBytes = 128 * MiB);
         // A 3 s lease, renewed every 1.5 s: renewals after the move present capabilities to the replacement.
         var cache = await client.CreateAsync(Request(TwoServers, lease: TimeSpan.FromSeconds(3)));
         var log = new EventLog(cache);
@@ -77,7 +78,7 @@ public sealed class ReplacementTests
     {
         await using var manager = new TestManager(warm: 0);
         await manager.StartAsync();
-        await using var client = manager.ManagedClient();
+        await using var client = manager.ManagedClient(configure: o => o.MoveBatchBytes = 192 * MiB);  // all three regions at once
         string path = Path.Combine(manager.StateDirectory, "source.bin");
         var source = new byte[300 * MiB];  // all of the first server's regions, and 1.7 of the second's
         new Random(11).NextBytes(source);
@@ -237,6 +238,11 @@ public sealed class ReplacementTests
         Assert.Equal(Grpc.Core.StatusCode.FailedPrecondition, early.StatusCode);
         Assert.Contains("connect to the replacement", early.Status.Detail);
         await cache.Client.AddHolderAsync(begun.Endpoint, begun.Capability, (int)begun.Regions, CancellationToken.None);  // creates the cache there
+        var past = move.Clone();
+        past.Regions = 3;  // 1..3 of a server's 0..2
+        var beyond = await Assert.ThrowsAsync<Grpc.Core.RpcException>(async () => await alice.MoveRegionAsync(past));
+        Assert.Equal(Grpc.Core.StatusCode.InvalidArgument, beyond.StatusCode);
+        Assert.Contains("regions 1..+3", beyond.Status.Detail);
         await alice.MoveRegionAsync(move);
 
         var wrong = request.Clone();

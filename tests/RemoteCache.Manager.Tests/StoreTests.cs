@@ -32,7 +32,11 @@ public sealed class StoreTests : IDisposable
         await using (var store = await SqliteManagerStore.OpenAsync(path, CancellationToken.None))
         {
             var change = new StoreChange();
-            change.PutCaches.Add(Cache(5, "a") with { Replacements = new Dictionary<string, ReplacementRecord> { ["s2"] = new("s3", "mover") } });
+            change.PutCaches.Add(Cache(5, "a") with
+            {
+                Replacements = new Dictionary<string, ReplacementRecord> { ["s2"] = new("s3", "mover") },
+                Lineage = new Dictionary<string, LineageRecord> { ["s1"] = new("s0", new[] { 1 }) },
+            });
             change.PutCaches.Add(Cache(6, "b"));
             change.PutServers.Add(server);
             change.Events.Add((5, "a", seq => Encoding.UTF8.GetBytes($"first {seq}")));
@@ -47,7 +51,10 @@ public sealed class StoreTests : IDisposable
         {
             var snapshot = await store.LoadAsync(CancellationToken.None);
             var cache = Assert.Single(snapshot.Caches);
-            Assert.Equal(Cache(5, "a") with { Servers = cache.Servers, Replacements = cache.Replacements }, cache);
+            Assert.Equal(Cache(5, "a") with { Servers = cache.Servers, Replacements = cache.Replacements, Lineage = cache.Lineage }, cache);
+            var lineage = Assert.Single(cache.Lineage, l => l.Key == "s1").Value;
+            Assert.Equal("s0", lineage.Replaced);
+            Assert.Equal(new[] { 1 }, lineage.LostRegions);
             Assert.Equal(new[] { "s1", "s2" }, cache.Servers);
             Assert.Equal(new ReplacementRecord("s3", "mover"), Assert.Single(cache.Replacements, r => r.Key == "s2").Value);
             var loaded = Assert.Single(snapshot.Servers);

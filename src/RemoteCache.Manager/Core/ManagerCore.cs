@@ -528,9 +528,10 @@ public sealed class ManagerCore : IAsyncDisposable
         ServerRecord source, target;
         lock (_caches)
             (cache, source, target) = Pending(tenant, request.CacheId, request.ServerId, request.Mover);
-        if (request.SourceRegion >= cache.RegionsPerServer || request.TargetRegion >= cache.RegionsPerServer)
+        long regions = Math.Max(1u, request.Regions);
+        if (request.SourceRegion + regions > cache.RegionsPerServer || request.TargetRegion + regions > cache.RegionsPerServer)
             throw new ManagerException(StatusCode.InvalidArgument,
-                $"regions {request.SourceRegion} -> {request.TargetRegion}: a server lends cache {cache.CacheId} regions 0..{cache.RegionsPerServer - 1}");
+                $"regions {request.SourceRegion}..+{regions} -> {request.TargetRegion}..+{regions}: a server lends cache {cache.CacheId} regions 0..{cache.RegionsPerServer - 1}");
         if (request.MaxMibPerS > int.MaxValue)
             throw new ManagerException(StatusCode.InvalidArgument, $"max_mib_per_s {request.MaxMibPerS} is beyond any transport");
         if (source.Status == ServerStatus.Failed)
@@ -541,6 +542,7 @@ public sealed class ManagerCore : IAsyncDisposable
             CacheId = cache.CacheId,
             SourceRegion = (int)request.SourceRegion,
             TargetRegion = (int)request.TargetRegion,
+            Regions = (int)regions,
             SourceEndpoint = PullEndpoint(source, target, cache.Transport),
             // Valid for this copy only: the target presents it once, when it connects to the source.
             SourceCapability = RemoteCacheCapability.MintMigration(_admissionKey, cache.CacheId, source.ServerId, _time.GetUtcNow() + pullTimeout + MigrationCapabilitySlack),
@@ -552,22 +554,24 @@ public sealed class ManagerCore : IAsyncDisposable
         try
         {
             var result = await _admin.PullAsync(target, pull, cancellationToken).ConfigureAwait(false);
-            activity.Copied(pull.TargetRegion);
-            _logger.LogInformation("Cache {CacheId}: region {Source} of {ServerId} copied to region {Target} of {Replacement} ({Bytes} bytes in {Ms:0.0} ms)",
-                                   cache.CacheId, pull.SourceRegion, source.ServerId, pull.TargetRegion, target.ServerId, result.Bytes, result.Elapsed.TotalMilliseconds);
+            for (int r = pull.TargetRegion; r < pull.TargetRegion + pull.Regions; r++)
+                activity.Copied(r);
+            _logger.LogInformation("Cache {CacheId}: regions {Source}..+{Regions} of {ServerId} copied to {Target}.. of {Replacement} ({Bytes} bytes in {Ms:0.0} ms)",
+                                   cache.CacheId, pull.SourceRegion, pull.Regions, source.ServerId, pull.TargetRegion, target.ServerId, result.Bytes,
+                                   result.Elapsed.TotalMilliseconds);
             return result;
         }
         catch (RemoteCacheException e)
         {
             var code = e.Status == RemoteCacheStatus.Timeout ? StatusCode.DeadlineExceeded : StatusCode.FailedPrecondition;
-            throw new ManagerException(code, $"copying region {pull.SourceRegion} of cache {cache.CacheId} from server {source.ServerId} to {target.ServerId} failed: {e.Message}");
+            throw new ManagerException(code, $"copying regions {pull.SourceRegion}..+{pull.Regions} of cache {cache.CacheId} from server {source.ServerId} to {target.ServerId} failed: {e.Message}");
         }
         catch (ArgumentException e)
         {
             // The target refused the pull as asked: most likely the mover has not connected to the replacement yet (a
             // connection with its capability creates the cache there).
             throw new ManagerException(StatusCode.FailedPrecondition,
-                $"server {target.ServerId} refused to copy region {pull.SourceRegion} of cache {cache.CacheId} from {source.ServerId}: {e.Message}; " +
+                $"server {target.ServerId} refused to copy regions {pull.SourceRegion}..+{pull.Regions} of cache {cache.CacheId} from {source.ServerId}: {e.Message}; " +
                 "connect to the replacement with its capability before MoveRegion");
         }
         finally

@@ -224,6 +224,8 @@ public sealed class CacheServerAdmin : IAsyncDisposable, IDisposable
         ArgumentNullException.ThrowIfNull(pull);
         ArgumentOutOfRangeException.ThrowIfNegative(pull.SourceRegion);
         ArgumentOutOfRangeException.ThrowIfNegative(pull.TargetRegion);
+        if (pull.Regions is < 1 or > RemoteCacheOptions.MaxRegionsPerServer)
+            throw new ArgumentOutOfRangeException(nameof(pull), pull.Regions, $"Regions is 1..{RemoteCacheOptions.MaxRegionsPerServer}");
         ArgumentException.ThrowIfNullOrEmpty(pull.SourceEndpoint);
         ArgumentException.ThrowIfNullOrEmpty(pull.SourceCapability);
         if (Encoding.UTF8.GetByteCount(pull.SourceEndpoint) > NativeLimits.MaxPullEndpointBytes)
@@ -248,6 +250,7 @@ public sealed class CacheServerAdmin : IAsyncDisposable, IDisposable
                     SourceCapability = strings.Pointers[1],
                     TimeoutMs = timeoutMs,
                     MaxMibPerS = (uint)(pull.MaxMibPerSecond ?? 0),
+                    Regions = (uint)pull.Regions,
                 };
                 ThrowIfFailed(NativeMethods.AdminPullRegion(_handle, in request, out result));
             }

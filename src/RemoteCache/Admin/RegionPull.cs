@@ -5,7 +5,7 @@ namespace RemoteCache.Admin;
 
 /// <summary>
 /// A region copy a target server makes from a source server (<see cref="CacheServerAdmin.PullRegionAsync"/>): the
-/// middle step of moving a region (<see cref="RemoteCacheClient.BeginMigrationAsync"/>, then this on the target, then
+/// middle step of moving a region (<see cref="RemoteCacheClient.BeginMigrationAsync(int, System.TimeSpan, bool, System.Threading.CancellationToken)"/>, then this on the target, then
 /// <see cref="RemoteCacheClient.CommitMigration"/>).
 /// </summary>
 public sealed record RegionPull
@@ -25,6 +25,12 @@ public sealed record RegionPull
     /// <summary>The region to overwrite, among the regions the target lent the cache.</summary>
     public required int TargetRegion { get; init; }
 
+    /// <summary>
+    /// Consecutive regions copied, from <see cref="SourceRegion"/> into <see cref="TargetRegion"/> on, one after another
+    /// over one connection to the source (a cache of many small regions moves them in batches).
+    /// </summary>
+    public int Regions { get; init; } = 1;
+
     /// <summary>How long a pull may take when <see cref="Timeout"/> is null (RC_DEFAULT_PULL_TIMEOUT_MS).</summary>
     public static TimeSpan DefaultTimeout { get; } = TimeSpan.FromMilliseconds(NativeLimits.DefaultPullTimeoutMs);
 
@@ -40,7 +46,7 @@ public sealed record RegionPull
 }
 
 /// <summary>What a region pull did.</summary>
-/// <param name="Bytes">Bytes copied: the region's size.</param>
+/// <param name="Bytes">Bytes copied: the regions' size.</param>
 /// <param name="Elapsed">The copy's time on the target.</param>
 /// <param name="OneSided">Whether it read with one-sided reads (shm, verbs) rather than request messages (tcp).</param>
 public sealed record RegionPullResult(long Bytes, TimeSpan Elapsed, bool OneSided);

@@ -67,6 +67,9 @@ internal struct RcPullRequest
     public uint TimeoutMs;
     /// <summary>Paces the copy to at most this many MiB/s; 0 = as fast as the transport goes.</summary>
     public uint MaxMibPerS;
+    /// <summary>Consecutive regions copied from <see cref="SourceRegion"/> into <see cref="TargetRegion"/> on; 0 = 1.</summary>
+    public uint Regions;
+    public uint Reserved;
 }
 
 /// <summary><c>rc_pull_result</c>: what a region pull did.</summary>

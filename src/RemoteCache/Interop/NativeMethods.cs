@@ -182,7 +182,7 @@ internal static unsafe partial class NativeMethods
 
     /// <summary><c>rc_cache_migration_begin</c>.</summary>
     [LibraryImport(Library, EntryPoint = "rc_cache_migration_begin")]
-    public static partial RemoteCacheStatus CacheMigrationBegin(CacheHandle cache, uint region, uint flags, uint timeoutMs);
+    public static partial RemoteCacheStatus CacheMigrationBegin(CacheHandle cache, uint region, uint count, uint flags, uint timeoutMs);
 
     /// <summary><c>rc_cache_migration_commit</c>.</summary>
     [LibraryImport(Library, EntryPoint = "rc_cache_migration_commit")]
