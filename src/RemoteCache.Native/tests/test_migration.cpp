@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -516,6 +517,46 @@ TEST_P(Migration, BeginGivesUpOnASessionThatNeverSends) {
   EXPECT_EQ(info.moving, 0u);
   wait_for(s, 1);
   rc_session_close(s);
+  rc_cache_close(cache);
+}
+
+// Lines of /proc/self/maps that map a cache region's memfd (the embedded servers' and the clients').
+int region_mappings() {
+  std::ifstream maps("/proc/self/maps");
+  int n = 0;
+  for (std::string line; std::getline(maps, line);) n += line.find("memfd:remotecache-region") != std::string::npos ? 1 : 0;
+  return n;
+}
+
+// Over shm every session's connections carry the cache's region fds: the process maps each region once
+// for all of them (one set of page-table entries, faulted once after a move rather than per session),
+// and a mapping outlives the sessions that close while others use it.
+TEST_P(Migration, SessionsShareOneMappingOfEachRegion) {
+  if (transport() != "shm") GTEST_SKIP() << "shm maps regions into the client";
+  Server a(listen_for(transport(), 23));
+  rc_cache* cache = open_cache({a.endpoint}, kRegions, client_threads());
+  const auto touch = [&](rc_session* s, uint64_t value) {
+    for (uint32_t r = 0; r < kRegions; ++r) {
+      uint64_t back = 0;
+      sync_io(s, true, r * kRegion + 8 * value, &value, 8);
+      sync_io(s, false, r * kRegion + 8 * value, &back, 8);
+      EXPECT_EQ(back, value);
+    }
+  };
+  rc_session* first = nullptr;
+  ASSERT_EQ(rc_session_open(cache, &first), RC_OK);
+  touch(first, 1);
+  const int with_one = region_mappings();
+  std::vector<rc_session*> more(4, nullptr);
+  for (std::size_t i = 0; i < more.size(); ++i) {
+    ASSERT_EQ(rc_session_open(cache, &more[i]), RC_OK);
+    touch(more[i], 2 + i);
+  }
+  EXPECT_EQ(region_mappings(), with_one) << "each session mapped the regions again";
+  rc_session_close(first);
+  for (std::size_t i = 1; i < more.size(); ++i) rc_session_close(more[i]);
+  touch(more[0], 9);
+  rc_session_close(more[0]);
   rc_cache_close(cache);
 }
 

@@ -11,7 +11,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <new>
+#include <tuple>
 #include <vector>
 
 #include "common/clock.h"
@@ -126,6 +130,42 @@ struct Mapping {
   }
 };
 
+// Every connection of a process to a server's cache carries the same region fds (each session has its
+// own connections): mapped once and shared, a region has one set of page-table entries in the process,
+// faulted in once for all its sessions rather than once per session (after a region moves, every
+// session's first touches of its pages would fault again), and page-table memory does not grow with
+// the sessions. Keyed by the memfd's identity: a mapping alive holds its file, so the key cannot be
+// reused meanwhile.
+class SharedRegions {
+ public:
+  static SharedRegions& instance() {
+    static SharedRegions regions;
+    return regions;
+  }
+
+  // The process's mapping of `fd` (size bytes, `protection`), made if it has none; null on failure
+  // (errno says why).
+  std::shared_ptr<const Mapping> map(int fd, std::size_t size, int protection) {
+    struct stat st {};
+    if (fstat(fd, &st) != 0) return nullptr;
+    const Key key{st.st_dev, st.st_ino, size, protection};
+    std::lock_guard lock(mutex_);
+    if (auto it = mappings_.find(key); it != mappings_.end())
+      if (auto shared = it->second.lock()) return shared;
+    void* base = mmap(nullptr, size, protection, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) return nullptr;
+    std::erase_if(mappings_, [](const auto& entry) { return entry.second.expired(); });
+    auto shared = std::make_shared<const Mapping>(base, size);
+    mappings_[key] = shared;
+    return shared;
+  }
+
+ private:
+  using Key = std::tuple<dev_t, ino_t, std::size_t, int>;
+  std::mutex mutex_;
+  std::map<Key, std::weak_ptr<const Mapping>> mappings_;
+};
+
 // ---- admin connections (either end) -------------------------------------------------------------
 
 // The whole admin exchange runs over the SOCK_SEQPACKET socket (no rings, no fds): one frame per
@@ -180,7 +220,7 @@ class ShmMessageLink final : public MessageLink {
 class ShmClientConnection final : public ClientConnection {
  public:
   ShmClientConnection(UniqueFd sock, const wire::ConnectReply& reply, Mapping segment,
-                      std::vector<Mapping> regions, UniqueFd server_bell, UniqueFd client_bell)
+                      std::vector<std::shared_ptr<const Mapping>> regions, UniqueFd server_bell, UniqueFd client_bell)
       : read_only_((reply.flags & wire::kReplyReadOnly) != 0),
         sock_(std::move(sock)),
         reply_(reply),
@@ -335,16 +375,16 @@ class ShmClientConnection final : public ClientConnection {
 
   std::byte* locate(uint16_t region, uint64_t offset, uint32_t length) const {
     if (region >= regions_.size()) return nullptr;
-    const uint64_t size = regions_[region].size;
+    const uint64_t size = regions_[region]->size;
     if (offset > size || length > size - offset) return nullptr;
-    return static_cast<std::byte*>(regions_[region].base) + offset;
+    return static_cast<std::byte*>(regions_[region]->base) + offset;
   }
 
   const bool read_only_;  // the regions are mapped PROT_READ: a write would fault
   UniqueFd sock_;
   wire::ConnectReply reply_;
   Mapping segment_;
-  std::vector<Mapping> regions_;
+  std::vector<std::shared_ptr<const Mapping>> regions_;
   EventFd server_bell_;
   EventFd client_bell_;
   SegmentHeader* header_;
@@ -626,7 +666,7 @@ std::unique_ptr<ClientConnection> connect(const Endpoint& endpoint, const Connec
     status = fail(RC_E_INTERNAL, std::string("mmap of the connection segment: ") + std::strerror(errno));
     return nullptr;
   }
-  std::vector<Mapping> mapped;
+  std::vector<std::shared_ptr<const Mapping>> mapped;
   for (std::size_t i = 0; i < regions.size(); ++i) {
     const uint64_t key = regions[i].key;
     if (key < kFixedFds || key >= fds.size()) {
@@ -635,8 +675,8 @@ std::unique_ptr<ClientConnection> connect(const Endpoint& endpoint, const Connec
     }
     // A read-only grant comes as read-only fds, which cannot be mapped for writing.
     const bool read_only = (reply.flags & wire::kReplyReadOnly) != 0;
-    mapped.push_back(map(fds[key].get(), reply.region_size, read_only ? PROT_READ : PROT_READ | PROT_WRITE));
-    if (mapped.back().base == MAP_FAILED) {
+    mapped.push_back(SharedRegions::instance().map(fds[key].get(), reply.region_size, read_only ? PROT_READ : PROT_READ | PROT_WRITE));
+    if (!mapped.back()) {
       status = fail(RC_E_INTERNAL, std::string("mmap of a region: ") + std::strerror(errno));
       return nullptr;
     }
