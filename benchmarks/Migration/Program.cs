@@ -44,11 +44,12 @@ internal static class Program
         var window = new Option<int>("--window") { Description = "Operations outstanding per thread (spread over the regions)", DefaultValueFactory = _ => 448 };
         var pace = new Option<int?>("--pull-mib-per-s") { Description = "Pace each region's pull to this many MiB/s (default: as fast as the transport goes)" };
         var config = new Option<string?>("--config") { Description = "The cache's (c,s,b,q): one-sided (0,0,16,8: shm's default, no server thread) or high-throughput (0,1,64,4: tcp's default)" };
+        var noMapAhead = new Option<bool>("--no-map-ahead") { Description = "The client does not map the target's regions while they are copied (RemoteCacheClient.MapRegionsAheadAsync): its operations fault the pages in after the commit" };
         var rounds = new Option<int>("--rounds") { Description = "Rounds of the four runs (reads and writes, optimized and paused), interleaved; figures are medians over them", DefaultValueFactory = _ => 3 };
         var output = new Option<string>("--out") { Description = "Folder for migration.json and the PNGs", DefaultValueFactory = _ => "benchmarks/Migration/results" };
         var root = new RootCommand("Region migration under 8 B reads and writes (Redy Fig. 15/16): throughput per 100 ms with and without unpaused reads and pause-on-migration writes; move time against the transport's bulk copy")
         {
-            transport, regionMiB, regions, phase, threads, window, config, pace, rounds, output,
+            transport, regionMiB, regions, phase, threads, window, config, pace, noMapAhead, rounds, output,
         };
         root.SetAction(async (parse, ct) =>
         {
@@ -60,7 +61,8 @@ internal static class Program
                 var other => throw new ArgumentException($"--config: one-sided or high-throughput, not '{other}'"),
             };
             var setup = new Setup(t, (long)parse.GetValue(regionMiB) << 20, parse.GetValue(regions), TimeSpan.FromSeconds(parse.GetValue(phase)),
-                                  parse.GetValue(threads), parse.GetValue(window), cacheConfig, parse.GetValue(pace), parse.GetValue(rounds));
+                                  parse.GetValue(threads), parse.GetValue(window), cacheConfig, parse.GetValue(pace), parse.GetValue(rounds),
+                                  MapAhead: !parse.GetValue(noMapAhead));
             if (setup.Rounds < 1)
                 throw new ArgumentException($"--rounds: 1 or more, not {setup.Rounds}");
             if (setup.Phase < Bench.StepReferences)
@@ -83,7 +85,7 @@ internal static class Program
 }
 
 internal sealed record Setup(string Transport, long RegionSize, int Regions, TimeSpan Phase, int Threads, int Window, CacheConfig Config,
-                             int? PullMibPerSecond, int Rounds);
+                             int? PullMibPerSecond, int Rounds, bool MapAhead);
 
 internal sealed record Sample(double Seconds, double OpsPerSecond);
 
@@ -109,13 +111,17 @@ internal sealed record RegionMove(int Region, double Begin, double Pull, double 
 
 internal sealed record RunResult(string Op, string Mode, List<Sample> Samples, List<Step> Steps, long Errors);
 
-/// <summary>One round: the bulk copy and a move without load, then the four runs (reads and writes, optimized and paused).</summary>
-internal sealed record Round(double BulkCopySeconds, RegionMove IdleMove, List<RunResult> Runs)
+/// <summary>
+/// One round: the bulk copy (1 GiB from the source into as much local memory, the reference), the same read into a
+/// reused 16 MiB ring (the source side alone), a move without load, then the four runs (reads and writes, optimized
+/// and paused).
+/// </summary>
+internal sealed record Round(double BulkCopySeconds, double BulkReadSeconds, RegionMove IdleMove, List<RunResult> Runs)
 {
     public double IdleMoveRatio => IdleMove.Total / BulkCopySeconds;
 }
 
-internal sealed record Report(string Transport, string Config, int? PullMibPerSecond, long RegionBytes, int Regions, double PhaseSeconds, int Threads, int Window,
+internal sealed record Report(string Transport, string Config, int? PullMibPerSecond, bool MapAhead, long RegionBytes, int Regions, double PhaseSeconds, int Threads, int Window,
                               RegionMove IdleMoveOntoFreshMemory, List<Round> Rounds)
 {
     /// <summary>The figures the targets are judged on: medians over the rounds, each a ratio within its own round.</summary>
@@ -124,9 +130,10 @@ internal sealed record Report(string Transport, string Config, int? PullMibPerSe
         var first = Rounds[0];
         var lines = new List<string>
         {
-            $"{Transport} {Config}: {Regions} regions of {RegionBytes >> 20} MiB, {Threads} thread(s), window {Window}, pull {(PullMibPerSecond is { } p ? $"paced to {p} MiB/s" : "unpaced")}, {Rounds.Count} round(s)",
+            $"{Transport} {Config}: {Regions} regions of {RegionBytes >> 20} MiB, {Threads} thread(s), window {Window}, pull {(PullMibPerSecond is { } p ? $"paced to {p} MiB/s" : "unpaced")}, {(MapAhead ? "" : "no ")}map-ahead, {Rounds.Count} round(s)",
             $"  one region moved without load: {Median(Rounds.Select(r => r.IdleMoveRatio)):0.00}x the bulk copy (median; rounds: " +
-            string.Join(", ", Rounds.Select(r => $"{r.IdleMove.Total:0.000} s / {r.BulkCopySeconds:0.000} s = {r.IdleMoveRatio:0.00}x")) + ")",
+            string.Join(", ", Rounds.Select(r => $"{r.IdleMove.Total:0.000} s / {r.BulkCopySeconds:0.000} s = {r.IdleMoveRatio:0.00}x")) + ")" +
+            $"; the source read alone (into a 16 MiB ring): {Median(Rounds.Select(r => r.BulkReadSeconds)):0.000} s",
             $"  onto fresh memory (a target that does not commit memory ahead): {IdleMoveOntoFreshMemory.Total:0.000} s = {IdleMoveOntoFreshMemory.Total / first.BulkCopySeconds:0.00}x",
         };
         foreach (var (op, mode) in first.Runs.Select(r => (r.Op, r.Mode)))
@@ -165,9 +172,10 @@ internal static class Bench
         var rounds = new List<Round>();
         for (int round = 1; round <= setup.Rounds; round++)
         {
-            double bulk = await BulkCopySecondsAsync(setup, servers, ct);
+            double bulk = await BulkCopySecondsAsync(setup, servers, intoRegionSizedMemory: true, ct);
+            double read = await BulkCopySecondsAsync(setup, servers, intoRegionSizedMemory: false, ct);
             var idle = await IdleMoveAsync(servers, servers.Target, ct);
-            Console.WriteLine($"round {round}: bulk copy {bulk:0.000} s, moved without load in {idle.Total:0.000} s (pull {idle.Pull:0.000} s) = {idle.Total / bulk:0.00}x");
+            Console.WriteLine($"round {round}: bulk copy {bulk:0.000} s (read alone {read:0.000} s), moved without load in {idle.Total:0.000} s (pull {idle.Pull:0.000} s) = {idle.Total / bulk:0.00}x");
             var runs = new List<RunResult>();
             foreach (var op in new[] { "read", "write" })
                 foreach (var mode in new[] { "optimized", "paused" })
@@ -177,9 +185,9 @@ internal static class Bench
                                       $"; {run.Errors} errors");
                     runs.Add(run);
                 }
-            rounds.Add(new Round(bulk, idle, runs));
+            rounds.Add(new Round(bulk, read, idle, runs));
         }
-        return new Report(setup.Transport, setup.Config.ToString(), setup.PullMibPerSecond, setup.RegionSize, setup.Regions, setup.Phase.TotalSeconds, setup.Threads,
+        return new Report(setup.Transport, setup.Config.ToString(), setup.PullMibPerSecond, setup.MapAhead, setup.RegionSize, setup.Regions, setup.Phase.TotalSeconds, setup.Threads,
                           setup.Window, idleFresh, rounds);
     }
 
@@ -193,17 +201,22 @@ internal static class Bench
         return moves[0];
     }
 
-    // The transport's bulk copy in this run: one session reads a whole region from the source, 16 reads of 1 MiB in flight.
-    private static async Task<double> BulkCopySecondsAsync(Setup setup, Servers servers, CancellationToken ct)
+    // The transport's bulk copy in this run: one session reads a whole region from the source, 16 reads of 1 MiB in flight,
+    // into a region's worth of local memory mapped beforehand (as a target that commits memory ahead has it: a move writes
+    // every byte it reads), or with intoRegionSizedMemory false into a reused 16 MiB ring (what reading the source costs).
+    private static async Task<double> BulkCopySecondsAsync(Setup setup, Servers servers, bool intoRegionSizedMemory, CancellationToken ct)
     {
         await using var client = await servers.OpenCacheAsync(1, ct);
         await Fill(client, ct);
         const int chunk = 1 << 20, depth = 16;
+        long slots = intoRegionSizedMemory ? setup.RegionSize / chunk : depth;
         unsafe
         {
-            byte* buffer = (byte*)NativeMemory.AlignedAlloc(chunk * depth, 4096);
+            byte* buffer = (byte*)NativeMemory.AlignedAlloc((nuint)(slots * chunk), 4096);
             try
             {
+                for (long page = 0; page < slots * chunk; page += 4096)
+                    buffer[page] = 1;
                 using var session = client.OpenSession();
                 Span<RemoteCacheCompletion> done = stackalloc RemoteCacheCompletion[depth];
                 var watch = Stopwatch.StartNew();
@@ -213,7 +226,7 @@ internal static class Bench
                 {
                     while (outstanding < depth && next < total)
                     {
-                        var st = session.StartRead(next * chunk, buffer + next % depth * chunk, chunk, (ulong)next);
+                        var st = session.StartRead(next * chunk, buffer + next % slots * chunk, chunk, (ulong)next);
                         if (st == RemoteCacheStatus.Busy)
                             break;
                         if (st != RemoteCacheStatus.Ok)
@@ -298,15 +311,24 @@ internal static class Bench
                                                                   int[] regions, Func<int, int> targetRegionOf, int? pace, CancellationToken ct)
     {
         var moves = new List<RegionMove>();
+        Task? mapping = null;  // the client maps the target's region while it is copied, never waited for, as the managed client does
         foreach (int region in regions)
         {
             var watch = Stopwatch.StartNew();
             await client.BeginMigrationAsync(region, TimeSpan.FromSeconds(10), pauseReads: false, ct);
             double begun = watch.Elapsed.TotalSeconds;
+            if (servers.MapAhead && (mapping is null || mapping.IsCompleted))
+            {
+                if (mapping is not null)
+                    await mapping;
+                mapping = client.MapRegionsAheadAsync(holder, targetRegionOf(region), 1, ct);
+            }
             var pulled = await servers.PullAsync(target, client, region, targetRegionOf(region), pace, ct);
             client.CommitMigration(region, holder, targetRegionOf(region));
             moves.Add(new RegionMove(region, begun, pulled.Elapsed.TotalSeconds, watch.Elapsed.TotalSeconds, pulled.OneSided));
         }
+        if (mapping is not null)
+            await mapping;
         return moves;
     }
 
@@ -319,10 +341,12 @@ internal static class Bench
             await client.BeginMigrationAsync(region, TimeSpan.FromSeconds(10), pauseReads: true, ct);
         double begun = watch.Elapsed.TotalSeconds;
         var pulls = new List<RegionPullResult>();
+        var mapping = servers.MapAhead ? client.MapRegionsAheadAsync(holder, regions[0], regions.Length, ct) : Task.CompletedTask;  // consecutive regions
         foreach (int region in regions)
             pulls.Add(await servers.PullAsync(servers.Target, client, region, region, pace, ct));
         foreach (int region in regions)
             client.CommitMigration(region, holder, region);
+        await mapping;
         double total = watch.Elapsed.TotalSeconds;
         return regions.Select((r, i) => new RegionMove(r, begun, pulls[i].Elapsed.TotalSeconds, total, pulls[i].OneSided)).ToList();
     }
@@ -342,6 +366,9 @@ internal sealed class Servers : IDisposable
 
     public RemoteCacheServer Source { get; private set; } = null!;
     public RemoteCacheServer Target { get; private set; } = null!;
+
+    /// <summary>Whether the client maps the target's regions while they are copied (<c>--no-map-ahead</c> turns it off).</summary>
+    public bool MapAhead => _setup.MapAhead;
 
     public static Servers Start(Setup setup)
     {

@@ -191,6 +191,7 @@ public sealed partial class ManagedCache
             throw;
         }
         var lost = new List<int>();
+        Task? mapping = null;
         for (int k = 0, count; k < regions; k += count)
         {
             count = BatchAt(index * regions + k, regions - k);
@@ -199,7 +200,20 @@ public sealed partial class ManagedCache
             int sourceRegion = _client.GetRegion(first).HolderRegion;
             await FenceAsync(first, count, stop).ConfigureAwait(false);
             var fenced = clock.Elapsed;
-            bool copied = mode == ShareMove.Copy && await CopyRegionsAsync(from, sourceRegion, k, count, deadline, stop).ConfigureAwait(false);
+            bool copied = false;
+            if (mode == ShareMove.Copy)
+            {
+                // With MapMovedRegionsAhead the client maps the replacement's pages of the batch while they are copied. Never
+                // waited for (over shm a GiB takes longer to map than to copy, and the batch's writes wait until its commit):
+                // a batch whose predecessor's mapping still runs faults its pages in.
+                if (_manager.Options.MapMovedRegionsAhead && (mapping is null || mapping.IsCompleted))
+                {
+                    if (mapping is not null)
+                        await mapping.ConfigureAwait(false);
+                    mapping = _client.MapRegionsAheadAsync(holder, k, count, stop);
+                }
+                copied = await CopyRegionsAsync(from, sourceRegion, k, count, deadline, stop).ConfigureAwait(false);
+            }
             var copiedAt = clock.Elapsed;
             for (int i = 0; i < count; i++)
             {
@@ -220,6 +234,8 @@ public sealed partial class ManagedCache
             Log.RegionsMoved(_manager.Logger, Name, first, count, from, elapsed.TotalMilliseconds, fenced.TotalMilliseconds,
                              (copiedAt - fenced).TotalMilliseconds, (elapsed - copiedAt).TotalMilliseconds);
         }
+        if (mapping is not null)
+            await mapping.ConfigureAwait(false);
         return lost;
     }
 

@@ -143,6 +143,37 @@ public sealed partial class RemoteCacheClient
         Log.MigrationCommitted(_logger, Name, region, holder, holderRegion);
     }
 
+    /// <summary>
+    /// Maps regions [<paramref name="firstHolderRegion"/>, + <paramref name="count"/>) of holder
+    /// <paramref name="holder"/> into this process now, for all its sessions, so that the operations after
+    /// <see cref="CommitMigration"/> places regions there do not map their pages one fault at a time on the data path
+    /// (shm: one pass over the pages, ~0.1 s per GiB on a small VM; tcp and verbs map nothing and complete at once).
+    /// A mover calls it while the target copies the regions. Pages the target does not have yet are allocated, as the
+    /// first write would.
+    /// </summary>
+    /// <param name="holder">The target (<see cref="AddHolderAsync"/>).</param>
+    /// <param name="firstHolderRegion">The first of its regions.</param>
+    /// <param name="count">How many.</param>
+    /// <param name="cancellationToken">Stops before the next region; a region under way is finished.</param>
+    /// <exception cref="ArgumentException">No such holder, or it lends fewer regions.</exception>
+    public Task MapRegionsAheadAsync(int holder, int firstHolderRegion, int count, CancellationToken cancellationToken = default)
+    {
+        ArgumentOutOfRangeException.ThrowIfNegative(holder);
+        ArgumentOutOfRangeException.ThrowIfNegative(firstHolderRegion);
+        ArgumentOutOfRangeException.ThrowIfLessThan(count, 1);
+        ThrowIfDisposed();
+        if (cancellationToken.IsCancellationRequested)
+            return Task.FromCanceled(cancellationToken);
+        return BlockingCall.Start(() =>
+        {
+            for (int r = firstHolderRegion; r < firstHolderRegion + count; r++)
+            {
+                cancellationToken.ThrowIfCancellationRequested();
+                Errors.ThrowIfFailed(NativeMethods.CacheMapRegionAhead(_cache, (uint)holder, (uint)r), Name);
+            }
+        });
+    }
+
     /// <summary>Ends a migration with the region where it was; the waiting operations go there.</summary>
     /// <exception cref="ArgumentException">The region is not moving.</exception>
     public void AbortMigration(int region)

@@ -27,6 +27,7 @@ public sealed class ManagedClientOptionsTests
             ["ReplaceServers"] = "false",
             ["MoveMaxMibPerSecond"] = "512",
             ["MoveBatchBytes"] = "0",
+            ["MapMovedRegionsAhead"] = "true",
         }));
         using var provider = services.BuildServiceProvider();
         var options = provider.GetRequiredService<IOptions<RemoteCacheManagerOptions>>().Value;
@@ -38,6 +39,7 @@ public sealed class ManagedClientOptionsTests
         Assert.False(options.ReplaceServers);
         Assert.Equal(512, options.MoveMaxMibPerSecond);
         Assert.Equal(0, options.MoveBatchBytes);
+        Assert.True(options.MapMovedRegionsAhead);
         var client = provider.GetRequiredService<RemoteCacheManagerClient>();
         Assert.Same(client, provider.GetRequiredService<RemoteCacheManagerClient>());
         Assert.Equal(options.Address, client.Address);

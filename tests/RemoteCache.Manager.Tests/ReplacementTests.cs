@@ -29,7 +29,12 @@ public sealed class ReplacementTests
         await using var manager = new TestManager(warm: 0);
         await manager.StartAsync();
         // Two of the server's three regions move as one batch (one fence and one copy call), the third alone.
-        await using var client = manager.ManagedClient(configure: o => o.MoveBatchBytes = 128 * MiB);
+        // The client maps the replacement's pages while they are copied (shm): no write lost, no wrong read either way.
+        await using var client = manager.ManagedClient(configure: o =>
+        {
+            o.MoveBatchBytes = 128 * MiB;
+            o.MapMovedRegionsAhead = true;
+        });
         // A 3 s lease, renewed every 1.5 s: renewals after the move present capabilities to the replacement.
         var cache = await client.CreateAsync(Request(TwoServers, lease: TimeSpan.FromSeconds(3)));
         var log = new EventLog(cache);

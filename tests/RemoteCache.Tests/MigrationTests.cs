@@ -41,6 +41,9 @@ public sealed class MigrationTests
             Assert.Equal(1, holder);
             Assert.Equal(target.Process.Endpoint, client.GetHolderEndpoint(holder));
             Assert.Equal(Regions * MiB, (await targetAdmin.GetStatsAsync()).MemoryLent);  // lent, empty, before any move
+            var beyond = await Assert.ThrowsAsync<ArgumentException>(() => client.MapRegionsAheadAsync(holder, Regions - 1, 2));
+            Assert.Contains($"no region {Regions}", beyond.Message);
+            await Assert.ThrowsAsync<ArgumentException>(() => client.MapRegionsAheadAsync(holder + 1, 0, 1));
 
             var io = new CheckedIo(client, 0, (int)client.Capacity, seed: 9100) { Label = $"{transport} migration" };
             int stop = 0;
@@ -61,6 +64,7 @@ public sealed class MigrationTests
                     var moving = client.GetRegion(region);
                     Assert.True(moving.Moving);
                     Assert.Equal(0, moving.Holder);
+                    var mapped = client.MapRegionsAheadAsync(holder, to, 1);  // as the managed client does, while the target copies
                     var pulled = await targetAdmin.PullRegionAsync(new RegionPull
                     {
                         CacheId = options.CacheId,
@@ -72,6 +76,7 @@ public sealed class MigrationTests
                     });
                     Assert.Equal(MiB, pulled.Bytes);
                     Assert.Equal(transport == "shm", pulled.OneSided);
+                    await mapped;
                     client.CommitMigration(region, holder, to);
                     Assert.Equal(new RemoteCacheRegion(region, holder, to, MiB, false), client.GetRegion(region));
                 }

@@ -560,6 +560,58 @@ TEST_P(Migration, SessionsShareOneMappingOfEachRegion) {
   rc_cache_close(cache);
 }
 
+// Kilobytes of region memory this process has mapped (the Rss of its region mappings: the client's and
+// the in-process servers').
+uint64_t region_rss_kb() {
+  std::ifstream smaps("/proc/self/smaps");
+  uint64_t kb = 0;
+  bool region = false;
+  for (std::string line; std::getline(smaps, line);) {
+    if (line.find("memfd:remotecache-region") != std::string::npos) region = true;
+    else if (line.rfind("Rss:", 0) == 0) {
+      if (region) kb += std::stoull(line.substr(4));
+      region = false;
+    }
+  }
+  return kb;
+}
+
+// A mover maps the target's region while it is copied: over shm one pass maps all its pages into the
+// process (tcp maps nothing), and the region then moves there under verified traffic as without it.
+TEST_P(Migration, ATargetsRegionIsMappedAheadOfTheCommit) {
+  Server a(listen_for(transport(), 24)), b(listen_for(transport(), 25));
+  rc_cache* cache = open_cache({a.endpoint}, kRegions, client_threads());
+  uint32_t holder = 99;
+  ASSERT_EQ(rc_cache_add_holder(cache, b.endpoint.c_str(), nullptr, kRegions, &holder), RC_OK) << last_error();
+  EXPECT_EQ(rc_cache_map_region_ahead(cache, holder, kRegions), RC_E_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("no region " + std::to_string(kRegions)), std::string::npos) << last_error();
+  EXPECT_EQ(rc_cache_map_region_ahead(cache, holder + 1, 0), RC_E_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("not connected"), std::string::npos) << last_error();
+  EXPECT_EQ(rc_cache_map_region_ahead(nullptr, holder, 0), RC_E_INVALID_ARGUMENT);
+
+  const uint64_t before = region_rss_kb();
+  ASSERT_EQ(rc_cache_map_region_ahead(cache, holder, 2), RC_OK) << last_error();
+  const uint64_t mapped = region_rss_kb() - before;
+  if (transport() == "shm")
+    EXPECT_GE(mapped, kRegion / 1024) << "the target's region was not mapped ahead";
+  else
+    EXPECT_LT(mapped, kRegion / 1024) << "tcp maps no region into the client";
+  EXPECT_EQ(rc_cache_map_region_ahead(cache, holder, 2), RC_OK) << "a mapped region is mapped again at no harm";
+
+  {
+    VerifiedTraffic traffic(cache, 2);
+    wait_for_ops(traffic, rctest::scaled(10000));
+    ASSERT_EQ(rc_cache_migration_begin(cache, 1, 1, 0, 5000), RC_OK) << last_error();
+    copy_region(a.endpoint, kRegions, 1, b.endpoint, kRegions, 2);
+    ASSERT_EQ(rc_cache_migration_commit(cache, 1, holder, 2), RC_OK) << last_error();
+    wait_for_ops(traffic, rctest::scaled(10000));
+    traffic.stop();
+    EXPECT_EQ(traffic.failed(), 0u) << traffic.first_problem();
+    EXPECT_EQ(traffic.wrong(), 0u) << traffic.first_problem();
+  }
+  EXPECT_EQ(rc_cache_close(cache), RC_OK) << last_error();
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, Migration,
                          ::testing::Combine(::testing::Values("shm", "tcp"), ::testing::Values(0u, 1u)),
                          [](const auto& param) {

@@ -188,6 +188,10 @@ internal static unsafe partial class NativeMethods
     [LibraryImport(Library, EntryPoint = "rc_cache_migration_commit")]
     public static partial RemoteCacheStatus CacheMigrationCommit(CacheHandle cache, uint region, uint holder, uint holderRegion);
 
+    /// <summary><c>rc_cache_map_region_ahead</c>.</summary>
+    [LibraryImport(Library, EntryPoint = "rc_cache_map_region_ahead")]
+    public static partial RemoteCacheStatus CacheMapRegionAhead(CacheHandle cache, uint holder, uint holderRegion);
+
     /// <summary><c>rc_cache_migration_abort</c>.</summary>
     [LibraryImport(Library, EntryPoint = "rc_cache_migration_abort")]
     public static partial RemoteCacheStatus CacheMigrationAbort(CacheHandle cache, uint region);

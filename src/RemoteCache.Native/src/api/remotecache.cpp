@@ -234,6 +234,11 @@ rc_status rc_cache_migration_commit(rc_cache* cache, uint32_t region, uint32_t h
   return guarded([&] { return cache->impl->migration_commit(region, holder, holder_region); });
 }
 
+rc_status rc_cache_map_region_ahead(rc_cache* cache, uint32_t holder, uint32_t holder_region) {
+  if (cache == nullptr) return null_argument("cache");
+  return guarded([&] { return cache->impl->map_region_ahead(holder, holder_region); });
+}
+
 rc_status rc_cache_migration_abort(rc_cache* cache, uint32_t region) {
   if (cache == nullptr) return null_argument("cache");
   return guarded([&] { return cache->impl->migration_abort(region); });

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "common/backoff.h"
 #include "common/capability.h"
@@ -652,6 +653,16 @@ Status Cache::migration_begin(std::size_t first, std::size_t count, uint32_t fla
   }
 }
 
+Status Cache::check_holder_region(std::size_t holder, uint32_t holder_region) const {
+  if (holder >= endpoints_.size() || retired(holder))
+    return fail(RC_E_INVALID_ARGUMENT, "holder " + std::to_string(holder) + " is not connected to this cache");
+  const uint32_t lent = control_[holder]->reply().region_count;
+  if (holder_region >= lent)
+    return fail(RC_E_INVALID_ARGUMENT, endpoints_[holder].to_string() + " lends this cache " + std::to_string(lent) +
+                                           " regions, so it has no region " + std::to_string(holder_region));
+  return RC_OK;
+}
+
 Status Cache::migration_commit(std::size_t region, std::size_t holder, uint32_t holder_region) {
   std::lock_guard lock(mutex_);
   if (region >= layout_.size())
@@ -659,13 +670,8 @@ Status Cache::migration_commit(std::size_t region, std::size_t holder, uint32_t 
                                            std::to_string(layout_.size()) + " regions");
   if (!layout_[region].moving)
     return fail(RC_E_INVALID_ARGUMENT, "region " + std::to_string(region) + " is not moving: begin its migration first");
-  if (holder >= endpoints_.size() || retired(holder))
-    return fail(RC_E_INVALID_ARGUMENT, "holder " + std::to_string(holder) + " is not connected to this cache");
+  if (const Status st = check_holder_region(holder, holder_region); st != RC_OK) return st;
   const auto& reply = control_[holder]->reply();
-  if (holder_region >= reply.region_count)
-    return fail(RC_E_INVALID_ARGUMENT, endpoints_[holder].to_string() + " lends this cache " +
-                                           std::to_string(reply.region_count) + " regions, so it has no region " +
-                                           std::to_string(holder_region));
   if (reply.region_size != layout_[region].size)
     return fail(RC_E_INVALID_ARGUMENT, endpoints_[holder].to_string() + "'s regions hold " +
                                            std::to_string(reply.region_size) + " bytes, region " +
@@ -678,6 +684,18 @@ Status Cache::migration_commit(std::size_t region, std::size_t holder, uint32_t 
                               false, false};
   awaiting_[holder] = false;
   return relayout();
+}
+
+Status Cache::map_region_ahead(std::size_t holder, uint32_t holder_region) {
+  std::function<void()> work;
+  {
+    std::lock_guard lock(mutex_);
+    if (const Status st = check_holder_region(holder, holder_region); st != RC_OK) return st;
+    work = control_[holder]->map_ahead(static_cast<uint16_t>(holder_region));
+  }
+  // Sessions bind under the lock after every begin and commit: ~0.1 s per GiB of page mapping must not hold them.
+  if (work) work();
+  return RC_OK;
 }
 
 Status Cache::migration_abort(std::size_t region) {

@@ -102,6 +102,9 @@ class Cache {
   // The region lives at (holder, holder_region) from now on; waiting requests go there. A holder left
   // with no region is let go (its connections close, so its server frees its share).
   Status migration_commit(std::size_t region, std::size_t holder, uint32_t holder_region);
+  // Maps region holder_region of a holder into this process now (see ClientConnection::map_ahead),
+  // without holding the cache's lock while it does.
+  Status map_region_ahead(std::size_t holder, uint32_t holder_region);
   // The region stays where it was; waiting requests go there.
   Status migration_abort(std::size_t region);
   // Lets go of a holder that holds no region (a migration's target after an abort).
@@ -143,6 +146,8 @@ class Cache {
   // bumps the epoch. Called with mutex_ held.
   Status relayout();
   bool retired(std::size_t holder) const { return control_[holder] == nullptr; }
+  // RC_OK when `holder` is connected and lends this cache a region `holder_region`; else the refusal. Under mutex_.
+  Status check_holder_region(std::size_t holder, uint32_t holder_region) const;
   // Unmarks a moving region and publishes. Called with mutex_ held.
   void stop_moving(std::size_t region);
   // `count` client threads, each connected to every holder still in use (lost_ok: as connect_all).

@@ -33,13 +33,23 @@ int sealed_memfd(const char* name, uint64_t size) {
 
 void release_pages(void* base, std::size_t size) { madvise(base, size, MADV_REMOVE); }
 
+void populate(void* base, std::size_t size, int advice) {
+  // madvise holds the process's mmap lock for reading while it populates: a whole GiB at once (~0.1-0.4 s) would keep
+  // every mmap and munmap of the process waiting (a session's new connection, a pull's source mapping), and the page
+  // faults queued behind them.
+  constexpr std::size_t kChunk = std::size_t{16} << 20;
+  auto* at = static_cast<std::byte*>(base);
+  for (std::size_t done = 0; done < size; done += kChunk)
+    madvise(at + done, std::min(kChunk, size - done), advice);  // best effort (kernels before 5.14 lack the advice)
+}
+
 namespace {
 
 constexpr uint64_t kPagePresent = 1ULL << 63;  // pagemap entry: the page is mapped
 constexpr std::size_t kPagemapBatch = 8192;    // entries per read: 64 KiB covering 32 MiB of 4 KiB pages
 
 void populate_run(std::byte* from, std::byte* to) {
-  if (to > from) madvise(from, static_cast<std::size_t>(to - from), MADV_POPULATE_WRITE);
+  if (to > from) populate(from, static_cast<std::size_t>(to - from), MADV_POPULATE_WRITE);
 }
 
 void populate_unmapped(int pagemap, std::byte* begin, std::size_t size, std::size_t page) {

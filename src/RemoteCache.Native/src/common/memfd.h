@@ -17,6 +17,10 @@ int sealed_memfd(const char* name, uint64_t size);
 // (what it touches afterwards is new memory, charged to that client).
 void release_pages(void* base, std::size_t size);
 
+// madvise(MADV_POPULATE_READ or MADV_POPULATE_WRITE) over [base, base + size), in chunks that let other mappings of
+// the process through meanwhile. Best effort.
+void populate(void* base, std::size_t size, int advice);
+
 // Maps every page of a shared mapping for writing in one pass, zero-filling pages the memfd does not
 // have yet, and skips the runs /proc/self/pagemap says are mapped already: asking the kernel to
 // populate a mapped gigabyte costs ~80 ms on this VM, reading its page map ~8 ms. Best effort

@@ -105,6 +105,12 @@ class ClientConnection {
 
   // Cheap liveness probe used while responses are overdue.
   virtual Status check_alive() = 0;
+
+  // Work that maps `region` of the grant into this process ahead of its first use (a migration's
+  // target, while the region is copied), so that the requests after the commit do not fault page by
+  // page; empty when the transport maps nothing (tcp, verbs). It holds what it needs: it runs without
+  // the caller's locks and may outlive the connection.
+  virtual std::function<void()> map_ahead(uint16_t /*region*/) const { return {}; }
 };
 
 struct ConnectParams {

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -263,6 +264,20 @@ class ShmClientConnection final : public ClientConnection {
       for (uint32_t line = 0; line < length; line += 64) __builtin_prefetch(src + line, 0, 3);
     }
     return RC_OK;
+  }
+
+  // One pass over the region's pages in the process's shared mapping (so for every session): the
+  // pages a commit sends requests to are mapped before the first one, not faulted in one by one under
+  // the data path. Read-write grants map for writing (existing pages skipped, missing ones allocated
+  // as the first write would), read-only grants for reading.
+  std::function<void()> map_ahead(uint16_t region) const override {
+    if (region >= regions_.size()) return {};
+    return [mapping = regions_[region], read_only = read_only_] {
+      if (read_only)
+        populate(mapping->base, mapping->size, MADV_POPULATE_READ);
+      else
+        populate_for_write(mapping->base, mapping->size);
+    };
   }
 
   // Maps the source pages of a bulk read (a region pull's) in one call instead of one fault per page.
