@@ -560,6 +560,34 @@ TEST_P(Migration, SessionsShareOneMappingOfEachRegion) {
   rc_cache_close(cache);
 }
 
+// Over shm the client's mappings of the regions ask for 2 MiB pages as the server's do (VmFlags "hg" in smaps:
+// MADV_HUGEPAGE), so that where the host allows shmem huge pages (shmem_enabled = advise) the client maps them whole.
+TEST_P(Migration, RegionMappingsAskForHugePages) {
+  if (transport() != "shm") GTEST_SKIP() << "shm maps regions into the client";
+  Server a(listen_for(transport(), 26));
+  rc_cache* cache = open_cache({a.endpoint}, kRegions, client_threads());
+  rc_session* s = nullptr;
+  ASSERT_EQ(rc_session_open(cache, &s), RC_OK);
+  uint64_t value = 7;
+  sync_io(s, true, 0, &value, 8);
+  std::ifstream smaps("/proc/self/smaps");
+  int regions = 0, asking = 0;
+  bool region = false;
+  for (std::string line; std::getline(smaps, line);) {
+    if (line.find("memfd:remotecache-region") != std::string::npos) {
+      region = true;
+    } else if (region && line.rfind("VmFlags:", 0) == 0) {
+      ++regions;
+      asking += (line + " ").find(" hg ") != std::string::npos ? 1 : 0;
+      region = false;
+    }
+  }
+  EXPECT_GE(regions, 2 * static_cast<int>(kRegions)) << "the server's mappings and the client's";
+  EXPECT_EQ(asking, regions) << "a region mapping without MADV_HUGEPAGE";
+  rc_session_close(s);
+  rc_cache_close(cache);
+}
+
 // Kilobytes of region memory this process has mapped (the Rss of its region mappings: the client's and
 // the in-process servers').
 uint64_t region_rss_kb() {

@@ -133,10 +133,12 @@ std::optional<transport::RegionMemory> MemoryCommitter::commit_region() {
       return std::nullopt;
     }
     const uint64_t n = std::min(kStep, region.size - offset);
-    // fallocate allocates and zeroes the pages; MADV_POPULATE_WRITE then maps them into the server's
-    // view (kernels before 5.14 lack it, EINVAL: the first write to each page takes a minor fault).
-    if (fallocate(region.fd, 0, static_cast<off_t>(offset), static_cast<off_t>(n)) != 0 ||
-        (madvise(region.base + offset, n, MADV_POPULATE_WRITE) != 0 && errno != EINVAL)) {
+    // MADV_POPULATE_WRITE allocates, zeroes and maps the pages through the server's view, so they come as 2 MiB pages
+    // where shmem huge pages are allowed (make_region asks; fallocate, with no mapping to go by, gives 4 KiB ones).
+    // Kernels before 5.14 lack it (EINVAL): fallocate allocates and zeroes them, and the first write to each page
+    // takes a minor fault.
+    if (madvise(region.base + offset, n, MADV_POPULATE_WRITE) != 0 &&
+        (errno != EINVAL || fallocate(region.fd, 0, static_cast<off_t>(offset), static_cast<off_t>(n)) != 0)) {
       RC_LOG_WARN("cannot commit a spare region: %s; new caches' memory is taken as it is written",
                   std::strerror(errno));
       free_region(region);

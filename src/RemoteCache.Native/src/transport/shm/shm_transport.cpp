@@ -155,6 +155,10 @@ class SharedRegions {
       if (auto shared = it->second.lock()) return shared;
     void* base = mmap(nullptr, size, protection, MAP_SHARED, fd, 0);
     if (base == MAP_FAILED) return nullptr;
+    // The server asks for 2 MiB pages for its regions (transparent_hugepage/shmem_enabled = advise); a client's
+    // mapping must ask too to map them whole: 512 page-table entries per GiB instead of 262 144, for the data path's
+    // TLB and the L3 that caches those entries, and a moved region mapped in a millisecond instead of ~0.1 s.
+    madvise(base, size, MADV_HUGEPAGE);
     std::erase_if(mappings_, [](const auto& entry) { return entry.second.expired(); });
     auto shared = std::make_shared<const Mapping>(base, size);
     mappings_[key] = shared;
