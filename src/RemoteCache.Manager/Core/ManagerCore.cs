@@ -985,6 +985,19 @@ public sealed class ManagerCore : IAsyncDisposable
         }
     }
 
+    private async Task WarnLeasesAsync(IEnumerable<CacheRecord> caches, CancellationToken cancellationToken)
+    {
+        var warn = new StoreChange();
+        foreach (var cache in caches.ToList())
+        {
+            var warned = cache with { ExpiryWarned = true };
+            warn.PutCaches.Add(warned);
+            AddEvent(warn, warned, e => e.LeaseExpiring = new LeaseExpiring { Expires = Timestamp.FromDateTimeOffset(warned.LeaseExpires) });
+        }
+        if (warn.PutCaches.Count > 0)
+            await CommitAsync(warn, cancellationToken).ConfigureAwait(false);
+    }
+
     /// <summary>
     /// Ends expired leases (the cache is freed everywhere), warns leases about to end, gives back replacements whose mover
     /// is gone, retires servers past their reclaim deadline.
@@ -995,17 +1008,12 @@ public sealed class ManagerCore : IAsyncDisposable
         await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
         try
         {
+            // Every lease is warned before it ends, also one whose warning window passed between two ticks (a tick held up
+            // behind the lock for longer than a short lease's window): its watchers then see the warning late, never not at all.
+            await WarnLeasesAsync(_caches.Values.Where(c => !c.ExpiryWarned && c.LeaseExpires - now <= c.LeaseLength * _options.LeaseWarningShare),
+                                  cancellationToken).ConfigureAwait(false);
             foreach (var cache in _caches.Values.Where(c => c.LeaseExpires <= now).ToList())
                 await RemoveCacheAsync(cache, $"its lease ended at {cache.LeaseExpires:O}", cancellationToken).ConfigureAwait(false);
-            var warn = new StoreChange();
-            foreach (var cache in _caches.Values.Where(c => !c.ExpiryWarned && c.LeaseExpires - now <= c.LeaseLength * _options.LeaseWarningShare).ToList())
-            {
-                var warned = cache with { ExpiryWarned = true };
-                warn.PutCaches.Add(warned);
-                AddEvent(warn, warned, e => e.LeaseExpiring = new LeaseExpiring { Expires = Timestamp.FromDateTimeOffset(warned.LeaseExpires) });
-            }
-            if (warn.PutCaches.Count > 0)
-                await CommitAsync(warn, cancellationToken).ConfigureAwait(false);
             await GiveBackIdleReplacementsAsync(now, cancellationToken).ConfigureAwait(false);
             foreach (var server in _servers.Values.Where(s => s.Status == ServerStatus.Reclaiming && s.ReclaimDeadline <= now).ToList())
             {
