@@ -289,7 +289,7 @@ class ShmClientConnection final : public ClientConnection {
     const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
     const auto begin = reinterpret_cast<uintptr_t>(src) & ~(page - 1);
     const auto end = reinterpret_cast<uintptr_t>(src) + length;
-    madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_READ);  // best effort (kernels before 5.14 lack it)
+    populate(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_READ);
   }
 
   Status post_write(uint64_t wr_id, uint16_t region, uint64_t offset, const void* src,
