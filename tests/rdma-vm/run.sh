@@ -6,7 +6,7 @@
 #   2. boots ONE VM (tests/rdma-vm/rxe-vm.sh) and runs there, each under a section marker:
 #      ibv_devinfo -v; perftest baselines (ib_read_lat, ib_write_lat, ib_write_bw);
 #      the conformance suite's verbs instantiation; remotecache-bench over verbs (8 B read, 8 B write,
-#      batched 16 B writes);
+#      batched 16 B writes; connect time for a 64 MiB and a 1 GiB cache);
 #   3. prints a summary (perftest figures, our p50s and ops/s, the three ratios against their targets)
 #      and writes artifacts/rdma-vm/{output.txt,console.txt,summary.json}.
 #
@@ -177,6 +177,10 @@ for round in 1 2 3 4 5; do
   perftest ib_write_bw_$round ib_write_bw -s 16 -n 20000
   bench bench_write_batch_$round --op write --size 16 --batch 64 --qdepth 8 --client-threads 0 --server-threads 1
 done
+# Connect time against cache size: the server registers each region once and binds a memory window per
+# connection, so joining a 1 GiB cache should cost what joining a 64 MiB one does.
+bench connect_64m --op connect --cache-bytes 64M
+bench connect_1g --op connect --cache-bytes 1G
 # The harness judges the sections; the script itself always succeeds.
 exit 0
 EOF

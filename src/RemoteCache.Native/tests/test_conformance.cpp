@@ -5,6 +5,10 @@
 // session execute in program order, so a read must return the shadow as it was when the read was
 // submitted.
 #include "harness.h"
+#include "raw_verbs.h"
+#ifdef RC_HAVE_VERBS
+#include "transport/verbs/verbs_transport.h"
+#endif
 
 namespace {
 
@@ -135,6 +139,108 @@ class Conformance : public ::testing::TestWithParam<std::string> {
       return ::testing::AssertionFailure() << "the server process died: " << server_.exit_description();
     return ::testing::AssertionSuccess();
   }
+
+#ifdef RC_HAVE_VERBS
+  // MalformedInputNeverCrashesServer for verbs: raw rdma_cm clients with broken handshakes, then frames
+  // written straight into the server's request ring; `check` verifies the server and a good cache after each.
+  template <typename Check, typename Garbage>
+  void malformed_verbs_input(Check& check, int reply_ms, Garbage& garbage) {
+    using rawverbs::RawClient;
+    const std::string ep = server_.endpoint();
+    auto spec = [](uint32_t regions) {
+      ConnectSpec s;
+      s.cache_id = fresh_cache_id();
+      s.regions = regions;
+      return s;
+    };
+    // The handshake: each of these must end the connection (or be refused) and touch nothing else.
+    const std::pair<const char*, std::vector<uint8_t>> bad_first_messages[] = {
+        {"garbage as the first message", garbage(4096)},
+        {"half a frame header", std::vector<uint8_t>(12, 0x5a)},
+        {"a batch before the Connect", batch_frame(1, {RawEntry{wire::Op::Read, 0, 0, 8, {}}})},
+        {"a Connect without the response ring", connect_frame(spec(1))},
+    };
+    for (const auto& [what, message] : bad_first_messages) {
+      phase(what);
+      RawClient c;
+      ASSERT_EQ(c.connect(ep), "") << what;
+      ASSERT_TRUE(c.send(message)) << what;
+      EXPECT_TRUE(c.ended_by_server(reply_ms)) << "the server should drop a peer sending " << what;
+      if (!check(what)) return;
+    }
+    {
+      phase("a response ring of another geometry");
+      RawClient c;
+      ASSERT_EQ(c.connect(ep), "");
+      ASSERT_TRUE(c.send_connect(spec(1), rawverbs::kSlots - 1));
+      EXPECT_TRUE(c.ended_by_server(reply_ms));
+    }
+    if (!check("a response ring of another geometry")) return;
+    {
+      phase("connect and close");
+      RawClient c;
+      ASSERT_EQ(c.connect(ep), "");
+    }
+    if (!check("connect and close")) return;
+    {
+      phase("connect asking for too much memory");
+      RawClient c;
+      RawReply r;
+      ASSERT_EQ(c.open(ep, spec(100), r), "");  // 100 MiB > the 64 MiB limit
+      EXPECT_EQ(r.reply.status, RC_E_NO_MEMORY) << r.message();
+    }
+    if (!check("connect asking for too much memory")) return;
+
+    // A valid handshake, then a misbehaving frame in the request ring (imm = the length it claims).
+    auto batch = [] { return batch_frame(1, {RawEntry{wire::Op::Read, 0, 0, 8, {}}}); };
+    auto with_u32 = [](std::vector<uint8_t> f, std::size_t at, uint32_t v) {
+      std::memcpy(f.data() + at, &v, 4);
+      return f;
+    };
+    struct BadFrame {
+      const char* what;
+      std::vector<uint8_t> frame;
+      uint32_t imm;
+      bool must_close;
+    };
+    auto b = batch();
+    auto bad_magic = b;
+    bad_magic[0] ^= 0xFF;
+    const BadFrame bad_frames[] = {
+        {"garbage in the ring", garbage(512), 512, true},
+        {"a length beyond a ring slot", b, rawverbs::kSlotBytes + 1, true},
+        {"a batch with bad magic", bad_magic, static_cast<uint32_t>(b.size()), true},
+        {"a batch claiming bytes > kMaxFrame", with_u32(b, offsetof(wire::FrameHeader, bytes), wire::kMaxFrame + 1),
+         static_cast<uint32_t>(b.size()), true},
+        {"a batch longer than the length announced", b, 8, true},
+        {"a count larger than the entries present", with_u32(b, offsetof(wire::FrameHeader, count), 100),
+         static_cast<uint32_t>(b.size()), false},
+    };
+    for (const BadFrame& bad : bad_frames) {
+      phase(bad.what);
+      RawClient c;
+      RawReply r;
+      ASSERT_EQ(c.open(ep, spec(1), r), "") << bad.what;
+      ASSERT_EQ(r.reply.status, RC_OK) << r.message();
+      ASSERT_EQ(c.write_frame(bad.frame, 0, bad.imm), IBV_WC_SUCCESS) << bad.what;
+      const bool ended = c.ended_by_server(bad.must_close ? reply_ms : rctest::scaled_ms(2000));
+      if (bad.must_close) {
+        EXPECT_TRUE(ended) << "the server should drop a peer sending " << bad.what;
+      }
+      if (!check(bad.what)) return;
+    }
+    {
+      phase("a frame written past the request ring");
+      RawClient c;
+      RawReply r;
+      ASSERT_EQ(c.open(ep, spec(1), r), "");
+      ASSERT_EQ(r.reply.status, RC_OK) << r.message();
+      EXPECT_NE(c.write_frame(b, rawverbs::kSlots, static_cast<uint32_t>(b.size())), IBV_WC_SUCCESS)
+          << "the ring's window must end with the ring";
+    }
+    if (!check("a frame written past the request ring")) return;
+  }
+#endif
 
   ServerProcess server_;
   std::unique_ptr<Watchdog> watchdog_;
@@ -775,7 +881,33 @@ TEST_P(Conformance, ErrorsConnectNobodyListening) {
 
 // A peer that accepts connections (kernel backlog) but never answers the handshake.
 TEST_P(Conformance, ErrorsConnectSilentPeer) {
-  if (verbs()) GTEST_SKIP() << "a silent peer needs a raw rdma_cm listener that never answers (tcp and shm test it with raw sockets)";
+  if (verbs()) {
+#ifdef RC_HAVE_VERBS
+    // One listener that never answers the connection request, one that accepts and never replies to the Connect.
+    for (const bool accept : {false, true}) {
+      SCOPED_TRACE(accept ? "accepts, then silent" : "never accepts");
+      rawverbs::SilentListener silent(accept);
+      const std::string target = silent.start(verbs_address());
+      ASSERT_FALSE(target.empty()) << "cannot listen with rdma_cm on " << verbs_address();
+      rc_cache_options o = make_options(fresh_cache_id(), rc_config{0, 1, 1, 1});
+      o.connect_timeout_ms = 1000;
+      CacheHandle c;
+      phase("connect to silent " + target);
+      const auto t0 = Clock::now();
+      const rc_status st = open_cache({target}, o, &c.c);
+      const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+      EXPECT_TRUE(st == RC_E_TIMEOUT || st == RC_E_DISCONNECTED) << sname(st) << ": " << last_error();
+      EXPECT_LT(elapsed, 1000 + rctest::scaled_ms(10000)) << "rc_cache_open took " << elapsed << " ms";
+      if (st == RC_OK) {
+        EXPECT_EQ(c.close(), RC_OK);
+      }
+      c.leak();
+    }
+    return;
+#else
+    GTEST_SKIP() << "built without rdma-core";
+#endif
+  }
   Fd listener;
   std::string target;
   std::string path;
@@ -1330,7 +1462,6 @@ TEST_P(Conformance, EmbeddedServer) {
 // ---- (h) malformed input ---------------------------------------------------------------------------------
 
 TEST_P(Conformance, MalformedInputNeverCrashesServer) {
-  if (verbs()) GTEST_SKIP() << "malformed frames are injected through raw sockets (tcp, shm); verbs frames reach the same parser, which fuzz-frame covers";
   // A well-behaved cache that must keep working throughout.
   CacheHandle good;
   ASSERT_TRUE(open(good, make_options(fresh_cache_id(), rc_config{1, 1, 8, 4})));
@@ -1353,6 +1484,12 @@ TEST_P(Conformance, MalformedInputNeverCrashesServer) {
     return g;
   };
 
+  if (verbs()) {
+#ifdef RC_HAVE_VERBS
+    malformed_verbs_input(check, reply_ms, garbage);
+#endif
+    return;
+  }
   if (tcp()) {
     const std::string ep = server_.endpoint();
     {
@@ -1692,9 +1829,20 @@ TEST_P(Conformance, MalformedInputNeverCrashesServer) {
 // others from connecting: with 8 of them, a server that handshakes one connection at a time with a
 // multi-second handshake deadline makes rc_cache_open time out.
 TEST_P(Conformance, SilentClientsDoNotBlockOthers) {
-  if (verbs()) GTEST_SKIP() << "silent clients are raw tcp/unix sockets; a verbs client that never sends its Connect is bounded by the same handshake deadline";
   std::vector<std::unique_ptr<Fd>> silent;
-  for (int i = 0; i < 8; ++i) {
+#ifdef RC_HAVE_VERBS
+  // verbs: established queue pairs that never send their Connect, or half of one.
+  std::vector<std::unique_ptr<rawverbs::RawClient>> silent_verbs;
+  for (int i = 0; verbs() && i < 8; ++i) {
+    auto c = std::make_unique<rawverbs::RawClient>();
+    ASSERT_EQ(c->connect(server_.endpoint()), "");
+    if (i % 2 == 1) {
+      ASSERT_TRUE(c->send(std::vector<uint8_t>(12, 0x5a)));
+    }
+    silent_verbs.push_back(std::move(c));
+  }
+#endif
+  for (int i = 0; !verbs() && i < 8; ++i) {
     auto fd = std::make_unique<Fd>(tcp() ? connect_tcp(server_.endpoint())
                                          : connect_unix_seqpacket(server_.endpoint().substr(4)));
     ASSERT_GE(fd->fd, 0);
@@ -1716,6 +1864,87 @@ TEST_P(Conformance, SilentClientsDoNotBlockOthers) {
   EXPECT_TRUE(cache_works(cache.c, 777, 5));
   EXPECT_EQ(cache.close(), RC_OK);
   EXPECT_TRUE(server_alive());
+}
+
+// A verbs client's keys are memory windows bound to its own queue pair: no other queue pair can use them, and
+// the region registrations under them give no remote access at all. An attacker with a cache of its own on the
+// same server tries the keys it could best guess or steal, each on a fresh queue pair (a refused access breaks
+// the queue pair that made it); the victim's bytes stay unread and unchanged.
+TEST_P(Conformance, GuessedKeysReachNothing) {
+  if (!verbs()) GTEST_SKIP() << "keys are the verbs transport's (shm clients map only the fds they were sent, tcp clients have no one-sided path)";
+#ifndef RC_HAVE_VERBS
+  GTEST_SKIP() << "built without rdma-core";
+#else
+  using rawverbs::RawClient;
+  // In this process, so that the test can learn the registrations' own keys.
+  const std::string listen = fresh_listen();
+  const char* l = listen.c_str();
+  rc_server_options so{};
+  so.listen = &l;
+  so.listen_count = 1;
+  so.region_size = 1 * MiB;
+  so.memory_limit = 16 * MiB;
+  rc_server* srv = nullptr;
+  ASSERT_EQ(rc_server_start(&so, &srv), RC_OK) << last_error();
+  const std::string ep = rc_server_endpoint(srv, 0);
+  auto spec = [](uint64_t id) {
+    ConnectSpec s;
+    s.cache_id = id;
+    s.regions = 1;
+    return s;
+  };
+  const uint64_t victim_id = fresh_cache_id(), attacker_id = fresh_cache_id();
+
+  phase("victim connects");
+  RawClient victim;
+  RawReply vr;
+  ASSERT_EQ(victim.open(ep, spec(victim_id), vr), "");
+  ASSERT_EQ(vr.reply.status, RC_OK) << vr.message();
+  ASSERT_EQ(vr.regions.size(), 1u);
+  const uint64_t vaddr = vr.regions[0].addr;
+  const auto vkey = static_cast<uint32_t>(vr.regions[0].key);
+  std::vector<uint8_t> secret(64);
+  for (std::size_t i = 0; i < secret.size(); ++i) secret[i] = static_cast<uint8_t>(0xA5 ^ i);
+  std::vector<uint8_t> got;
+  ASSERT_EQ(victim.write(vaddr, vkey, secret), IBV_WC_SUCCESS);
+  ASSERT_EQ(victim.read(vaddr, vkey, 64, got), IBV_WC_SUCCESS);
+  ASSERT_EQ(got, secret);
+  const uint32_t registration = rc::transport::verbs::registration_key(reinterpret_cast<const void*>(vaddr));
+  EXPECT_NE(registration, 0u) << "the victim's region should be registered with the device";
+  EXPECT_NE(registration, vkey) << "a client must be given a window's key, never the registration's";
+
+  struct Guess {
+    uint32_t key;
+    std::string what;
+  };
+  std::vector<Guess> guesses = {{vkey, "the victim's window key (stolen)"}, {registration, "the region registration's key"}};
+  for (uint32_t k : {1u, 2u, 0x80u, 0xFFu})
+    guesses.push_back({(vkey & ~0xFFu) | ((vkey + k) & 0xFFu), "the victim's window with key byte +" + std::to_string(k)});
+  guesses.push_back({0, "the attacker's own window key"});  // filled in per connection
+  for (const Guess& g : guesses) {
+    for (const bool write : {false, true}) {
+      SCOPED_TRACE(g.what + (write ? ", RDMA WRITE" : ", RDMA READ"));
+      phase(g.what);
+      RawClient attacker;
+      RawReply ar;
+      ASSERT_EQ(attacker.open(ep, spec(attacker_id), ar), "");
+      ASSERT_EQ(ar.reply.status, RC_OK) << ar.message();
+      const auto own = static_cast<uint32_t>(ar.regions[0].key);
+      ASSERT_EQ(attacker.read(ar.regions[0].addr, own, 8, got), IBV_WC_SUCCESS) << "the attacker's own window must work";
+      const uint32_t key = g.key != 0 ? g.key : own;
+      if (write) {
+        EXPECT_NE(attacker.write(vaddr, key, std::vector<uint8_t>(64, 0x11)), IBV_WC_SUCCESS);
+      } else {
+        EXPECT_NE(attacker.read(vaddr, key, 64, got), IBV_WC_SUCCESS);
+        EXPECT_NE(got, secret);
+      }
+    }
+  }
+  phase("victim checks its bytes");
+  ASSERT_EQ(victim.read(vaddr, vkey, 64, got), IBV_WC_SUCCESS) << "the victim's own window must still work";
+  EXPECT_EQ(got, secret);
+  EXPECT_EQ(rc_server_stop(srv), RC_OK);
+#endif
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, Conformance,

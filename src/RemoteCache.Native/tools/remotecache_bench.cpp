@@ -56,8 +56,10 @@ struct UsageError : std::runtime_error {
 
 // ---- options --------------------------------------------------------------------------------
 
-enum class Op { Read, Write, Mix };
-const char* op_name(Op op) { return op == Op::Read ? "read" : op == Op::Write ? "write" : "mix"; }
+enum class Op { Read, Write, Mix, Connect };
+const char* op_name(Op op) {
+  return op == Op::Read ? "read" : op == Op::Write ? "write" : op == Op::Mix ? "mix" : "connect";
+}
 
 struct Options {
   std::string transport = "shm";
@@ -78,6 +80,9 @@ constexpr const char* kUsage =
     "                             $RC_VERBS_ADDR, an RDMA-capable interface's IPv4 address)\n"
     "  --connect ENDPOINT         use a running server instead of spawning one\n"
     "  --op read|write|mix        operation (mix = 50/50; default read)\n"
+    "  --op connect               time rc_cache_open instead: the open that creates a cache of\n"
+    "                             --cache-bytes, then opens that join it while it stays open (for\n"
+    "                             --seconds, at least 3); reports the first and the joins' p50\n"
     "  --size BYTES               bytes per operation (K/M/G suffixes; default 8)\n"
     "  --batch b  --qdepth q      batch size and queue depth (default 1, 1)\n"
     "  --client-threads c         client threads (default 0: application thread does the work)\n"
@@ -154,7 +159,8 @@ std::optional<Options> parse_args(int argc, char** argv) {
       if (v == "read") o.op = Op::Read;
       else if (v == "write") o.op = Op::Write;
       else if (v == "mix") o.op = Op::Mix;
-      else throw UsageError("--op must be read, write or mix");
+      else if (v == "connect") o.op = Op::Connect;
+      else throw UsageError("--op must be read, write, mix or connect");
     } else if (flag == "--size") {
       o.size = parse_size(flag, value());
       if (o.size == 0) throw UsageError("--size must be positive");
@@ -596,13 +602,13 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-rc_cache* open_cache(const Options& opt, const std::string& endpoint) {
+rc_cache* open_cache(const Options& opt, const std::string& endpoint, uint64_t cache_id = random_u64()) {
   const uint64_t regions = (opt.cache_bytes + kRegionSize - 1) / kRegionSize;
   if (regions > UINT32_MAX) throw std::runtime_error("--cache-bytes too large");
   // Twice the window so a full window never hits BUSY while completions wait to be polled.
   const uint64_t capacity = std::max<uint64_t>(1024, std::bit_ceil(2 * uint64_t{opt.window}));
   rc_cache_options o{};
-  o.cache_id = random_u64();
+  o.cache_id = cache_id;
   o.token = "bench";
   o.regions_per_server = static_cast<uint32_t>(regions);
   o.config = rc_config{opt.client_threads, opt.server_threads, opt.batch, opt.qdepth};
@@ -668,6 +674,48 @@ void print_report(const Options& opt, const Report& r) {
   std::fflush(stdout);
 }
 
+// --op connect: how long rc_cache_open takes to create a cache, then to join it (a new client's connection
+// to a cache that exists: over verbs, what a connection costs the server beyond the cache itself).
+int run_connect(const Options& opt, const std::string& transport, const std::string& endpoint) {
+  const uint64_t id = random_u64();
+  auto timed_open = [&](double& ms) {
+    const int64_t t0 = now_ns();
+    rc_cache* c = open_cache(opt, endpoint, id);
+    ms = static_cast<double>(now_ns() - t0) / 1e6;
+    return c;
+  };
+  double first_ms = 0;
+  rc_cache* first = timed_open(first_ms);
+  std::vector<double> joins;
+  const int64_t end = now_ns() + static_cast<int64_t>(opt.seconds * 1e9);
+  try {
+    while (joins.size() < 3 || now_ns() < end) {
+      double ms = 0;
+      rc_cache* c = timed_open(ms);
+      joins.push_back(ms);
+      rc_cache_close(c);
+    }
+  } catch (...) {
+    rc_cache_close(first);
+    throw;
+  }
+  rc_cache_close(first);
+  std::sort(joins.begin(), joins.end());
+  const double p50 = joins[joins.size() / 2];
+  if (opt.json) {
+    std::printf("{\"transport\":\"%s\",\"op\":\"connect\",\"cache_bytes\":%" PRIu64
+                ",\"first_ms\":%.3f,\"join_p50_ms\":%.3f,\"join_min_ms\":%.3f,\"joins\":%zu}\n",
+                transport.c_str(), opt.cache_bytes, first_ms, p50, joins.front(), joins.size());
+  } else {
+    std::printf("%-9s %-8s %12s %10s %12s %12s %6s\n", "transport", "op", "cache_bytes", "first_ms", "join_p50_ms",
+                "join_min_ms", "joins");
+    std::printf("%-9s %-8s %12" PRIu64 " %10.2f %12.2f %12.2f %6zu\n", transport.c_str(), "connect", opt.cache_bytes,
+                first_ms, p50, joins.front(), joins.size());
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
 int run(const Options& opt) {
   std::optional<ServerProcess> server;  // declared first: destroyed (stopped) last
   std::string endpoint = opt.connect;
@@ -682,6 +730,7 @@ int run(const Options& opt) {
                                             std::to_string(std::max<uint32_t>(1, opt.server_threads))});
     endpoint = server->wait_ready();
   }
+  if (opt.op == Op::Connect) return run_connect(opt, report.transport, endpoint);
 
   Shared shared(opt.app_threads);
   shared.cache = open_cache(opt, endpoint);

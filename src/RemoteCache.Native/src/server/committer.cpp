@@ -36,6 +36,7 @@ bool make_region(uint64_t size, transport::RegionMemory& out) {
 }
 
 void free_region(const transport::RegionMemory& region) {
+  transport::region_released(region);
   release_pages(region.base, region.size);
   munmap(region.base, region.size);
   close(region.fd);
@@ -145,6 +146,7 @@ std::optional<transport::RegionMemory> MemoryCommitter::commit_region() {
       return std::nullopt;
     }
   }
+  transport::region_committed(region);
   return region;
 }
 

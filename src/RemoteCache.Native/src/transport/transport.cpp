@@ -42,6 +42,18 @@ std::unique_ptr<Listener> listen(const Endpoint& endpoint, const ListenOptions& 
   return nullptr;
 }
 
+void region_committed([[maybe_unused]] const RegionMemory& region) {
+#ifdef RC_HAVE_VERBS
+  verbs::region_committed(region);
+#endif
+}
+
+void region_released([[maybe_unused]] const RegionMemory& region) {
+#ifdef RC_HAVE_VERBS
+  verbs::region_released(region);
+#endif
+}
+
 std::unique_ptr<MessageLink> connect_admin(const Endpoint& endpoint, uint64_t deadline_ns, Status& status) {
   switch (endpoint.kind) {
     case TransportKind::Shm: return shm::connect_admin(endpoint, deadline_ns, status);

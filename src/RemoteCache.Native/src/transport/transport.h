@@ -131,6 +131,12 @@ struct RegionMemory {
   uint64_t size;
 };
 
+// A region's life as the transports need to know it (verbs registers region memory with the device): a
+// committed spare is registered ahead of its first connection; a region about to be freed is forgotten
+// (a registration ends with the last connection holding it). No-ops for the other transports.
+void region_committed(const RegionMemory& region);
+void region_released(const RegionMemory& region);
+
 // The core's answer to a Connect.
 struct Grant {
   Status status = RC_OK;

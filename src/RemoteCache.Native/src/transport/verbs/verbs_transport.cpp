@@ -11,6 +11,8 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "common/clock.h"
@@ -118,19 +120,147 @@ Status new_cm_id(rdma_event_channel*& ec, rdma_cm_id*& id) {
   return st;
 }
 
-// One RC queue pair and everything it needs: its cm id and event channel, protection domain,
-// completion queue (one for sends and receives) with its channel, and the memory registrations.
+// A region's registration with one device: pinned once, whatever the number of connections granted it.
+// It gives no remote access by itself (LOCAL_WRITE | MW_BIND): peers reach it only through the memory
+// windows bound for their own queue pair.
+class Registration {
+ public:
+  explicit Registration(ibv_mr* mr) : mr_(mr) {}
+  ~Registration() { ibv_dereg_mr(mr_); }
+  Registration(const Registration&) = delete;
+  Registration& operator=(const Registration&) = delete;
+  ibv_mr* mr() const { return mr_; }
+
+ private:
+  ibv_mr* mr_;
+};
+
+constexpr int kWindowedAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND;
+
+// What a server shares between the connections it accepts on one RDMA device: the protection domain
+// and each region's registration (Registration). Sharing a PD lets every queue pair use the one
+// registration; what keeps a client to its own cache is that its rkeys are type 2 memory windows,
+// which the device honours on the queue pair they were bound to and no other (a guessed or leaked key
+// fails with a remote access error). Regions are registered as the server commits them (spares) or at
+// their first grant, and forgotten when freed; a registration ends with its last holder.
+class Domain {
+ public:
+  // The domain of `ctx`, made on first use. RC_E_UNSUPPORTED when the device has no type 2 memory windows.
+  static std::shared_ptr<Domain> of(ibv_context* ctx, Status& status) {
+    std::lock_guard lock(all_mutex());
+    auto& all = domains();
+    std::erase_if(all, [](const std::weak_ptr<Domain>& d) { return d.expired(); });
+    for (const auto& weak : all) {
+      if (auto d = weak.lock(); d->ctx_ == ctx) return d;
+    }
+    ibv_pd* pd = ibv_alloc_pd(ctx);
+    if (pd == nullptr) {
+      status = fail(RC_E_INTERNAL, errno_text("verbs: ibv_alloc_pd"));
+      return nullptr;
+    }
+    // Probe for type 2 windows now, so that a device without them fails at listen, not at each connect.
+    ibv_mw* probe = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
+    if (probe == nullptr) {
+      ibv_dealloc_pd(pd);
+      status = fail(RC_E_UNSUPPORTED, std::string("verbs: device ") + ibv_get_device_name(ctx->device) +
+                                          " has no type 2 memory windows (ibv_alloc_mw: " + std::strerror(errno) +
+                                          "); the server needs them to give each connection its own cache's memory "
+                                          "and nothing else");
+      return nullptr;
+    }
+    ibv_dealloc_mw(probe);
+    auto d = std::shared_ptr<Domain>(new Domain(ctx, pd));
+    all.push_back(d);
+    status = RC_OK;
+    return d;
+  }
+
+  ~Domain() {
+    registrations_.clear();  // what no connection holds any more
+    ibv_dealloc_pd(pd_);
+  }
+  Domain(const Domain&) = delete;
+  Domain& operator=(const Domain&) = delete;
+
+  ibv_pd* pd() const { return pd_; }
+
+  // The registration of [base, +size), made now if there is none. Null (errno set) when the device refuses.
+  std::shared_ptr<Registration> registration(std::byte* base, uint64_t size) {
+    {
+      std::lock_guard lock(mutex_);
+      if (auto it = registrations_.find(base); it != registrations_.end()) return it->second;
+    }
+    // Pinning a large region takes long (seconds for a GiB under emulation): not under the lock.
+    ibv_mr* mr = ibv_reg_mr(pd_, base, size, kWindowedAccess);
+    if (mr == nullptr) return nullptr;
+    auto made = std::make_shared<Registration>(mr);
+    std::lock_guard lock(mutex_);
+    const auto it = registrations_.emplace(base, made).first;
+    return it->second;  // another handshake registered it meanwhile: ours is deregistered on return
+  }
+
+  void forget(const std::byte* base) {
+    std::lock_guard lock(mutex_);
+    registrations_.erase(base);
+  }
+
+  uint32_t key_of(const std::byte* base) {
+    std::lock_guard lock(mutex_);
+    auto it = registrations_.find(base);
+    // Its lkey: rxe gives a registration without remote access no rkey, and where a device does give one it
+    // is the same number (rxe, mlx5), so the lkey is what a peer would have to guess.
+    return it != registrations_.end() ? it->second->mr()->lkey : 0;
+  }
+
+  // Runs `f` on every live domain.
+  template <typename F>
+  static void each(F&& f) {
+    std::vector<std::shared_ptr<Domain>> live;
+    {
+      std::lock_guard lock(all_mutex());
+      for (const auto& weak : domains()) {
+        if (auto d = weak.lock()) live.push_back(std::move(d));
+      }
+    }
+    for (const auto& d : live) f(*d);
+  }
+
+ private:
+  Domain(ibv_context* ctx, ibv_pd* pd) : ctx_(ctx), pd_(pd) {}
+  static std::mutex& all_mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static std::vector<std::weak_ptr<Domain>>& domains() {
+    static std::vector<std::weak_ptr<Domain>> d;
+    return d;
+  }
+
+  ibv_context* ctx_;
+  ibv_pd* pd_;
+  std::mutex mutex_;
+  std::unordered_map<const std::byte*, std::shared_ptr<Registration>> registrations_;
+};
+
+// One RC queue pair and everything it needs: its cm id and event channel, protection domain (its own,
+// or on a server the device's shared Domain), completion queue (one for sends and receives) with its
+// channel, its memory registrations and windows, and the shared registrations it was granted.
 // Owns them all; tears down in reverse order. Used by one thread at a time.
 class QueuePair {
  public:
-  QueuePair(rdma_event_channel* ec, rdma_cm_id* id) : ec_(ec), id_(id) {}
+  QueuePair(rdma_event_channel* ec, rdma_cm_id* id, std::shared_ptr<Domain> domain = nullptr)
+      : ec_(ec), id_(id), domain_(std::move(domain)) {}
   ~QueuePair() {
     if (connected_) rdma_disconnect(id_);
+    // Windows first: a bound type 2 window holds its queue pair, whose destruction would wait for it
+    // (rxe waits, then warns, with the calling thread stuck).
+    for (ibv_mw* mw : mws_) ibv_dealloc_mw(mw);
     if (id_ != nullptr && id_->qp != nullptr) rdma_destroy_qp(id_);
     for (ibv_mr* mr : mrs_) ibv_dereg_mr(mr);
+    granted_.clear();
     if (cq_ != nullptr) ibv_destroy_cq(cq_);
     if (cc_ != nullptr) ibv_destroy_comp_channel(cc_);
-    if (pd_ != nullptr) ibv_dealloc_pd(pd_);
+    if (pd_ != nullptr && domain_ == nullptr) ibv_dealloc_pd(pd_);
     if (id_ != nullptr) rdma_destroy_id(id_);
     if (ec_ != nullptr) rdma_destroy_event_channel(ec_);
   }
@@ -138,7 +268,7 @@ class QueuePair {
   QueuePair& operator=(const QueuePair&) = delete;
 
   Status create() {
-    pd_ = ibv_alloc_pd(id_->verbs);
+    pd_ = domain_ != nullptr ? domain_->pd() : ibv_alloc_pd(id_->verbs);
     cc_ = pd_ != nullptr ? ibv_create_comp_channel(id_->verbs) : nullptr;
     cq_ = cc_ != nullptr ? ibv_create_cq(id_->verbs, kMaxSendWr + kMaxRecvWr, nullptr, cc_, 0) : nullptr;
     if (cq_ == nullptr) return fail(RC_E_INTERNAL, errno_text("verbs: PD/CQ creation"));
@@ -170,6 +300,57 @@ class QueuePair {
   }
 
   ibv_mr* reg(const Buffer& b, int access) { return reg(b.data(), b.size(), access); }
+
+  // Lets the peer reach [addr, +bytes) of `mr` (registered with MW_BIND) with `access`, through a type 2
+  // memory window bound to this queue pair alone; `rkey` is the window's key. Binds complete in order;
+  // the `last` of a series is signaled, and wait_sent() then waits for them all.
+  Status bind_window(ibv_mr* mr, const void* addr, uint64_t bytes, int access, bool last, uint64_t deadline_ns,
+                     uint32_t& rkey) {
+    ibv_mw* mw = ibv_alloc_mw(pd_, IBV_MW_TYPE_2);
+    if (mw == nullptr)
+      return fail(RC_E_NO_MEMORY, errno_text("verbs: ibv_alloc_mw (the device's memory windows are used up)"));
+    mws_.push_back(mw);
+    ibv_send_wr wr{};
+    wr.wr_id = kMessageTag;
+    wr.opcode = IBV_WR_BIND_MW;
+    wr.bind_mw.mw = mw;
+    wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+    wr.bind_mw.bind_info = ibv_mw_bind_info{mr, reinterpret_cast<uint64_t>(addr), bytes, static_cast<unsigned>(access)};
+    Status st;
+    while ((st = post_send(wr, last)) == RC_E_BUSY) {
+      if (!wait_until([this] { return sq_used_ < kMaxSendWr; }, deadline_ns, nullptr)) return bind_failure();
+    }
+    rkey = wr.bind_mw.rkey;
+    return st;
+  }
+
+  // Waits until every work request posted so far has completed (the last one was signaled).
+  Status wait_sent(uint64_t deadline_ns) {
+    return wait_until([this] { return sq_used_ == 0; }, deadline_ns, nullptr) ? RC_OK : bind_failure();
+  }
+
+  // Keeps a shared registration (and so its pinning) alive while this queue pair has windows on it.
+  void hold(std::shared_ptr<Registration> r) { granted_.push_back(std::move(r)); }
+
+  // Polls completions until `done()` holds, the queue pair breaks, the deadline passes or `stop` is
+  // signalled (may be null); sleeps on the completion channel in between.
+  template <typename Pred>
+  bool wait_until(Pred done, uint64_t deadline_ns, const EventFd* stop) {
+    for (;;) {
+      reap();
+      if (done()) return true;
+      if (broken_ || now_ns() >= deadline_ns) return false;
+      if (stop != nullptr) {
+        pollfd p{stop->fd(), POLLIN, 0};
+        if (poll(&p, 1, 0) > 0) return false;
+      }
+      arm();
+      reap();
+      if (done()) return true;
+      if (!wait_readable(cc_->fd, stop, std::min(deadline_ns, now_ns() + 10'000'000))) continue;
+      disarm();
+    }
+  }
 
   // Before connecting: the first receive takes the peer's handshake message (into `handshake`), the
   // next kSlots the immediates of the frames it writes into our ring (reposted as frames are consumed).
@@ -281,14 +462,22 @@ class QueuePair {
     return alive();
   }
 
+  Status bind_failure() const {
+    return broken_ ? fail(RC_E_INTERNAL, "verbs: binding a memory window failed (see the warning above)")
+                   : fail(RC_E_TIMEOUT, "verbs: the device did not complete the memory window binds in time");
+  }
+
   uint64_t last_probe_ns_ = 0;
 
   rdma_event_channel* ec_;
   rdma_cm_id* id_;
+  std::shared_ptr<Domain> domain_;
   ibv_pd* pd_ = nullptr;
   ibv_comp_channel* cc_ = nullptr;
   ibv_cq* cq_ = nullptr;
   std::vector<ibv_mr*> mrs_;
+  std::vector<ibv_mw*> mws_;
+  std::vector<std::shared_ptr<Registration>> granted_;
   uint32_t max_inline_ = 0;
   bool connected_ = false;
   bool broken_ = false;
@@ -344,20 +533,7 @@ Status send_message(QueuePair& qp, std::byte* buf, uint32_t bytes, uint32_t lkey
 
 // Waits for the handshake message (a SEND into the first posted receive buffer).
 bool wait_message(QueuePair& qp, uint64_t deadline_ns, const EventFd* stop) {
-  for (;;) {
-    qp.reap();
-    if (qp.handshake_bytes_ >= 0) return true;
-    if (qp.broken_ || now_ns() >= deadline_ns) return false;
-    if (stop != nullptr) {
-      pollfd p{stop->fd(), POLLIN, 0};
-      if (poll(&p, 1, 0) > 0) return false;
-    }
-    qp.arm();
-    qp.reap();
-    if (qp.handshake_bytes_ >= 0) return true;
-    if (!wait_readable(qp.cc_->fd, stop, std::min(deadline_ns, now_ns() + 10'000'000))) continue;
-    qp.disarm();
-  }
+  return qp.wait_until([&qp] { return qp.handshake_bytes_ >= 0; }, deadline_ns, stop);
 }
 
 bool wait_cm(rdma_event_channel* ec, rdma_cm_event_type want, uint64_t deadline_ns, const EventFd* stop,
@@ -586,8 +762,6 @@ class VerbsServerConnection final : public ServerConnection {
 };
 
 constexpr int kRemoteAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-// A read-only grant (a migration source): the NIC itself refuses the peer's RDMA WRITEs.
-constexpr int kRemoteReadAccess = IBV_ACCESS_REMOTE_READ;
 
 rdma_conn_param connection_parameters() {
   rdma_conn_param p{};
@@ -618,6 +792,8 @@ class VerbsPending final : public PendingConnection {
   std::unique_ptr<ServerConnection> handshake(const HandshakeHandlers& handlers, const EventFd& stop,
                                               Status& status) override {
     const uint64_t deadline = now_ns() + uint64_t{kHandshakeTimeoutMs} * 1'000'000;
+    std::shared_ptr<Domain> domain = Domain::of(id_->verbs, status);
+    if (domain == nullptr) return nullptr;
     rdma_event_channel* ec = rdma_create_event_channel();
     if (ec == nullptr || rdma_migrate_id(id_, ec) != 0) {
       if (ec != nullptr) rdma_destroy_event_channel(ec);
@@ -625,7 +801,7 @@ class VerbsPending final : public PendingConnection {
       return nullptr;
     }
     set_nonblocking(ec->fd);
-    auto qp = std::make_unique<QueuePair>(ec, id_);
+    auto qp = std::make_unique<QueuePair>(ec, id_, domain);
     id_ = nullptr;  // owned by qp now
     if ((status = qp->create()) != RC_OK) return nullptr;
 
@@ -633,7 +809,7 @@ class VerbsPending final : public PendingConnection {
     Buffer requests(std::size_t{kSlots} * kSlotBytes);
     Buffer responses(std::size_t{kSlots} * kSlotBytes);
     ibv_mr* hs_mr = qp->reg(handshake, IBV_ACCESS_LOCAL_WRITE);
-    ibv_mr* req_mr = qp->reg(requests, kRemoteAccess);
+    ibv_mr* req_mr = qp->reg(requests, kWindowedAccess);  // the client writes it through a window
     ibv_mr* resp_mr = qp->reg(responses, IBV_ACCESS_LOCAL_WRITE);
     if (hs_mr == nullptr || req_mr == nullptr || resp_mr == nullptr) {
       status = fail(RC_E_INTERNAL, errno_text("verbs: registering connection buffers"));
@@ -674,19 +850,20 @@ class VerbsPending final : public PendingConnection {
 
     Grant grant = handlers.admit(request);
     std::vector<wire::RegionDescriptor> descriptors;
+    uint32_t ring_rkey = 0;
     if (grant.status == RC_OK) {
-      for (const RegionMemory& r : grant.regions) {
-        ibv_mr* mr = qp->reg(r.base, r.size, grant.read_only ? kRemoteReadAccess : kRemoteAccess);
-        if (mr == nullptr) {
-          grant = Grant{RC_E_NO_MEMORY, errno_text("cannot register a region with the RDMA device"), {}, 0};
-          descriptors.clear();
-          break;
+      const Status bound = bind_grant(*qp, *domain, grant, requests, req_mr, descriptors, ring_rkey);
+      if (bound != RC_OK) {
+        grant = Grant{bound, last_error(), {}, 0};
+        descriptors.clear();
+        if (qp->broken_) {
+          status = bound;
+          return nullptr;
         }
-        descriptors.push_back({reinterpret_cast<uint64_t>(r.base), mr->rkey});
       }
     }
     const auto reply = encode_connect_reply(grant, descriptors);
-    const RingInfo ring{reinterpret_cast<uint64_t>(requests.data()), req_mr->rkey, kSlots, kSlotBytes, 0};
+    const RingInfo ring{reinterpret_cast<uint64_t>(requests.data()), ring_rkey, kSlots, kSlotBytes, 0};
     if (reply.size() + sizeof ring > kHandshakeBytes) {
       status = fail(RC_E_INVALID_ARGUMENT, "verbs: too many regions for one Connect reply");
       return nullptr;
@@ -704,6 +881,35 @@ class VerbsPending final : public PendingConnection {
   }
 
  private:
+  // Gives the admitted client its grant: a window on each region's shared registration (read-only for a
+  // migration source, where the device itself then refuses RDMA WRITEs) and one on the request ring,
+  // all bound to its queue pair alone. Fills the descriptors and the ring's key.
+  static Status bind_grant(QueuePair& qp, Domain& domain, const Grant& grant, const Buffer& ring, ibv_mr* ring_mr,
+                           std::vector<wire::RegionDescriptor>& descriptors, uint32_t& ring_rkey) {
+    const int access = grant.read_only ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+    for (const RegionMemory& r : grant.regions) {
+      std::shared_ptr<Registration> reg = domain.registration(r.base, r.size);
+      if (reg == nullptr) return fail(RC_E_NO_MEMORY, errno_text("verbs: cannot register a region with the RDMA device"));
+      qp.hold(reg);
+    }
+    // Registering may have taken long (a first grant of a large region): the binds get their own deadline.
+    const uint64_t deadline = now_ns() + uint64_t{kHandshakeTimeoutMs} * 1'000'000;
+    for (std::size_t i = 0; i < grant.regions.size(); ++i) {
+      const RegionMemory& r = grant.regions[i];
+      uint32_t rkey = 0;
+      if (Status st = qp.bind_window(qp.granted_[i]->mr(), r.base, r.size, access, false, deadline, rkey); st != RC_OK)
+        return st;
+      descriptors.push_back({reinterpret_cast<uint64_t>(r.base), rkey});
+    }
+    if (Status st = qp.bind_window(ring_mr, ring.data(), ring.size(), IBV_ACCESS_REMOTE_WRITE, true, deadline, ring_rkey);
+        st != RC_OK)
+      return st;
+    return qp.wait_sent(deadline);
+  }
+
+ public:
+
+ private:
   rdma_cm_id* id_;
   std::string host_;
   std::string peer_;
@@ -711,8 +917,8 @@ class VerbsPending final : public PendingConnection {
 
 class VerbsListener final : public Listener {
  public:
-  VerbsListener(rdma_event_channel* ec, rdma_cm_id* id, std::string endpoint)
-      : ec_(ec), id_(id), endpoint_(std::move(endpoint)) {}
+  VerbsListener(rdma_event_channel* ec, rdma_cm_id* id, std::string endpoint, std::shared_ptr<Domain> domain)
+      : ec_(ec), id_(id), endpoint_(std::move(endpoint)), domain_(std::move(domain)) {}
   ~VerbsListener() override {
     rdma_destroy_id(id_);
     rdma_destroy_event_channel(ec_);
@@ -748,6 +954,9 @@ class VerbsListener final : public Listener {
   rdma_event_channel* ec_;
   rdma_cm_id* id_;
   std::string endpoint_;
+  // Bound to one device: its domain lives as long as the listener, so that committed regions are
+  // registered ahead of their first connection (null for a wildcard address: made at the first handshake).
+  std::shared_ptr<Domain> domain_;
   EventFd stop_;
 };
 
@@ -858,9 +1067,36 @@ std::unique_ptr<Listener> listen(const Endpoint& endpoint, Status& status) {
     rdma_destroy_event_channel(ec);
     return nullptr;
   }
+  std::shared_ptr<Domain> domain;
+  if (id->verbs != nullptr && (domain = Domain::of(id->verbs, status)) == nullptr) {
+    rdma_destroy_id(id);
+    rdma_destroy_event_channel(ec);
+    return nullptr;
+  }
   const uint16_t port = ntohs(rdma_get_src_port(id));
   status = RC_OK;
-  return std::make_unique<VerbsListener>(ec, id, "verbs:" + endpoint.host + ":" + std::to_string(port));
+  return std::make_unique<VerbsListener>(ec, id, "verbs:" + endpoint.host + ":" + std::to_string(port),
+                                         std::move(domain));
+}
+
+void region_committed(const RegionMemory& region) {
+  Domain::each([&](Domain& d) {
+    if (d.registration(region.base, region.size) == nullptr)
+      RC_LOG_WARN("verbs: cannot register a committed region ahead (%s); its first connection registers it",
+                  std::strerror(errno));
+  });
+}
+
+void region_released(const RegionMemory& region) {
+  Domain::each([&](Domain& d) { d.forget(region.base); });
+}
+
+uint32_t registration_key(const void* base) {
+  uint32_t key = 0;
+  Domain::each([&](Domain& d) {
+    if (key == 0) key = d.key_of(static_cast<const std::byte*>(base));
+  });
+  return key;
 }
 
 }  // namespace rc::transport::verbs

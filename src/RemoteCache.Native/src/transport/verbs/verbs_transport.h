@@ -1,7 +1,11 @@
 // verbs: RDMA RC queue pairs on rdma-core (libibverbs + librdmacm), Redy §4.
 //   - connection setup with rdma_cm; the Connect request and reply travel as two-sided SEND/RECV
-//     messages right after the connection is established, the reply carrying each region's MR
-//     address and rkey and the address and rkey of the server's request ring;
+//     messages right after the connection is established, the reply carrying each region's address
+//     and rkey and the address and rkey of the server's request ring;
+//   - the server registers each region once per device, in one protection domain shared by its
+//     connections, and gives each admitted connection type 2 memory windows on them (and on its
+//     request ring), bound to that connection's queue pair alone: a key is worthless on any other
+//     queue pair, so no client reaches memory it was not granted (Domain in the .cpp);
 //   - lone requests are one-sided RDMA READ / WRITE against those MRs (no server CPU), through a
 //     registered staging slot, or inline when a write fits the device's max_inline_data;
 //   - batches are RDMA WRITE WITH IMMEDIATE into a slot of the peer's message ring (requests into the
@@ -24,5 +28,13 @@ namespace rc::transport::verbs {
 std::unique_ptr<ClientConnection> connect(const Endpoint& endpoint, const ConnectParams& params,
                                           Status& status);
 std::unique_ptr<Listener> listen(const Endpoint& endpoint, Status& status);
+
+// transport::region_committed / region_released for the devices this process listens on.
+void region_committed(const RegionMemory& region);
+void region_released(const RegionMemory& region);
+
+// The key of the device registration of the region at `base` (0 when it has none). It gives no remote
+// access; tests use it as the best guess an attacker could make.
+uint32_t registration_key(const void* base);
 
 }  // namespace rc::transport::verbs
