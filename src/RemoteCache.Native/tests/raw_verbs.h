@@ -107,10 +107,12 @@ class RawClient {
     handshake_.resize(kHandshakeBytes);
     ring_.resize(std::size_t{kSlots} * kSlotBytes);
     data_.resize(1 << 20);
-    constexpr int remote = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-    handshake_mr_ = ibv_reg_mr(pd_, handshake_.data(), handshake_.size(), IBV_ACCESS_LOCAL_WRITE);
+    // ints, not the enumerators: ibv_reg_mr is a macro that masks its flags with another enum's.
+    constexpr int local = IBV_ACCESS_LOCAL_WRITE;
+    constexpr int remote = local | IBV_ACCESS_REMOTE_WRITE;
+    handshake_mr_ = ibv_reg_mr(pd_, handshake_.data(), handshake_.size(), local);
     ring_mr_ = ibv_reg_mr(pd_, ring_.data(), ring_.size(), remote);
-    data_mr_ = ibv_reg_mr(pd_, data_.data(), data_.size(), IBV_ACCESS_LOCAL_WRITE);
+    data_mr_ = ibv_reg_mr(pd_, data_.data(), data_.size(), local);
     if (handshake_mr_ == nullptr || ring_mr_ == nullptr || data_mr_ == nullptr) return "ibv_reg_mr failed";
     if (!post_recv(handshake_.data(), kHandshakeBytes, handshake_mr_->lkey)) return "post_recv failed";
     for (uint32_t i = 0; i < kSlots; ++i)
