@@ -6,7 +6,8 @@
 #   2. boots ONE VM (tests/rdma-vm/rxe-vm.sh) and runs there, each under a section marker:
 #      ibv_devinfo -v; perftest baselines (ib_read_lat, ib_write_lat, ib_write_bw);
 #      the conformance suite's verbs instantiation; remotecache-bench over verbs (8 B read, 8 B write,
-#      batched 16 B writes; connect time for a 64 MiB and a 1 GiB cache);
+#      batched 16 B writes; connect time for a 64 MiB and a 1 GiB cache; a 128 MiB region pull against
+#      ib_read_bw);
 #   3. prints a summary (perftest figures, our p50s and ops/s, the three ratios against their targets)
 #      and writes artifacts/rdma-vm/{output.txt,console.txt,summary.json}.
 #
@@ -149,7 +150,7 @@ bench() {
     return
   fi
   echo "\$ remotecache-bench --transport verbs $*"
-  timeout 30 "$BENCH" --transport verbs "$@" --seconds 2 --json 2>&1
+  timeout 60 "$BENCH" --transport verbs "$@" --seconds 2 --json 2>&1
   end $?
 }
 
@@ -181,6 +182,9 @@ done
 # connection, so joining a 1 GiB cache should cost what joining a 64 MiB one does.
 bench connect_64m --op connect --cache-bytes 64M
 bench connect_1g --op connect --cache-bytes 1G
+# A region pull (live migration) over verbs is RDMA READs of the source's region: against ib_read_bw.
+perftest ib_read_bw ib_read_bw -s 65536 -n 2000
+bench bench_pull --op pull --cache-bytes 128M
 # The harness judges the sections; the script itself always succeeds.
 exit 0
 EOF

@@ -33,6 +33,9 @@ TARGETS = {
 # Joining a cache (a new client's connection to it) must not cost more with the cache's size: the server
 # registers each region once, not per connection. Judged on join p50 for 1 GiB over 64 MiB, one boot.
 CONNECT_TARGET = ("le", 1.5)
+# A region pull over verbs (RDMA READs of the source region, remotecache-bench --op pull) against ib_read_bw's
+# bandwidth (64 KiB messages), same boot.
+PULL_TARGET = ("ge", 0.5)
 
 
 def split_sections(lines):
@@ -347,6 +350,23 @@ def main():
     out.append("    %-48s %13s   %-8s %s" % ("join p50: 1 GiB cache / 64 MiB cache", fmt(join_ratio, ".2f"),
                                             "<= " + format(CONNECT_TARGET[1], "g"),
                                             "n/a" if join_met is None else ("yes" if join_met else "NO")))
+    read_bw = parse_perftest(sections.get("ib_read_bw"))
+    pull = parse_bench(sections.get("bench_pull"))
+    pull_ratio = ratio(bench_value(pull, "mib_per_s"), get(read_bw, "bw_avg_mb_s"))
+    pull_met = None if pull_ratio is None else pull_ratio >= PULL_TARGET[1]
+    out += ["", "  region pull over verbs (128 MiB)"]
+    out.append("    %-32s %s" % ("ib_read_bw -s 65536 -n 2000",
+                                 fmt(get(read_bw, "bw_avg_mb_s"), ".1f", " MiB/s") if get(read_bw, "bw_avg_mb_s") else
+                                 "not available"))
+    if pull and pull.get("ok"):
+        out.append("    %-32s %s in %s (median of 3)" % ("remotecache-bench --op pull", fmt(pull.get("mib_per_s"), ".1f", " MiB/s"),
+                                                       fmt(pull.get("seconds"), ".2f", " s")))
+    else:
+        why = "section missing" if pull is None else pull.get("message") or "exit %s, no result" % pull.get("rc")
+        out.append("    %-32s not available (%s)" % ("remotecache-bench --op pull", why))
+    out.append("    %-48s %13s   %-8s %s" % ("pull MiB/s / ib_read_bw MiB/s", fmt(pull_ratio, ".2f"),
+                                            ">= " + format(PULL_TARGET[1], "g"),
+                                            "n/a" if pull_met is None else ("yes" if pull_met else "NO")))
     if notes:
         out.append("")
         out += ["  note: " + n for n in notes]
@@ -372,6 +392,8 @@ def main():
                               "reliable": reliable[name]}
                        for name in ratios},
             "write_inside_post_share": write_inside_post,
+            "pull": {"ib_read_bw": read_bw, "bench": pull, "ratio": {"value": pull_ratio, "target": PULL_TARGET[1],
+                                                                      "kind": "min", "met": pull_met}},
             "connect": dict(connect, join_1gib_vs_64mib={"value": join_ratio, "target": CONNECT_TARGET[1],
                                                          "kind": "max", "met": join_met}),
             "rounds": [{"round": pr["round"], "ratios": pr["ratios"], "write_inside_post": pr["write_inside_post"]}

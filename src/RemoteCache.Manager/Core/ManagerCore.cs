@@ -779,9 +779,18 @@ public sealed class ManagerCore : IAsyncDisposable
                 $"another client of cache {cache.CacheId} ('{pending.Mover}') is moving server {old.ServerId}'s regions; follow its ServerReplaced event", Refusals.MovedElsewhere)
             : _servers[pending.ServerId];
 
-    // The source as the target reaches it: over the cache's transport when both have it (shm on one host, verbs), else tcp.
-    private static string PullEndpoint(ServerRecord source, ServerRecord target, string transport) =>
-        source.Endpoints.TryGetValue(transport, out var e) && target.Endpoints.ContainsKey(transport) ? e : source.AdminEndpoint;
+    /// <summary>
+    /// The source as the target reaches it for a region pull: over verbs (RDMA READ, no source CPU) whenever both have
+    /// it, whatever the cache's own transport — except that a shm cache's servers share a host, where a memory copy
+    /// beats loopback RDMA — then over the cache's transport when both have it, else tcp.
+    /// </summary>
+    internal static string PullEndpoint(ServerRecord source, ServerRecord target, string transport)
+    {
+        foreach (var t in transport == "shm" ? new[] { "shm", "verbs" } : new[] { "verbs", transport })
+            if (source.Endpoints.TryGetValue(t, out var e) && target.Endpoints.ContainsKey(t))
+                return e;
+        return source.AdminEndpoint;
+    }
 
     // ---- watchers --------------------------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@
 // By default the server runs as a separate process (as in production) rather than embedded, so
 // client and server threads do not share one address space, allocator or scheduler group.
 #include <remotecache/remotecache.h>
+#include <remotecache/remotecache_admin.h>
 
 #include "size_arg.h"
 
@@ -56,9 +57,16 @@ struct UsageError : std::runtime_error {
 
 // ---- options --------------------------------------------------------------------------------
 
-enum class Op { Read, Write, Mix, Connect };
+enum class Op { Read, Write, Mix, Connect, Pull };
 const char* op_name(Op op) {
-  return op == Op::Read ? "read" : op == Op::Write ? "write" : op == Op::Mix ? "mix" : "connect";
+  switch (op) {
+    case Op::Read: return "read";
+    case Op::Write: return "write";
+    case Op::Mix: return "mix";
+    case Op::Connect: return "connect";
+    case Op::Pull: return "pull";
+  }
+  return "?";
 }
 
 struct Options {
@@ -83,6 +91,9 @@ constexpr const char* kUsage =
     "  --op connect               time rc_cache_open instead: the open that creates a cache of\n"
     "                             --cache-bytes, then opens that join it while it stays open (for\n"
     "                             --seconds, at least 3); reports the first and the joins' p50\n"
+    "  --op pull                  time a region pull (live migration) between two servers started in\n"
+    "                             this process, over --transport, of one region of --cache-bytes;\n"
+    "                             3 pulls, reports the median's MiB/s (--connect does not apply)\n"
     "  --size BYTES               bytes per operation (K/M/G suffixes; default 8)\n"
     "  --batch b  --qdepth q      batch size and queue depth (default 1, 1)\n"
     "  --client-threads c         client threads (default 0: application thread does the work)\n"
@@ -160,7 +171,8 @@ std::optional<Options> parse_args(int argc, char** argv) {
       else if (v == "write") o.op = Op::Write;
       else if (v == "mix") o.op = Op::Mix;
       else if (v == "connect") o.op = Op::Connect;
-      else throw UsageError("--op must be read, write, mix or connect");
+      else if (v == "pull") o.op = Op::Pull;
+      else throw UsageError("--op must be read, write, mix, connect or pull");
     } else if (flag == "--size") {
       o.size = parse_size(flag, value());
       if (o.size == 0) throw UsageError("--size must be positive");
@@ -716,7 +728,142 @@ int run_connect(const Options& opt, const std::string& transport, const std::str
   return 0;
 }
 
+// ---- --op pull ------------------------------------------------------------------------------
+
+// A server in this process, stopped on destruction.
+struct EmbeddedServer {
+  rc_server* server = nullptr;
+  EmbeddedServer(const std::vector<std::string>& listen, uint64_t region_size, const std::vector<uint8_t>& key,
+                 const std::string& id) {
+    std::vector<const char*> l;
+    for (const auto& e : listen) l.push_back(e.c_str());
+    rc_server_options o{};
+    o.listen = l.data();
+    o.listen_count = l.size();
+    o.region_size = region_size;
+    o.memory_limit = region_size;
+    o.admission_key = key.data();
+    o.admission_key_length = key.size();
+    o.server_id = id.c_str();
+    if (const rc_status st = rc_server_start(&o, &server); st != RC_OK)
+      throw std::runtime_error("starting server " + id + ": " + rc_status_name(st) + ": " + rc_last_error());
+  }
+  ~EmbeddedServer() { rc_server_stop(server); }
+  EmbeddedServer(const EmbeddedServer&) = delete;
+  EmbeddedServer& operator=(const EmbeddedServer&) = delete;
+  std::string endpoint(size_t i) const { return rc_server_endpoint(server, i); }
+};
+
+void check(rc_status st, const std::string& what) {
+  if (st != RC_OK) throw std::runtime_error(what + ": " + rc_status_name(st) + ": " + rc_last_error());
+}
+
+// One operation on `session`, waited for.
+void wait_one(rc_session* session, const std::string& what) {
+  rc_completion c{};
+  if (rc_wait(session, &c, 1, 30000) != 1) throw std::runtime_error(what + ": no completion within 30 s");
+  check(static_cast<rc_status>(c.status), what);
+}
+
+// One region of --cache-bytes on a source server, pulled by a target server over --transport (the admin
+// connection goes over tcp): the time the target reports for the copy, the median of three pulls.
+int run_pull(const Options& opt) {
+  std::vector<uint8_t> key(32);
+  std::random_device rd;
+  for (auto& b : key) b = static_cast<uint8_t>(rd());
+  const uint64_t region = opt.cache_bytes;
+  auto data_endpoint = [&](const char* role) {
+    if (opt.transport != "shm") return listen_endpoint(opt.transport);
+    return "shm:/tmp/rc-bench-pull-" + std::to_string(getpid()) + "-" + role + ".sock";
+  };
+  EmbeddedServer source({"tcp:127.0.0.1:0", data_endpoint("source")}, region, key, "source");
+  EmbeddedServer target({"tcp:127.0.0.1:0", data_endpoint("target")}, region, key, "target");
+  const uint64_t id = random_u64();
+  const uint64_t expires = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count()) +
+      3600'000;
+  auto open_on = [&](const std::string& server_id, const std::string& endpoint) {
+    char cap[512];
+    check(rc_capability_mint(key.data(), key.size(), id, server_id.c_str(), 1, expires, cap, sizeof cap), "minting");
+    const char* caps[] = {cap};
+    const char* eps[] = {endpoint.c_str()};
+    rc_cache_options o{};
+    o.cache_id = id;
+    o.token = "bench-pull";
+    o.regions_per_server = 1;
+    o.config = rc_config{0, 1, 1, 1};
+    o.connect_timeout_ms = 60000;  // the first connection over verbs pins the region
+    o.capabilities = caps;
+    rc_cache* c = nullptr;
+    check(rc_cache_open(eps, 1, &o, &c), "opening the cache on " + endpoint);
+    return c;
+  };
+  rc_cache* on_source = open_on("source", source.endpoint(1));
+  rc_cache* on_target = open_on("target", target.endpoint(1));
+  // Distinct words spread over the region: the pull must carry every one of them.
+  constexpr uint64_t kSamples = 256;
+  rc_session* s = nullptr;
+  check(rc_session_open(on_source, &s), "a session on the source");
+  std::vector<uint64_t> words(kSamples);
+  for (uint64_t i = 0; i < kSamples; ++i) {
+    words[i] = splitmix64(id + i);
+    check(rc_write(s, (region / kSamples) * i, &words[i], 8, i), "writing a sample");
+    wait_one(s, "writing a sample");
+  }
+  rc_session_close(s);
+
+  char mig[512];
+  check(rc_capability_mint_migration(key.data(), key.size(), id, "source", expires, mig, sizeof mig), "minting");
+  rc_admin* admin = nullptr;
+  const std::string admin_ep = target.endpoint(0);
+  check(rc_admin_connect(admin_ep.c_str(), key.data(), key.size(), 0, &admin), "admin connect to the target");
+  const std::string source_data = source.endpoint(1);
+  std::vector<double> seconds;
+  bool one_sided = false;
+  for (int round = 0; round < 3; ++round) {
+    rc_pull_request r{};
+    r.cache_id = id;
+    r.source_endpoint = source_data.c_str();
+    r.source_capability = mig;
+    rc_pull_result result{};
+    check(rc_admin_pull_region(admin, &r, &result), "pulling from " + source_data);
+    seconds.push_back(static_cast<double>(result.elapsed_ns) / 1e9);
+    one_sided = result.one_sided != 0;
+  }
+  rc_admin_close(admin);
+
+  check(rc_session_open(on_target, &s), "a session on the target");
+  uint64_t wrong = 0;
+  for (uint64_t i = 0; i < kSamples; ++i) {
+    uint64_t got = 0;
+    check(rc_read(s, (region / kSamples) * i, &got, 8, i), "reading a sample");
+    wait_one(s, "reading a sample");
+    wrong += got != words[i] ? 1 : 0;
+  }
+  rc_session_close(s);
+  rc_cache_close(on_target);
+  rc_cache_close(on_source);
+  if (wrong != 0) throw std::runtime_error(std::to_string(wrong) + " of " + std::to_string(kSamples) +
+                                           " sampled words differ on the target after the pull");
+
+  std::sort(seconds.begin(), seconds.end());
+  const double median = seconds[seconds.size() / 2];
+  const double mib_per_s = static_cast<double>(region) / 1048576.0 / median;
+  if (opt.json) {
+    std::printf("{\"transport\":\"%s\",\"op\":\"pull\",\"bytes\":%" PRIu64
+                ",\"seconds\":%.4f,\"min_seconds\":%.4f,\"mib_per_s\":%.1f,\"one_sided\":%s}\n",
+                opt.transport.c_str(), region, median, seconds.front(), mib_per_s, one_sided ? "true" : "false");
+  } else {
+    std::printf("%-9s %-5s %12s %10s %10s %9s\n", "transport", "op", "bytes", "seconds", "MiB/s", "one-sided");
+    std::printf("%-9s %-5s %12" PRIu64 " %10.4f %10.1f %9s\n", opt.transport.c_str(), "pull", region, median,
+                mib_per_s, one_sided ? "yes" : "no");
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
 int run(const Options& opt) {
+  if (opt.op == Op::Pull) return run_pull(opt);
   std::optional<ServerProcess> server;  // declared first: destroyed (stopped) last
   std::string endpoint = opt.connect;
   Report report;
