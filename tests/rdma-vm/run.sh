@@ -7,7 +7,8 @@
 #      ibv_devinfo -v; perftest baselines (ib_read_lat, ib_write_lat, ib_write_bw);
 #      the conformance suite's verbs instantiation; remotecache-bench over verbs (8 B read, 8 B write,
 #      batched 16 B writes; connect time for a 64 MiB and a 1 GiB cache; a 128 MiB region pull against
-#      ib_read_bw);
+#      ib_read_bw); NFS over RDMA (kernel nfsd, proto=rdma) read with fio next to RemoteCache reads of the
+#      same sizes and depths;
 #   3. prints a summary (perftest figures, our p50s and ops/s, the three ratios against their targets)
 #      and writes artifacts/rdma-vm/{output.txt,console.txt,summary.json}.
 #
@@ -55,7 +56,7 @@ banner "packages"
 # The build needs rdma-core's headers (else the verbs transport is compiled out); the rest is rxe-vm.sh's.
 packages=("${NATIVE_PACKAGES[@]}")
 for p in libibverbs-dev librdmacm-dev qemu-system-x86 rdma-core ibverbs-providers ibverbs-utils perftest \
-  busybox-static cpio kmod iproute2; do
+  busybox-static cpio kmod iproute2 fio libtirpc-common; do
   [[ " ${packages[*]} " == *" $p "* ]] || packages+=("$p")
 done
 ensure_packages "${packages[@]}"
@@ -185,6 +186,38 @@ bench connect_1g --op connect --cache-bytes 1G
 # A region pull (live migration) over verbs is RDMA READs of the source's region: against ib_read_bw.
 perftest ib_read_bw ib_read_bw -s 65536 -n 2000
 bench bench_pull --op pull --cache-bytes 128M
+
+# The file-server-over-RDMA baseline: the kernel NFS server exports a tmpfs folder over RDMA (NFSv4.2, port 20049)
+# and the guest mounts it over rxe0 with proto=rdma; fio reads 512 B and 4 KiB at random, O_DIRECT, at depth 1 and
+# 32, each next to remotecache-bench reading the same sizes at the same depth (one-sided, c=0 s=0) from a cache as
+# large as the file. NFSv4's grace period is cut to 10 s so that the first open does not wait 90 s.
+begin nfs_setup
+mkdir -p /proc/fs/nfsd /var/lib/nfs /export /mnt/nfs
+touch /var/lib/nfs/etab /var/lib/nfs/rmtab
+mount -t nfsd nfsd /proc/fs/nfsd && mount -t tmpfs tmpfs /export &&
+  echo "/export 10.0.2.0/24(rw,no_root_squash,insecure,fsid=0,no_subtree_check)" > /etc/exports &&
+  exportfs -ra && { rpc.mountd -N 2 -N 3 & sleep 1; } &&
+  echo 10 > /proc/fs/nfsd/nfsv4gracetime && echo 10 > /proc/fs/nfsd/nfsv4leasetime &&
+  rpc.nfsd -N 3 --rdma=20049 --no-udp 4 2>/dev/null; grep -q rdma /proc/fs/nfsd/portlist &&
+  timeout 60 mount.nfs 10.0.2.15:/ /mnt/nfs -o vers=4.2,proto=rdma,port=20049 &&
+  grep ' /mnt/nfs ' /proc/mounts && dd if=/dev/zero of=/mnt/nfs/file bs=1M count=64 2>/dev/null
+nfs_rc=$?
+end $nfs_rc
+for size in 512 4096; do
+  for depth in 1 32; do
+    begin nfs_fio_${size}_${depth}
+    if [ $nfs_rc -eq 0 ]; then
+      timeout 60 fio --name=nfs --filename=/mnt/nfs/file --size=64M --rw=randread --bs=$size --iodepth=$depth \
+        --ioengine=libaio --direct=1 --runtime=3 --time_based --output-format=json 2>&1
+      end $?
+    else
+      echo "not available: the NFS-over-RDMA mount failed"
+      end 1
+    fi
+    bench bench_nfs_cmp_${size}_${depth} --op read --size $size --batch 1 --qdepth $depth --client-threads 0 \
+      --server-threads 0 --cache-bytes 64M
+  done
+done
 # The harness judges the sections; the script itself always succeeds.
 exit 0
 EOF
@@ -195,6 +228,8 @@ banner "VM (Soft-RoCE under qemu TCG; timeout ${VM_TIMEOUT} s)"
 set +e
 RC_RXE_CONSOLE_LOG="$ROOT/$OUT_DIR/console.txt" \
   bash "$HERE/rxe-vm.sh" --mem "$VM_MEM" --smp "$VM_SMP" --timeout "$VM_TIMEOUT" --add "$ABS_BUILD" --add "$GUEST" \
+  --module nfsd --module rpcrdma --module nfsv4 --deb nfs-kernel-server --deb nfs-common --deb libwrap0 \
+  --add "$(command -v fio)" --add /etc/netconfig \
   -- sh "$GUEST" 2>&1 | tee "$OUT_DIR/output.txt"
 vm_rc=${PIPESTATUS[0]}
 set -e

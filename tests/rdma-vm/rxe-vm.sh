@@ -3,13 +3,17 @@
 # rdma_rxe), so the verbs transport can be exercised on machines without RDMA hardware. The host kernel
 # here has no RDMA modules (and containers cannot load any), so the verbs stack has to live in a guest.
 #
-#   usage: tests/rdma-vm/rxe-vm.sh [--mem MB] [--smp N] [--timeout S] [--add PATH]... -- COMMAND...
+#   usage: tests/rdma-vm/rxe-vm.sh [--mem MB] [--smp N] [--timeout S] [--add PATH]... [--module NAME]...
+#                                  [--deb PACKAGE]... -- COMMAND...
 #
 #   --mem MB       guest memory (default 1024)
 #   --smp N        guest CPUs (default 2: perftest and our tests poll on both ends of a connection)
 #   --timeout S    wall-clock limit for the whole VM, boot included (default 600)
 #   --add PATH     copy a file or directory into the VM at the same absolute path, with the shared
 #                  libraries its ELF files need (repeatable)
+#   --module NAME  also load this kernel module of the guest kernel, after those it depends on (repeatable)
+#   --deb PACKAGE  unpack this Debian package (apt-get download, cached) into the VM, with the shared
+#                  libraries its ELF files need; nothing of it is installed on the host (repeatable)
 #
 # The VM boots Debian's stock kernel under qemu (TCG: KVM does not work here), loads the RDMA modules,
 # gives eth0 10.0.2.15/24 (qemu user networking), creates rxe0 on eth0 and runs COMMAND with /bin/sh
@@ -30,17 +34,19 @@ set -euo pipefail
 # Host-side lib/ELF parsing must not depend on the caller's locale.
 export LC_ALL=C
 
-usage() { sed -n '6,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '6,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 die() { echo "rxe-vm: $*" >&2; exit 2; }
 
 MEM=1024 SMP=2 TIMEOUT=600
-ADDS=()
+ADDS=() EXTRA_MODULES=() DEBS=()
 while (($#)); do
   case $1 in
     --mem) [[ $# -ge 2 ]] || die "--mem needs a value"; MEM=$2; shift 2 ;;
     --smp) [[ $# -ge 2 ]] || die "--smp needs a value"; SMP=$2; shift 2 ;;
     --timeout) [[ $# -ge 2 ]] || die "--timeout needs a value"; TIMEOUT=$2; shift 2 ;;
     --add) [[ $# -ge 2 ]] || die "--add needs a path"; ADDS+=("$2"); shift 2 ;;
+    --module) [[ $# -ge 2 ]] || die "--module needs a name"; EXTRA_MODULES+=("$2"); shift 2 ;;
+    --deb) [[ $# -ge 2 ]] || die "--deb needs a package"; DEBS+=("$2"); shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; break ;;
     *) usage >&2; die "unknown argument '$1'" ;;
@@ -237,14 +243,51 @@ done
 
 for a in ${ADDS[@]+"${ADDS[@]}"}; do add_path "$a"; done
 
+# --deb: packages unpacked into the guest's merged-/usr layout (a package's /lib, /bin, /sbin land under /usr),
+# with the libraries their ELF files need (ldd also looks among the unpacked ones).
+if ((${#DEBS[@]})); then
+  DEB_CACHE=$CACHE/debs
+  DEB_ROOT=$WORK/debroot
+  mkdir -p "$DEB_CACHE" "$DEB_ROOT"
+  for pkg in "${DEBS[@]}"; do
+    if ! compgen -G "$DEB_CACHE/${pkg}_*.deb" >/dev/null; then
+      (cd "$DEB_CACHE" && apt-get download "$pkg" >/dev/null 2>&1) || die "--deb $pkg: apt-get download failed"
+    fi
+    dpkg -x "$(compgen -G "$DEB_CACHE/${pkg}_*.deb" | sort -V | tail -n 1)" "$DEB_ROOT"
+  done
+  for d in lib bin sbin; do
+    [[ -d $DEB_ROOT/$d && ! -L $DEB_ROOT/$d ]] || continue
+    mkdir -p "$DEB_ROOT/usr/$d"
+    cp -a "$DEB_ROOT/$d/." "$DEB_ROOT/usr/$d/"
+    rm -rf "${DEB_ROOT:?}/$d"
+  done
+  cp -a "$DEB_ROOT/." "$ROOT/"
+  DEB_LIBS=$DEB_ROOT/usr/lib/x86_64-linux-gnu:$DEB_ROOT/usr/lib
+  while IFS= read -r -d '' f; do
+    LD_LIBRARY_PATH=$DEB_LIBS copy_libs "$f"
+  done < <(find "$DEB_ROOT" -type f -print0)
+fi
+
 # Kernel modules, in dependency order (crc32_generic is not a symbol dependency of rdma_rxe, but rxe
 # computes its ICRC through the crypto API and `rdma link add` fails with ENOENT without it).
 MODULES=(virtio_ring virtio virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci configfs crc32_generic
   failover net_failover virtio_net udp_tunnel ip6_udp_tunnel ib_core ib_uverbs iw_cm ib_cm rdma_cm rdma_ucm
   rdma_rxe)
+# --module: each after the modules it depends on (modinfo reads that from the .ko itself).
+module_file() { find "$MODDIR/kernel" -name "$1.ko" -o -name "$1.ko.xz" -o -name "$1.ko.zst" -o -name "$1.ko.gz" | head -n 1; }
+with_dependencies() {
+  local m=$1 ko dep
+  [[ " ${MODULES[*]} " == *" $m "* ]] && return 0
+  ko=$(module_file "$m")
+  if [[ -n $ko ]]; then
+    for dep in $(modinfo -F depends "$ko" 2>/dev/null | tr ',' ' '); do with_dependencies "$dep"; done
+  fi
+  [[ " ${MODULES[*]} " == *" $m "* ]] || MODULES+=("$m")
+}
+for m in ${EXTRA_MODULES[@]+"${EXTRA_MODULES[@]}"}; do with_dependencies "$m"; done
 LOAD=()
 for m in "${MODULES[@]}"; do
-  ko=$(find "$MODDIR/kernel" -name "$m.ko" -o -name "$m.ko.xz" -o -name "$m.ko.zst" -o -name "$m.ko.gz" | head -n 1)
+  ko=$(module_file "$m")
   if [[ -z $ko ]]; then
     # Built into this kernel: nothing to load.
     grep -q "/$m.ko\$" "$MODDIR/modules.builtin" 2>/dev/null && continue

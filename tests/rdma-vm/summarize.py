@@ -124,6 +124,25 @@ def parse_bench(section):
     return out
 
 
+def parse_fio(section):
+    """fio's JSON (--output-format=json, printed over several lines): read IOPS and completion-latency p50, or None."""
+    if not section:
+        return None
+    text = "\n".join(section["lines"])
+    start, end = text.find("{"), text.rfind("}")
+    out = {"rc": section["rc"]}
+    if start < 0 or end < start:
+        out["message"] = next((l.strip() for l in section["lines"] if l.strip()), "no output")
+        return out
+    try:
+        read = json.loads(text[start:end + 1])["jobs"][0]["read"]
+        out.update(ok=True, iops=read["iops"],
+                   p50_us=read["clat_ns"]["percentile"]["50.000000"] / 1000.0, mean_us=read["lat_ns"]["mean"] / 1000.0)
+    except (ValueError, KeyError, IndexError, TypeError):
+        out["message"] = "unparseable fio output"
+    return out
+
+
 def parse_gtest(section):
     if not section:
         return None
@@ -367,6 +386,27 @@ def main():
     out.append("    %-48s %13s   %-8s %s" % ("pull MiB/s / ib_read_bw MiB/s", fmt(pull_ratio, ".2f"),
                                             ">= " + format(PULL_TARGET[1], "g"),
                                             "n/a" if pull_met is None else ("yes" if pull_met else "NO")))
+    nfs = []
+    for size in (512, 4096):
+        for depth in (1, 32):
+            f = parse_fio(sections.get("nfs_fio_%d_%d" % (size, depth)))
+            b = parse_bench(sections.get("bench_nfs_cmp_%d_%d" % (size, depth)))
+            nfs.append({"size": size, "depth": depth, "nfs": f, "remotecache": b,
+                        "iops_ratio": ratio(bench_value(b, "ops_per_sec"), get(f, "iops") if f and f.get("ok") else None),
+                        "p50_ratio": ratio(get(f, "p50_us") if f and f.get("ok") else None, bench_value(b, "p50_us"))})
+    nfs_setup = sections.get("nfs_setup")
+    out += ["", "  file server over RDMA: kernel NFS (v4.2, proto=rdma) + fio --direct=1, random reads, vs remotecache-bench"
+                + ("" if not nfs_setup or nfs_setup["rc"] == 0 else " (NFS setup failed, exit %s)" % nfs_setup["rc"])]
+    out.append("    %-16s %12s %12s %14s %12s %12s %12s" % ("size, depth", "NFS IOPS", "NFS p50", "RemoteCache", "RC p50",
+                                                         "IOPS ratio", "p50 NFS/RC"))
+    for row in nfs:
+        f, b = row["nfs"], row["remotecache"]
+        out.append("    %-16s %12s %12s %14s %12s %12s %12s" % (
+            "%d B, %d" % (row["size"], row["depth"]),
+            fmt(get(f, "iops") if f and f.get("ok") else None, ",.0f"),
+            fmt(get(f, "p50_us") if f and f.get("ok") else None, ".1f", " us"),
+            fmt(bench_value(b, "ops_per_sec"), ",.0f"), fmt(bench_value(b, "p50_us"), ".1f", " us"),
+            fmt(row["iops_ratio"], ".1f", "x"), fmt(row["p50_ratio"], ".1f", "x")))
     if notes:
         out.append("")
         out += ["  note: " + n for n in notes]
@@ -392,6 +432,7 @@ def main():
                               "reliable": reliable[name]}
                        for name in ratios},
             "write_inside_post_share": write_inside_post,
+            "nfs_over_rdma": {"setup_exit": nfs_setup["rc"] if nfs_setup else None, "rows": nfs},
             "pull": {"ib_read_bw": read_bw, "bench": pull, "ratio": {"value": pull_ratio, "target": PULL_TARGET[1],
                                                                       "kind": "min", "met": pull_met}},
             "connect": dict(connect, join_1gib_vs_64mib={"value": join_ratio, "target": CONNECT_TARGET[1],
