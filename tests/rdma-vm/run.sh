@@ -228,7 +228,7 @@ banner "VM (Soft-RoCE under qemu TCG; timeout ${VM_TIMEOUT} s)"
 set +e
 RC_RXE_CONSOLE_LOG="$ROOT/$OUT_DIR/console.txt" \
   bash "$HERE/rxe-vm.sh" --mem "$VM_MEM" --smp "$VM_SMP" --timeout "$VM_TIMEOUT" --add "$ABS_BUILD" --add "$GUEST" \
-  --module nfsd --module rpcrdma --module nfsv4 --deb nfs-kernel-server --deb nfs-common --deb libwrap0 \
+  --module nfsd --module rpcrdma --module nfsv4 --deb nfs-kernel-server --deb nfs-common --deb libwrap0 --deb libnfsidmap1 \
   --add "$(command -v fio)" --add /etc/netconfig \
   -- sh "$GUEST" 2>&1 | tee "$OUT_DIR/output.txt"
 vm_rc=${PIPESTATUS[0]}
