@@ -12,21 +12,14 @@
 #include <thread>
 
 #include "harness.h"
+#include "transport/verbs/verbs_transport.h"
 
 namespace rctest::rawverbs {
 
-// The transport's ring geometry and handshake layout (verbs_transport.cpp), restated: a client that gets
-// them wrong is refused, which one of the tests relies on.
-constexpr uint32_t kSlots = 64;
-constexpr uint32_t kSlotBytes = (wire::kMaxFrame + 4095u) & ~4095u;
-constexpr uint32_t kHandshakeBytes = 16384;
-struct RingInfo {
-  uint64_t addr;
-  uint32_t rkey;
-  uint32_t slots;
-  uint32_t slot_bytes;
-  uint32_t reserved;
-};
+using rc::transport::verbs::kHandshakeBytes;
+using rc::transport::verbs::kSlotBytes;
+using rc::transport::verbs::kSlots;
+using rc::transport::verbs::RingInfo;
 
 inline bool resolve_ipv4(const std::string& host, uint16_t port, sockaddr_in& out) {
   addrinfo hints{};

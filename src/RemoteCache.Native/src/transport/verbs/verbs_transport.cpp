@@ -23,10 +23,7 @@
 namespace rc::transport::verbs {
 namespace {
 
-constexpr uint32_t kSlots = 64;  // = the largest q: a ring slot per request in flight
-constexpr uint32_t kSlotBytes = (wire::kMaxFrame + 4095u) & ~4095u;
 constexpr uint32_t kStageBytes = wire::kMaxChunk;  // one-sided requests are cut at kMaxChunk
-constexpr uint32_t kHandshakeBytes = 16384;
 constexpr uint32_t kSignalEvery = 16;
 constexpr uint32_t kMaxSendWr = 2 * kSlots + 16;
 constexpr uint32_t kMaxRecvWr = kSlots + 8;
@@ -34,15 +31,6 @@ constexpr uint64_t kMessageTag = uint64_t{1} << 63;  // wr_id of a message write
 constexpr uint64_t kHandshakeTag = uint64_t{1} << 62;
 constexpr uint64_t kRecvTag = uint64_t{1} << 61;  // every receive: a failed completion has no opcode to tell
 constexpr uint64_t kProbeEveryNs = 2'000'000;
-
-// What a side tells its peer about the ring the peer writes into.
-struct RingInfo {
-  uint64_t addr;
-  uint32_t rkey;
-  uint32_t slots;
-  uint32_t slot_bytes;
-  uint32_t reserved;
-};
 
 std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 

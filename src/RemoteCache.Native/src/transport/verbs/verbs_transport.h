@@ -25,6 +25,19 @@
 
 namespace rc::transport::verbs {
 
+// The handshake's layout: each side's message (Connect or ConnectReply) is followed by a RingInfo for the ring the
+// peer writes into, of kSlots slots of kSlotBytes; a message is at most kHandshakeBytes.
+inline constexpr uint32_t kSlots = 64;  // = the largest q: a ring slot per request in flight
+inline constexpr uint32_t kSlotBytes = (wire::kMaxFrame + 4095u) & ~4095u;
+inline constexpr uint32_t kHandshakeBytes = 16384;
+struct RingInfo {
+  uint64_t addr;
+  uint32_t rkey;
+  uint32_t slots;
+  uint32_t slot_bytes;
+  uint32_t reserved;
+};
+
 std::unique_ptr<ClientConnection> connect(const Endpoint& endpoint, const ConnectParams& params,
                                           Status& status);
 std::unique_ptr<Listener> listen(const Endpoint& endpoint, Status& status);
