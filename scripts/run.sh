@@ -15,14 +15,5 @@ cd "$ROOT"
 source scripts/lib.sh
 
 ensure_packages "${NATIVE_PACKAGES[@]}" "${YCSB_PACKAGES[@]}"
-if ! command -v dotnet >/dev/null 2>&1; then
-  echo "run.sh: the .NET SDK is not installed (https://dot.net); the libraries target net8.0" >&2
-  exit 1
-fi
-mkdir -p build
-if ! dotnet build -c Release benchmarks/Ycsb >build/ycsb-build.log 2>&1; then
-  tail -40 build/ycsb-build.log >&2
-  echo "run.sh: building benchmarks/Ycsb failed (log above, all of it in build/ycsb-build.log)" >&2
-  exit 1
-fi
-exec dotnet benchmarks/Ycsb/bin/Release/net8.0/RemoteCache.Benchmarks.Ycsb.dll --out artifacts/ycsb "$@"
+build_ycsb || exit 1
+exec dotnet "$YCSB_DLL" --out artifacts/ycsb "$@"

@@ -29,6 +29,13 @@ internal sealed class ControlPlane : IAsyncDisposable
     /// </summary>
     public static RemoteCacheSlo Slo => new() { ReadLatency = TimeSpan.FromMicroseconds(10), Throughput = 2e6, RecordSize = 512 };
 
+    /// <summary>
+    /// The session capacity the YCSB figures were measured with (the C# default before it followed the header's
+    /// RC_DEFAULT_SESSION_CAPACITY of 1024): FASTER's threads keep up to the device's throttle limit of reads plus page
+    /// flushes in flight per lane, and a full lane makes them poll and retry.
+    /// </summary>
+    public const int SessionCapacity = 4096;
+
     private readonly WebApplication _app;
     private readonly RemoteCacheManagerClient _client;
 
@@ -75,10 +82,7 @@ internal sealed class ControlPlane : IAsyncDisposable
         {
             Address = address,
             ApiKey = key,
-            // The capacity the YCSB figures were measured with (the C# default before it followed the header's
-            // RC_DEFAULT_SESSION_CAPACITY of 1024): FASTER's threads keep up to the device's throttle limit of reads
-            // plus page flushes in flight per lane, and a full lane makes them poll and retry.
-            Cache = new RemoteCacheOptions { SessionCapacity = 4096 },
+            Cache = new RemoteCacheOptions { SessionCapacity = SessionCapacity },
         });
         return new ControlPlane(app, client);
     }

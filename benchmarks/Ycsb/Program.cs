@@ -50,6 +50,7 @@ public static class Program
         var failedDevices = new List<string>();
         SsdCheck.Result? ssd = null;
         ControlPlane? controlPlane = null;
+        DirectCache? direct = null;
         SambaServer? samba = null;
         IReadOnlyList<DynamicsRun>? dynamics = null;
         try
@@ -59,6 +60,13 @@ public static class Program
                 DataDir = data,
                 OpenCache = bytes =>
                 {
+                    if (o.VerbsAddress is { } address)
+                    {
+                        direct = DirectCache.Open($"verbs:{address}:0", bytes);
+                        AnsiConsole.MarkupLine(Markup.Escape(Invariant(
+                            $"remotecache device: cache opened directly (no manager) on {direct.Endpoint} in {direct.OpenTime.TotalMilliseconds:0} ms, {direct.Client.Capacity >> 20} MiB")));
+                        return direct.Client;
+                    }
                     controlPlane ??= ControlPlane.StartAsync(Path.Combine(data, "manager"), bytes, o.Transport).GetAwaiter().GetResult();
                     var client = controlPlane.CreateCache(bytes, o.Transport);
                     var info = controlPlane.Cache!.Info;
@@ -83,6 +91,7 @@ public static class Program
         {
             samba?.Dispose();
             controlPlane?.DisposeAsync().AsTask().GetAwaiter().GetResult();
+            direct?.Dispose();
             if (Directory.Exists(data) && o.DataDir is null)
                 Directory.Delete(data, recursive: true);
         }

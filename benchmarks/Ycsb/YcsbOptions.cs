@@ -23,6 +23,7 @@ public sealed class YcsbOptions
     public double Theta = ZipfianChooser.DefaultTheta;
     public int Depth = 32;                        // pending operations per thread
     public string Transport = "shm";
+    public string? VerbsAddress;                  // --transport verbs: the IP the server listens on (an RDMA device's)
     public string Output = "artifacts/ycsb";
     public string? DataDir;
     public bool Fio = true;
@@ -58,7 +59,10 @@ public sealed class YcsbOptions
           --rounds N           rounds; in each, every phase runs on every device back to back, so that a
                                noisy stretch of the machine hits all of them (default 5; medians reported)
           --depth D            pending operations per thread (default 32)
-          --transport shm|tcp  how FASTER reaches the local cache server (default shm)
+          --transport T        how FASTER reaches the local cache server: shm (default) or tcp, through the
+                               manager; or verbs, on a server this process starts and opens directly (the
+                               manager has no verbs model to plan with), listening on --verbs-address
+          --verbs-address IP   the address of an RDMA device (rdma_cm binds to it; Soft-RoCE: rxe0's netdev's)
           --out DIR            where results.csv, results.json and the charts go: chart.png (throughput per
                                device), rounds.png (every round), latency-cdf.png (default artifacts/ycsb)
           --data-dir DIR       where the SSD files go (default: under --out, on its disk)
@@ -99,6 +103,7 @@ public sealed class YcsbOptions
                 case "--rounds": o.Rounds = int.Parse(Value(), CultureInfo.InvariantCulture); break;
                 case "--depth": o.Depth = int.Parse(Value(), CultureInfo.InvariantCulture); break;
                 case "--transport": o.Transport = Value(); break;
+                case "--verbs-address": o.VerbsAddress = Value(); break;
                 case "--out": o.Output = Value(); break;
                 case "--data-dir": o.DataDir = Value(); break;
                 case "--no-fio": o.Fio = false; break;
@@ -120,8 +125,12 @@ public sealed class YcsbOptions
             throw new ArgumentException("--dynamics-seconds must be at least 2");
         if (o.Distributions.Length == 0)
             throw new ArgumentException("--distributions names none");
-        if (o.Records < 1000 || o.MemoryFraction < 1 || o.Depth < 1 || o.Rounds < 1 || o.Threads.Any(t => t < 1) || o.Transport is not ("shm" or "tcp"))
-            throw new ArgumentException("--records >= 1000, --memory-fraction >= 1, --depth >= 1, --rounds >= 1, --threads >= 1, --transport shm|tcp");
+        if (o.Records < 1000 || o.MemoryFraction < 1 || o.Depth < 1 || o.Rounds < 1 || o.Threads.Any(t => t < 1) || o.Transport is not ("shm" or "tcp" or "verbs"))
+            throw new ArgumentException("--records >= 1000, --memory-fraction >= 1, --depth >= 1, --rounds >= 1, --threads >= 1, --transport shm|tcp|verbs");
+        if ((o.Transport == "verbs") != (o.VerbsAddress is not null))
+            throw new ArgumentException("--transport verbs needs --verbs-address (the IP of an RDMA device), and --verbs-address needs --transport verbs");
+        if (o.Dynamics && o.Transport == "verbs")
+            throw new ArgumentException("--dynamics reclaims and replaces servers through the manager, which does not place verbs caches: use --transport shm or tcp");
         return o;
     }
 

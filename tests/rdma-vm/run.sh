@@ -8,7 +8,8 @@
 #      the conformance suite's verbs instantiation; remotecache-bench over verbs (8 B read, 8 B write,
 #      batched 16 B writes; connect time for a 64 MiB and a 1 GiB cache; a 128 MiB region pull against
 #      ib_read_bw); NFS over RDMA (kernel nfsd, proto=rdma) read with fio next to RemoteCache reads of the
-#      same sizes and depths;
+#      same sizes and depths; FASTER YCSB (benchmarks/Ycsb, .NET) with its log on that NFS mount against the
+#      tiered device whose cache tier is RemoteCache over verbs;
 #   3. prints a summary (perftest figures, our p50s and ops/s, the three ratios against their targets)
 #      and writes artifacts/rdma-vm/{output.txt,console.txt,summary.json}.
 #
@@ -16,7 +17,8 @@
 # against perftest measured in the same boot are meaningful.
 #
 # Exit status: non-zero when the build fails, the VM does not boot or finish, or a verbs conformance test
-# fails. Missed performance targets and unavailable sections are reported, not fatal.
+# fails, or FASTER YCSB in the guest reads a wrong value or does not finish. Missed performance targets and
+# unavailable sections are reported, not fatal.
 #
 # usage: bash tests/rdma-vm/run.sh
 # environment (all optional):
@@ -24,6 +26,10 @@
 #   RC_RDMA_VM_TIMEOUT        limit for the VM in seconds, boot included (default 540)
 #   RC_RDMA_VM_SMP            guest CPUs (default 2, one per host core here)
 #   RC_RDMA_VM_REQUIRE_VERBS  1: also fail when the verbs conformance tests are skipped or absent
+#   RC_RDMA_VM_YCSB           FASTER YCSB in the guest, the log on NFS over RDMA against the tiered device over
+#                             verbs (about a minute more; guest memory 3072 MB, limit 840 s): auto (default) runs
+#                             it when the .NET SDK is installed, 1 fails without it, 0 skips it
+#   RC_RDMA_VM_YCSB_ARGS      its flags (default: readonly, 400000 records, 1 thread, 3 rounds of 2 s, ssd and remotecache)
 #   RC_SKIP_APT=1             never call apt-get (see scripts/lib.sh)
 set -euo pipefail
 
@@ -87,6 +93,34 @@ for flag in --transport verbs --op --size --batch --qdepth --client-threads --se
   fi
 done
 
+# FASTER YCSB in the guest: benchmarks/Ycsb built as scripts/run.sh builds it, staged with this build's native
+# library and server (the verbs transport compiled in, whatever the .NET build's native copy has) and only the
+# linux-x64 native assets; the .NET host and shared frameworks go into the VM beside it.
+GUEST_YCSB="" YCSB_ADDS=() YCSB_ARGS="" YCSB_TIMEOUT=0
+YCSB_MODE=${RC_RDMA_VM_YCSB:-auto}
+[[ $YCSB_MODE =~ ^(auto|0|1)$ ]] || { echo "rdma-vm: RC_RDMA_VM_YCSB is auto, 0 or 1, not '$YCSB_MODE'" >&2; exit 2; }
+if [[ $YCSB_MODE == auto ]] && ! command -v dotnet >/dev/null 2>&1; then
+  echo "rdma-vm: no .NET SDK here, so no FASTER YCSB in the guest (RC_RDMA_VM_YCSB=1 makes that an error)" >&2
+  YCSB_MODE=0
+fi
+if [[ $YCSB_MODE != 0 ]]; then
+  banner "FASTER YCSB for the guest"
+  build_ycsb || exit 1
+  stage="$ROOT/build/rdma-vm-ycsb"
+  rm -rf "$stage"
+  mkdir -p "$stage"
+  cp -a "$(dirname "$YCSB_DLL")/." "$stage/"
+  find "$stage/runtimes" -mindepth 1 -maxdepth 1 ! -name linux-x64 -exec rm -rf {} +
+  cp "$ABS_BUILD/libremotecache.so" "$SERVER_BIN" "$stage/runtimes/linux-x64/native/"
+  GUEST_YCSB="$stage/$(basename "$YCSB_DLL")"
+  dotnet_root="$(dirname "$(readlink -f "$(command -v dotnet)")")"
+  YCSB_ADDS=(--add "$stage" --add "$dotnet_root/dotnet" --add "$dotnet_root/host" --add "$dotnet_root/shared")
+  YCSB_ARGS=${RC_RDMA_VM_YCSB_ARGS:-"--workload readonly --records 400000 --threads 1 --rounds 3 --duration 2 --devices ssd,remotecache --no-fio"}
+  YCSB_TIMEOUT=300
+  VM_MEM=${RC_RDMA_VM_MEM:-3072}
+  VM_TIMEOUT=${RC_RDMA_VM_TIMEOUT:-840}
+fi
+
 # ---- 2. the guest script -----------------------------------------------------------------------
 
 rm -rf "$OUT_DIR"
@@ -104,6 +138,10 @@ ADDR=\$RC_VERBS_ADDR
 TESTS=$TESTS_BIN
 BENCH=$BENCH_BIN
 BENCH_OK=$BENCH_OK
+YCSB_DLL=$GUEST_YCSB
+DOTNET=${dotnet_root:-}/dotnet
+YCSB_ARGS="$YCSB_ARGS"
+YCSB_TIMEOUT=$YCSB_TIMEOUT
 EOF
 cat >> "$GUEST" <<'EOF'
 begin() { SECTION=$1; echo; echo "===== rdma-vm: $1 ====="; }
@@ -218,6 +256,28 @@ for size in 512 4096; do
       --server-threads 0 --cache-bytes 64M
   done
 done
+# FASTER YCSB readonly (unless RC_RDMA_VM_YCSB=0): the log on the NFS-over-RDMA mount (the ssd device: O_DIRECT
+# files under --data-dir) against the tiered device whose cache tier is a RemoteCache over verbs (its file tier on
+# the same mount). .NET runs ~14x slower under TCG; the section takes about a minute.
+if [ -n "$YCSB_DLL" ]; then
+  begin ycsb
+  if [ $nfs_rc -eq 0 ]; then
+    echo "\$ dotnet $YCSB_DLL $YCSB_ARGS --data-dir /mnt/nfs/ycsb --transport verbs --verbs-address $ADDR"
+    # shellcheck disable=SC2086  # YCSB_ARGS is a list of flags
+    # Into a file, not the console: redirected, the tool prints its table 160 columns wide.
+    DOTNET_CLI_TELEMETRY_OPTOUT=1 DOTNET_ROOT=$(dirname "$DOTNET") timeout "$YCSB_TIMEOUT" "$DOTNET" "$YCSB_DLL" $YCSB_ARGS \
+      --data-dir /mnt/nfs/ycsb --transport verbs --verbs-address "$ADDR" --out /tmp/ycsb > /tmp/ycsb.log 2>&1
+    rc=$?
+    cat /tmp/ycsb.log
+    echo "--- results.json ---"
+    cat /tmp/ycsb/results.json 2>/dev/null
+    echo
+    end $rc
+  else
+    echo "not available: the NFS-over-RDMA mount failed"
+    end 1
+  fi
+fi
 # The harness judges the sections; the script itself always succeeds.
 exit 0
 EOF
@@ -229,7 +289,7 @@ set +e
 RC_RXE_CONSOLE_LOG="$ROOT/$OUT_DIR/console.txt" \
   bash "$HERE/rxe-vm.sh" --mem "$VM_MEM" --smp "$VM_SMP" --timeout "$VM_TIMEOUT" --add "$ABS_BUILD" --add "$GUEST" \
   --module nfsd --module rpcrdma --module nfsv4 --deb nfs-kernel-server --deb nfs-common --deb libwrap0 --deb libnfsidmap1 \
-  --add "$(command -v fio)" --add /etc/netconfig \
+  --add "$(command -v fio)" --add /etc/netconfig ${YCSB_ADDS[@]+"${YCSB_ADDS[@]}"} \
   -- sh "$GUEST" 2>&1 | tee "$OUT_DIR/output.txt"
 vm_rc=${PIPESTATUS[0]}
 set -e

@@ -143,6 +143,23 @@ def parse_fio(section):
     return out
 
 
+def parse_ycsb(section):
+    """The YCSB tool's results.json (printed after "--- results.json ---"): its median rows, or None."""
+    if not section:
+        return None
+    out = {"rc": section["rc"]}
+    lines = section["lines"]
+    marker = next((i for i, l in enumerate(lines) if l.strip() == "--- results.json ---"), None)
+    text = "\n".join(lines[marker + 1:]) if marker is not None else ""
+    try:
+        results = json.loads(text)
+        out.update(ok=True, records=results.get("records"), medians=results["medians"])
+    except (ValueError, KeyError, TypeError):
+        tail = [l.strip() for l in lines[:marker] if l.strip()] if marker is not None else []
+        out["message"] = next((l for l in reversed(tail) if "ycsb:" in l or "xception" in l), tail[-1] if tail else "no output")
+    return out
+
+
 def parse_gtest(section):
     if not section:
         return None
@@ -407,6 +424,30 @@ def main():
             fmt(get(f, "p50_us") if f and f.get("ok") else None, ".1f", " us"),
             fmt(bench_value(b, "ops_per_sec"), ",.0f"), fmt(bench_value(b, "p50_us"), ".1f", " us"),
             fmt(row["iops_ratio"], ".1f", "x"), fmt(row["p50_ratio"], ".1f", "x")))
+    ycsb = parse_ycsb(sections.get("ycsb"))
+    ycsb_rows = []
+    if ycsb is not None:
+        out += ["", "  FASTER YCSB (readonly, %s records): the log on the NFS-over-RDMA mount (device ssd) vs the tiered device "
+                "over verbs (remotecache)" % fmt(ycsb.get("records"), ",d")]
+        if ycsb.get("ok"):
+            by_key = {}
+            for row in ycsb["medians"]:
+                by_key.setdefault((row.get("Distribution"), row.get("Threads")), {})[row.get("Device")] = row
+            out.append("    %-22s %14s %12s %14s %12s %12s" % ("distribution, threads", "NFS ops/s", "NFS p50", "RemoteCache",
+                                                             "RC p50", "ops ratio"))
+            for (dist, threads), rows in sorted(by_key.items(), key=lambda kv: str(kv[0])):
+                nfs_row, rc_row = rows.get("ssd"), rows.get("remotecache")
+                r = ratio(get(rc_row, "ops_per_s"), get(nfs_row, "ops_per_s"))
+                ycsb_rows.append({"distribution": dist, "threads": threads, "nfs": nfs_row, "remotecache": rc_row, "ops_ratio": r})
+                out.append("    %-22s %14s %12s %14s %12s %12s" % (
+                    "%s, %s" % (dist, threads), fmt(get(nfs_row, "ops_per_s"), ",.0f"), fmt(get(nfs_row, "p50_us"), ".1f", " us"),
+                    fmt(get(rc_row, "ops_per_s"), ",.0f"), fmt(get(rc_row, "p50_us"), ".1f", " us"), fmt(r, ".1f", "x")))
+            errors = sum(row.get("Errors") or 0 for row in ycsb["medians"])
+            if errors or ycsb["rc"] != 0:
+                problems.append("FASTER YCSB in the guest: exit %s, %d wrong or failed reads" % (ycsb["rc"], errors))
+        else:
+            out.append("    not available (exit %s: %s)" % (ycsb["rc"], ycsb.get("message")))
+            problems.append("FASTER YCSB in the guest did not finish (exit %s)" % ycsb["rc"])
     if notes:
         out.append("")
         out += ["  note: " + n for n in notes]
@@ -433,6 +474,8 @@ def main():
                        for name in ratios},
             "write_inside_post_share": write_inside_post,
             "nfs_over_rdma": {"setup_exit": nfs_setup["rc"] if nfs_setup else None, "rows": nfs},
+            "ycsb": None if ycsb is None else {"exit": ycsb["rc"], "records": ycsb.get("records"), "rows": ycsb_rows,
+                                                "message": ycsb.get("message")},
             "pull": {"ib_read_bw": read_bw, "bench": pull, "ratio": {"value": pull_ratio, "target": PULL_TARGET[1],
                                                                       "kind": "min", "met": pull_met}},
             "connect": dict(connect, join_1gib_vs_64mib={"value": join_ratio, "target": CONNECT_TARGET[1],
