@@ -1,5 +1,6 @@
 using System;
 using System.Diagnostics;
+using System.Security.Cryptography;
 using RemoteCache;
 
 namespace RemoteCache.Benchmarks.Ycsb;
@@ -8,10 +9,15 @@ namespace RemoteCache.Benchmarks.Ycsb;
 /// The remotecache device's cache on a server this process starts and opens directly, without the manager: for
 /// --transport verbs, which the manager cannot place (its SLO planner has no verbs model: models/ holds the shm and
 /// tcp ones measured on this machine, and figures measured under Soft-RoCE emulation would mislead it). The device
-/// configures the cache one-sided, as the manager's SLO would: reads are RDMA READs the server's CPU never sees.
+/// configures the cache one-sided, as the manager's SLO would: reads are RDMA READs the server's CPU never sees. The
+/// server listens on a real network interface for the run, so it admits by capability only (a fresh admission key,
+/// one capability for this cache), as the manager's servers do: nobody else on that network can rent its memory.
 /// </summary>
 internal sealed class DirectCache : IDisposable
 {
+    // Longer than any run: the cache's lease on the server ends with its capability.
+    private static readonly TimeSpan CapabilityLifetime = TimeSpan.FromDays(1);
+
     private readonly RemoteCacheServer _server;
 
     private DirectCache(RemoteCacheServer server, RemoteCacheClient client, TimeSpan openTime)
@@ -35,20 +41,24 @@ internal sealed class DirectCache : IDisposable
     {
         var clock = Stopwatch.StartNew();
         var (regionSize, regions) = Program.CacheRegions(bytes);
+        byte[] key = RandomNumberGenerator.GetBytes(RemoteCacheCapability.MinAdmissionKeyBytes);
         var server = RemoteCacheServer.Start(new RemoteCacheServerOptions
         {
             Listen = { listen },
             RegionSize = regionSize,
             MemoryLimit = regions * regionSize,
+            AdmissionKey = key,
         });
         try
         {
-            var client = RemoteCacheClient.Open(server.Endpoints, new RemoteCacheOptions
+            var options = new RemoteCacheOptions
             {
                 RegionsPerServer = regions,
                 Exclusive = true,
                 SessionCapacity = ControlPlane.SessionCapacity,
-            });
+            };
+            options.Capabilities = new[] { RemoteCacheCapability.Mint(key, options.CacheId, server.ServerId, regions, DateTimeOffset.UtcNow + CapabilityLifetime) };
+            var client = RemoteCacheClient.Open(server.Endpoints, options);
             return new DirectCache(server, client, clock.Elapsed);
         }
         catch

@@ -44,5 +44,9 @@ public sealed class DirectCacheTests
         var read = new byte[written.Length];
         await client.ReadAsync(client.Capacity - read.Length, read);
         Assert.Equal(written, read);
+
+        // Capability only: a client without one is refused, naming why.
+        var refused = Assert.Throws<RemoteCacheException>(() => RemoteCacheClient.Open(new[] { direct.Endpoint }, new RemoteCacheOptions()));
+        Assert.Equal(RemoteCacheStatus.Auth, refused.Status);
     }
 }
