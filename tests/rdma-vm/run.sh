@@ -109,8 +109,11 @@ if [[ $YCSB_MODE != 0 ]]; then
   stage="$ROOT/build/rdma-vm-ycsb"
   rm -rf "$stage"
   mkdir -p "$stage"
-  cp -a "$(dirname "$YCSB_DLL")/." "$stage/"
-  find "$stage/runtimes" -mindepth 1 -maxdepth 1 ! -name linux-x64 -exec rm -rf {} +
+  # Everything but runtimes/, then runtimes/linux-x64 alone (the other platforms' assets are ~550 MB).
+  ycsb_bin="$(dirname "$YCSB_DLL")"
+  find "$ycsb_bin" -mindepth 1 -maxdepth 1 ! -name runtimes -exec cp -a {} "$stage/" \;
+  mkdir -p "$stage/runtimes"
+  cp -a "$ycsb_bin/runtimes/linux-x64" "$stage/runtimes/"
   cp "$ABS_BUILD/libremotecache.so" "$SERVER_BIN" "$stage/runtimes/linux-x64/native/"
   GUEST_YCSB="$stage/$(basename "$YCSB_DLL")"
   dotnet_root="$(dirname "$(readlink -f "$(command -v dotnet)")")"

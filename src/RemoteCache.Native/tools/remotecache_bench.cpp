@@ -614,6 +614,11 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// Throws, naming `what`, the status and the library's last error, unless `st` is RC_OK.
+void check(rc_status st, const std::string& what) {
+  if (st != RC_OK) throw std::runtime_error(what + ": " + rc_status_name(st) + ": " + rc_last_error());
+}
+
 rc_cache* open_cache(const Options& opt, const std::string& endpoint, uint64_t cache_id = random_u64()) {
   const uint64_t regions = (opt.cache_bytes + kRegionSize - 1) / kRegionSize;
   if (regions > UINT32_MAX) throw std::runtime_error("--cache-bytes too large");
@@ -630,9 +635,7 @@ rc_cache* open_cache(const Options& opt, const std::string& endpoint, uint64_t c
   o.connect_timeout_ms = 30000;
   const char* endpoints[] = {endpoint.c_str()};
   rc_cache* cache = nullptr;
-  if (const rc_status st = rc_cache_open(endpoints, 1, &o, &cache); st != RC_OK) {
-    throw std::runtime_error("rc_cache_open(" + endpoint + "): " + rc_status_name(st) + ": " + rc_last_error());
-  }
+  check(rc_cache_open(endpoints, 1, &o, &cache), "rc_cache_open(" + endpoint + ")");
   return cache;
 }
 
@@ -745,18 +748,13 @@ struct EmbeddedServer {
     o.admission_key = key.data();
     o.admission_key_length = key.size();
     o.server_id = id.c_str();
-    if (const rc_status st = rc_server_start(&o, &server); st != RC_OK)
-      throw std::runtime_error("starting server " + id + ": " + rc_status_name(st) + ": " + rc_last_error());
+    check(rc_server_start(&o, &server), "starting server " + id);
   }
   ~EmbeddedServer() { rc_server_stop(server); }
   EmbeddedServer(const EmbeddedServer&) = delete;
   EmbeddedServer& operator=(const EmbeddedServer&) = delete;
   std::string endpoint(size_t i) const { return rc_server_endpoint(server, i); }
 };
-
-void check(rc_status st, const std::string& what) {
-  if (st != RC_OK) throw std::runtime_error(what + ": " + rc_status_name(st) + ": " + rc_last_error());
-}
 
 // One operation on `session`, waited for.
 void wait_one(rc_session* session, const std::string& what) {
