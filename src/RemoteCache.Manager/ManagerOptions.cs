@@ -71,6 +71,13 @@ public sealed class ManagerOptions
     /// </summary>
     public bool CommitMemory { get; set; }
 
+    /// <summary>
+    /// Local allocator: the IPv4 address of an RDMA device's interface on this host. The servers it starts also listen
+    /// for verbs there, so caches can be placed on verbs ("verbs" in <see cref="Transports"/>, with a verbs model) and
+    /// regions move between servers with RDMA READ. Null: the servers listen on tcp and shm only.
+    /// </summary>
+    public string? VerbsAddress { get; set; }
+
     /// <summary>A PEM certificate: the manager serves TLS with it (with <see cref="CertificateKey"/>).</summary>
     public string? Certificate { get; set; }
 

@@ -51,6 +51,7 @@ public static class Program
         var transports = new Option<string>("--transports") { Description = "Transports offered, preferred first when prices tie", DefaultValueFactory = _ => "tcp,shm" };
         var warm = new Option<int>("--warm") { Description = "Local allocator: idle servers kept running per VM type (an Allocate then starts none)", DefaultValueFactory = _ => 0 };
         var commit = new Option<bool>("--commit-memory") { Description = "Local allocator: servers commit memory ahead for new caches (remotecache-server --commit-memory): fills run at the transport's rate, idle servers hold their memory" };
+        var verbs = new Option<string?>("--verbs-address") { Description = "Local allocator: an RDMA device's IPv4 address; the servers also listen for verbs there (offer verbs with --transports and a verbs model)" };
         var server = new Option<string?>("--server") { Description = "Local allocator: the remotecache-server to run [default: the one in the RemoteCache package]" };
         var probe = new Option<double>("--probe-period") { Description = "Seconds between probes of each server", DefaultValueFactory = _ => 2 };
         var lease = new Option<double>("--default-lease") { Description = "Seconds of a lease when Allocate names none", DefaultValueFactory = _ => 600 };
@@ -59,7 +60,7 @@ public static class Program
         var certificateKey = new Option<string?>("--certificate-key") { Description = "PEM private key of --certificate" };
         var root = new RootCommand("remotecache-manager: allocates SLO-driven remote-memory caches over a priced VM catalogue, issues capabilities and leases, watches the servers")
         {
-            listen, state, catalogue, models, keys, admission, allocator, transports, warm, commit, server, probe, lease, replacementIdle, certificate, certificateKey,
+            listen, state, catalogue, models, keys, admission, allocator, transports, warm, commit, verbs, server, probe, lease, replacementIdle, certificate, certificateKey,
         };
         root.SetAction(async (parse, cancellationToken) =>
         {
@@ -74,6 +75,7 @@ public static class Program
                 Transports = parse.GetValue(transports)!.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).ToList(),
                 Warm = parse.GetValue(warm),
                 CommitMemory = parse.GetValue(commit),
+                VerbsAddress = parse.GetValue(verbs),
                 ServerPath = parse.GetValue(server),
                 ProbePeriod = TimeSpan.FromSeconds(parse.GetValue(probe)),
                 DefaultLease = TimeSpan.FromSeconds(parse.GetValue(lease)),
@@ -108,6 +110,7 @@ public static class Program
             throw new StartupException("--probe-period must be positive, --default-lease at least 2 s, --warm 0 or more, --transports not empty");
         if (options.ReplacementIdleTimeout <= TimeSpan.Zero)
             throw new StartupException($"--replacement-idle-timeout must be positive, not {options.ReplacementIdleTimeout.TotalSeconds} s");
+        CheckVerbs(options);
         var endpoint = CheckListen(listen, options);
         Directory.CreateDirectory(options.StateDirectory);
         var catalogue = Load(() => options.Catalogue is null ? VmCatalogue.LocalDefault : VmCatalogue.Load(options.Catalogue));
@@ -143,8 +146,9 @@ public static class Program
         services.AddSingleton<IServerAdmin>(new NativeServerAdmin(admissionKey));
         services.AddSingleton<IServerAllocator>(sp => options.Allocator == StaticPoolAllocator.AllocatorName
             ? new StaticPoolAllocator(catalogue)
-            : new LocalProcessAllocator(catalogue, options.ServerPath ?? RemoteCacheServer.ExecutablePath, Path.Combine(options.StateDirectory, "local"),
-                                        admissionPath, options.Warm, options.CommitMemory, sp.GetRequiredService<ILoggerFactory>().CreateLogger<LocalProcessAllocator>()));
+            : new LocalProcessAllocator(catalogue, new LocalServerSettings(options.ServerPath ?? RemoteCacheServer.ExecutablePath, Path.Combine(options.StateDirectory, "local"),
+                                                                           admissionPath, options.Warm, options.CommitMemory, options.VerbsAddress),
+                                        sp.GetRequiredService<ILoggerFactory>().CreateLogger<LocalProcessAllocator>()));
         services.AddSingleton(sp => new ManagerCore(sp.GetRequiredService<IManagerStore>(), sp.GetRequiredService<IServerAllocator>(), sp.GetRequiredService<IServerAdmin>(), catalogue, models,
             options, admissionKey, keys, TimeProvider.System, sp.GetRequiredService<ILogger<ManagerCore>>(), sp.GetRequiredService<ManagerMetrics>()));
         services.AddHostedService<ManagerWorker>();
@@ -179,6 +183,24 @@ public static class Program
         new(app.Services.GetRequiredService<IServer>().Features.Get<IServerAddressesFeature>()!.Addresses.First());
 
     // Checked before anything starts, so that a wrong address or certificate is a clear refusal, not a host failure.
+    // Verbs caches need servers that listen for verbs: the local allocator's, given an RDMA device's address; a static
+    // pool's servers are registered with the endpoints they have.
+    private static void CheckVerbs(ManagerOptions options)
+    {
+        bool local = options.Allocator != StaticPoolAllocator.AllocatorName;
+        if (options.VerbsAddress is { } address)
+        {
+            if (!local)
+                throw new StartupException($"--verbs-address {address} is for the local allocator's servers; a static pool's servers are added with their verbs endpoints (AddServer)");
+            if (!IPAddress.TryParse(address, out var ip) || ip.AddressFamily != System.Net.Sockets.AddressFamily.InterNetwork)
+                throw new StartupException($"--verbs-address {address} is not an IPv4 address (an RDMA device's interface, e.g. rxe0's)");
+        }
+        else if (local && options.Transports.Contains("verbs"))
+        {
+            throw new StartupException("--transports names verbs, but the local allocator's servers listen for verbs only with --verbs-address IP (an RDMA device's)");
+        }
+    }
+
     private static (IPAddress? Address, X509Certificate2? Certificate) CheckListen(Uri listen, ManagerOptions options)
     {
         if (listen.Scheme is not ("http" or "https"))

@@ -196,6 +196,50 @@ public sealed class ModelCommandTests : IDisposable
         Assert.False(System.IO.File.Exists(file));
     }
 
+    [Theory]
+    [InlineData("--transport verbs", "--transport verbs needs --verbs-address")]
+    [InlineData("--transport shm --verbs-address 10.0.2.15", "--verbs-address is only for --transport verbs")]
+    [InlineData("--transport verbs --verbs-address rxe0", "--verbs-address rxe0 is not an IPv4 address")]
+    public void VerbsNeedsTheAddressOfAnRdmaDevice(string flags, string message)
+    {
+        var fake = new FakeMeasurer(Plateau);
+        var (exit, _, error) = RunFake(fake, new[] { "slo", "model", "--record-size", "8", "--out", File("v.json"), "--quick" }
+                                             .Concat(flags.Split(' ')).ToArray());
+        Assert.NotEqual(0, exit);
+        Assert.Contains(message, error);
+        Assert.Empty(fake.Calls);
+    }
+
+    [Fact]
+    public void AVerbsModelHasTheOneSidedPoints()
+    {
+        string file = File("verbs.json");
+        ModelSettings? seen = null;
+        var fake = new FakeMeasurer(Plateau);
+        var (exit, _, error) = Run(new RootCommand { new Command("slo") { ModelCommand.Create(s => { seen = s; return fake; }) } },
+                                   "slo", "model", "--transport", "verbs", "--verbs-address", "10.0.2.15", "--record-size", "512", "--out", file, "--quick");
+        Assert.True(exit == 0, error);
+        Assert.Equal("10.0.2.15", seen!.VerbsAddress);
+        var model = PerformanceModel.Load(file);
+        Assert.Equal("verbs", model.Transport);
+        Assert.Equal(0, model.Space.MinServerThreads);
+        Assert.Contains(fake.Calls, c => c.Config.ServerThreads == 0);
+    }
+
+    [Fact]
+    [SupportedOSPlatform("linux")]
+    public void TheBenchIsToldTheVerbsAddress()
+    {
+        string bench = File("fake-bench");
+        System.IO.File.WriteAllText(bench, "#!/bin/sh\necho \"listening on $RC_VERBS_ADDR\" >&2\nexit 3\n");
+        System.IO.File.SetUnixFileMode(bench, UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.UserExecute);
+        var (exit, _, error) = Run(Program.BuildRoot(), "slo", "model", "--transport", "verbs", "--verbs-address", "10.9.8.7", "--record-size", "8",
+                                   "--out", File("v.json"), "--quick", "--bench", bench);
+        Assert.Equal(1, exit);
+        Assert.Contains("listening on 10.9.8.7", error);
+        Assert.Contains($"ran: RC_VERBS_ADDR=10.9.8.7 {bench} --transport verbs --op read", error);
+    }
+
     [Fact]
     public void AMissingDirectoryIsRefusedBeforeMeasuring()
     {
@@ -218,7 +262,7 @@ public sealed class ModelCommandTests : IDisposable
     [Fact]
     public void ReadsTheBenchJsonLine()
     {
-        var bench = new BenchMeasurer("remotecache-bench", "shm", 8, 1, 0.3);
+        var bench = new BenchMeasurer("remotecache-bench", "shm", null, 8, 1, 0.3);
         const string line = "{\"transport\":\"shm\",\"op\":\"read\",\"size\":8,\"batch\":16,\"qdepth\":2,\"client_threads\":0,\"server_threads\":1,\"app_threads\":1,\"window\":32,\"seconds\":1.000,\"ops\":2539792,\"ops_per_sec\":2539602.7,\"p50_us\":4.144,\"p99_us\":357.376,\"p999_us\":632.832,\"mean_us\":12.050,\"errors\":0}";
         var point = bench.Parse(line + "\n", SloOperation.Read, new CacheConfig(0, 1, 16, 2));
         Assert.Equal(new ModelPoint(0, 1, 16, 2, 12.050, 2539602.7) { P50Us = 4.144, P99Us = 357.376 }, point);

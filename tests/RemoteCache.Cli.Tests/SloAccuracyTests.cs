@@ -13,7 +13,7 @@ namespace RemoteCache.Cli.Tests;
 public sealed class SloAccuracyTests
 {
     // Reads over a small space: latency grows with b and q, throughput with b·q.
-    private static PerformanceModel Model()
+    private static PerformanceModel Model(string transport = "shm")
     {
         var points = new List<ModelPoint>();
         foreach (int s in new[] { 0, 1, 2 })
@@ -23,7 +23,7 @@ public sealed class SloAccuracyTests
                         points.Add(new ModelPoint(c, s, b, q, 1 + 0.5 * s + 0.3 * b * q, 1e5 * b * q * (1 + s)));
         return new PerformanceModel
         {
-            Transport = "shm",
+            Transport = transport,
             Distance = "same-host",
             RecordSize = 8,
             Machine = new MachineDescription("test", 2, 1L << 30, "Linux"),
@@ -181,5 +181,30 @@ public sealed class SloAccuracyTests
         Assert.Equal(5.0 / 95, measurer.Spreads[config].Throughput, 9);
         Assert.Equal(2.5, RepeatedMeasurer.Median(new double[] { 4, 1, 3, 2 }));
         Assert.Throws<ArgumentOutOfRangeException>(() => new RepeatedMeasurer(new NoisyMeasurer(), 0));
+    }
+
+    [Theory]
+    [InlineData("verbs", "", "is a verbs model: a verbs model needs --verbs-address")]
+    [InlineData("shm", "--verbs-address 10.0.2.15", "is a shm model: --verbs-address is only for a verbs model")]
+    [InlineData("verbs", "--verbs-address rxe0", "--verbs-address rxe0 is not an IPv4 address")]
+    public void AVerbsModelIsMeasuredThroughTheAddressOfAnRdmaDevice(string transport, string flags, string message)
+    {
+        string dir = Directory.CreateTempSubdirectory("rc-slo-accuracy-").FullName;
+        try
+        {
+            string file = Path.Combine(dir, "m.json");
+            string bench = Path.Combine(dir, "bench");
+            File.WriteAllText(bench, "");
+            Model(transport).Save(file);
+            var (exit, _, error) = ModelCommandTests.Run(Program.BuildRoot(), new[] { "slo", "accuracy", "--model", file, "--bench", bench, "--out", dir }
+                                                                              .Concat(flags.Split(' ', StringSplitOptions.RemoveEmptyEntries)).ToArray());
+            Assert.NotEqual(0, exit);
+            Assert.Contains(message, error);
+            Assert.False(File.Exists(Path.Combine(dir, "accuracy.json")));
+        }
+        finally
+        {
+            Directory.Delete(dir, recursive: true);
+        }
     }
 }

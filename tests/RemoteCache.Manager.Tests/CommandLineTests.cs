@@ -32,7 +32,16 @@ public sealed class CommandLineTests
             Assert.Contains("missing.json", error);
             (exit, _, error) = await Run("--state-dir", state, "--transports", "tcp,verbs");
             Assert.Equal(1, exit);
+            Assert.Contains("--transports names verbs, but the local allocator's servers listen for verbs only with --verbs-address", error);
+            (exit, _, error) = await Run("--state-dir", state, "--transports", "tcp,verbs", "--verbs-address", "10.0.2.15");
+            Assert.Equal(1, exit);
             Assert.Contains("no verbs model", error);
+            (exit, _, error) = await Run("--state-dir", state, "--verbs-address", "rxe0");
+            Assert.Equal(1, exit);
+            Assert.Contains("--verbs-address rxe0 is not an IPv4 address", error);
+            (exit, _, error) = await Run("--state-dir", state, "--allocator", "static", "--verbs-address", "10.0.2.15");
+            Assert.Equal(1, exit);
+            Assert.Contains("is for the local allocator's servers", error);
             (exit, _, error) = await Run("--state-dir", state, "--replacement-idle-timeout", "0");
             Assert.Equal(1, exit);
             Assert.Contains("--replacement-idle-timeout must be positive", error);
@@ -48,7 +57,7 @@ public sealed class CommandLineTests
     {
         var (exit, output, _) = await Run("--help");
         Assert.Equal(0, exit);
-        foreach (string flag in new[] { "--listen", "--catalogue", "--keys", "--allocator", "--warm", "--commit-memory", "--replacement-idle-timeout", "--certificate" })
+        foreach (string flag in new[] { "--listen", "--catalogue", "--keys", "--allocator", "--warm", "--commit-memory", "--verbs-address", "--replacement-idle-timeout", "--certificate" })
             Assert.Contains(flag, output);
     }
 }

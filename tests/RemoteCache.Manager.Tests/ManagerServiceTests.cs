@@ -135,6 +135,21 @@ public sealed class ManagerServiceTests
     }
 
     [Fact]
+    public async Task AServerThatCannotListenForVerbsIsRefusedWithItsOwnReason()
+    {
+        // Loopback has no RDMA device on any host: the local server started for the placement exits at once.
+        await using var manager = new TestManager(warm: 0, verbsAddress: "127.0.0.1");
+        await manager.StartAsync();
+        var request = Request(64 * MiB);
+        request.Transport = "verbs";
+        var refused = await Assert.ThrowsAsync<RpcException>(() => manager.Tenant(AliceKey).AllocateAsync(request).ResponseAsync);
+        Assert.Equal(StatusCode.ResourceExhausted, refused.StatusCode);
+        Assert.Contains("cannot rent the VMs of the placement", refused.Status.Detail);
+        Assert.Matches(@"did not start: it exited: .*remotecache-server: \S", refused.Status.Detail);
+        Assert.Empty((await manager.Operator().ListServersAsync(new ListServersRequest())).Servers);
+    }
+
+    [Fact]
     public async Task UnauthenticatedAndCrossTenantCallsAreRefused()
     {
         await using var manager = new TestManager(warm: 0);

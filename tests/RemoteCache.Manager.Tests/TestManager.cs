@@ -35,8 +35,10 @@ public sealed class TestManager : IAsyncDisposable
     private WebApplication? _app;
     private GrpcChannel? _channel;
 
-    public TestManager(int warm = 2, string allocator = "local", TimeSpan? probePeriod = null, bool commitMemory = false)
+    /// <param name="verbsAddress">Local servers also listen for verbs there, and verbs is offered (with a synthetic model).</param>
+    public TestManager(int warm = 2, string allocator = "local", TimeSpan? probePeriod = null, bool commitMemory = false, string? verbsAddress = null)
     {
+        var transports = verbsAddress is null ? new List<string> { "tcp", "shm" } : new List<string> { "tcp", "shm", "verbs" };
         Options = new ManagerOptions
         {
             StateDirectory = Path.Combine(_dir, "state"),
@@ -46,12 +48,14 @@ public sealed class TestManager : IAsyncDisposable
             Allocator = allocator,
             Warm = warm,
             CommitMemory = commitMemory,
+            VerbsAddress = verbsAddress,
+            Transports = transports,
             ProbePeriod = probePeriod ?? TimeSpan.FromMilliseconds(500),
             ProbeTimeout = TimeSpan.FromMilliseconds(500),
         };
         File.WriteAllText(Options.Catalogue, Catalogue.ToJson());
         Directory.CreateDirectory(Options.Models);
-        foreach (string transport in new[] { "tcp", "shm" })
+        foreach (string transport in transports)
             Model(transport).Save(Path.Combine(Options.Models, $"{transport}-8.json"));
         File.WriteAllText(Options.Keys, $$"""
             { "keys": [

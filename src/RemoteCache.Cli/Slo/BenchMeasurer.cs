@@ -27,14 +27,17 @@ internal sealed class BenchMeasurer : IPointMeasurer
 
     private readonly string _path;
     private readonly string _transport;
+    private readonly string? _verbsAddress;
     private readonly int _recordSize;
     private readonly double _seconds;
     private readonly double _warmup;
 
-    public BenchMeasurer(string path, string transport, int recordSize, double seconds, double warmup)
+    /// <param name="verbsAddress">With verbs: the RDMA device's IPv4 address the bench's server listens on.</param>
+    public BenchMeasurer(string path, string transport, string? verbsAddress, int recordSize, double seconds, double warmup)
     {
         _path = path;
         _transport = transport;
+        _verbsAddress = verbsAddress;
         _recordSize = recordSize;
         _seconds = seconds;
         _warmup = warmup;
@@ -61,11 +64,9 @@ internal sealed class BenchMeasurer : IPointMeasurer
         "--json",
     };
 
-    public async Task<ModelPoint> MeasureAsync(SloOperation operation, CacheConfig config, CancellationToken cancellationToken)
+    /// <summary>How the tool is started for one point: its arguments, and over verbs the address its server binds to.</summary>
+    internal ProcessStartInfo StartInfo(SloOperation operation, CacheConfig config)
     {
-        var arguments = Arguments(operation, config);
-        string what = $"{operation.ToString().ToLowerInvariant()} {config}";
-        string commandLine = string.Join(" ", new[] { _path }.Concat(arguments));
         var start = new ProcessStartInfo(_path)
         {
             RedirectStandardOutput = true,
@@ -73,8 +74,21 @@ internal sealed class BenchMeasurer : IPointMeasurer
             RedirectStandardInput = false,
             UseShellExecute = false,
         };
-        foreach (string a in arguments)
+        foreach (string a in Arguments(operation, config))
             start.ArgumentList.Add(a);
+        if (_verbsAddress is not null)
+            start.Environment[VerbsAddressVariable] = _verbsAddress;
+        return start;
+    }
+
+    /// <summary>Where remotecache-bench takes the address its verbs server listens on.</summary>
+    internal const string VerbsAddressVariable = "RC_VERBS_ADDR";
+
+    public async Task<ModelPoint> MeasureAsync(SloOperation operation, CacheConfig config, CancellationToken cancellationToken)
+    {
+        var start = StartInfo(operation, config);
+        string what = $"{operation.ToString().ToLowerInvariant()} {config}";
+        string commandLine = (_verbsAddress is null ? "" : $"{VerbsAddressVariable}={_verbsAddress} ") + string.Join(" ", new[] { _path }.Concat(start.ArgumentList));
 
         using var process = new Process { StartInfo = start };
         try

@@ -15,7 +15,7 @@ namespace RemoteCache.Cli.Slo;
 
 /// <summary>What <c>remotecache slo model</c> was asked to do, defaults resolved.</summary>
 internal sealed record ModelSettings(
-    string Transport, int RecordSize, string Out, IReadOnlyList<SloOperation> Operations, ConfigurationSpace Space,
+    string Transport, string? VerbsAddress, int RecordSize, string Out, IReadOnlyList<SloOperation> Operations, ConfigurationSpace Space,
     double Seconds, double Warmup, int Repeats, bool Resume, string BenchPath, string? Note, string CommandLine);
 
 /// <summary>
@@ -34,7 +34,7 @@ internal static class ModelCommand
         if (!File.Exists(settings.BenchPath))
             throw new MeasurementException($"{settings.BenchPath}: no such file: {BenchMeasurer.ToolName} is built next to remotecache-server " +
                                            "by building src/RemoteCache (or pass --bench PATH)");
-        return new BenchMeasurer(settings.BenchPath, settings.Transport, settings.RecordSize, settings.Seconds, settings.Warmup);
+        return new BenchMeasurer(settings.BenchPath, settings.Transport, settings.VerbsAddress, settings.RecordSize, settings.Seconds, settings.Warmup);
     });
 
     /// <summary>The command, measuring with what <paramref name="measurers"/> gives (tests pass a fake).</summary>
@@ -42,9 +42,10 @@ internal static class ModelCommand
     {
         var transport = new Option<string>("--transport")
         {
-            Description = "The transport to model: shm (shared memory on this host) or tcp (loopback)",
+            Description = "The transport to model: shm (shared memory on this host), tcp (loopback) or verbs (RDMA, through the device of --verbs-address)",
             Required = true,
-        }.AcceptOnlyFromAmong("shm", "tcp");
+        }.AcceptOnlyFromAmong("shm", "tcp", "verbs");
+        var verbsAddress = VerbsAddressOption.Create();
         var recordSize = new Option<int>("--record-size")
         {
             Description = "Bytes per read or write; the model holds only this size",
@@ -135,10 +136,12 @@ internal static class ModelCommand
             "the power-of-two grid of (c, s, b, q), cheapest first, stopping along a parameter once throughput stops improving. " +
             $"Early termination: {SweepRule.Default}.")
         {
-            transport, recordSize, output, operations, maxClient, maxServer, maxBatch, maxQueue, seconds, warmup, repeats, quick, resume, bench, note,
+            transport, verbsAddress, recordSize, output, operations, maxClient, maxServer, maxBatch, maxQueue, seconds, warmup, repeats, quick, resume, bench, note,
         };
         command.Validators.Add(r =>
         {
+            if (VerbsAddressOption.Mismatch(r.GetValue(transport) == "verbs", r.GetValue(verbsAddress), "--transport verbs") is { } mismatch)
+                r.AddError(mismatch);
             int size = r.GetValue(recordSize);
             if (size >= 1 && r.GetValue(maxBatch) is { } b && b > BatchLimit(size))
                 r.AddError($"--max-batch {b} is above the largest batch for {size} B records, {BatchLimit(size)} (⌈4096 / {size}⌉, at most {CacheConfig.MaxBatchSize})");
@@ -156,7 +159,7 @@ internal static class ModelCommand
                 MaxBatch: parse.GetValue(maxBatch) ?? (isQuick ? Math.Min(4, BatchLimit(size)) : BatchLimit(size)),
                 MaxQueueDepth: parse.GetValue(maxQueue) ?? (isQuick ? 4 : CacheConfig.MaxQueueDepth));
             var settings = new ModelSettings(
-                transportName, size, parse.GetValue(output)!, ParseOperations(parse.GetValue(operations)!, out _)!, space,
+                transportName, parse.GetValue(verbsAddress), size, parse.GetValue(output)!, ParseOperations(parse.GetValue(operations)!, out _)!, space,
                 Seconds: parse.GetValue(seconds) ?? (isQuick ? 0.2 : 0.5),
                 Warmup: parse.GetValue(warmup) ?? (isQuick ? 0.1 : 0.2),
                 Repeats: parse.GetValue(repeats) ?? (isQuick ? 1 : 3),

@@ -41,6 +41,7 @@ internal static class SloAccuracyCommand
         };
         var output = new Option<DirectoryInfo?>("--out") { Description = "Where accuracy.json and the CDF charts go (default artifacts/slo-accuracy/MODEL)" };
         var bench = new Option<string?>("--bench") { Description = "The remotecache-bench to measure with (default: the one next to remotecache-server)" };
+        var verbsAddress = VerbsAddressOption.Create();
         var json = new Option<bool>("--json") { Description = "Print the summary as JSON" };
         var samePhase = new Option<bool>("--same-phase")
         {
@@ -51,7 +52,7 @@ internal static class SloAccuracyCommand
             "Redy's accuracy experiment on this host: random SLOs searched in the model, each chosen configuration measured with " +
             "remotecache-bench; prints the share of feasible SLOs met and the prediction errors, writes CDF charts (SLO, predicted, real)")
         {
-            model, operation, slos, seed, seconds, warmup, repeats, tolerance, output, bench, json, samePhase,
+            model, operation, slos, seed, seconds, warmup, repeats, tolerance, output, bench, verbsAddress, json, samePhase,
         };
         command.Action = new SloCommandAction(CommandName, (parse, stdout) =>
         {
@@ -70,6 +71,9 @@ internal static class SloAccuracyCommand
             string directory = parse.GetValue(output)?.FullName
                 ?? Path.Combine("artifacts", "slo-accuracy", Path.GetFileNameWithoutExtension(file.Name));
 
+            string? address = parse.GetValue(verbsAddress);
+            if (VerbsAddressOption.Mismatch(loaded.Transport == "verbs", address, "a verbs model") is { } mismatch)
+                throw new UsageException($"{file.FullName} is a {loaded.Transport} model: {mismatch}");
             SloSearch search;
             try
             {
@@ -81,7 +85,7 @@ internal static class SloAccuracyCommand
             }
             var objectives = SloAccuracy.DrawSlos(loaded, op, count, parse.GetValue(seed));
             bool phase = parse.GetValue(samePhase);
-            var measurer = new RepeatedMeasurer(new BenchMeasurer(benchPath, loaded.Transport, loaded.RecordSize, measureSeconds, warm), runs,
+            var measurer = new RepeatedMeasurer(new BenchMeasurer(benchPath, loaded.Transport, address, loaded.RecordSize, measureSeconds, warm), runs,
                                                 phase ? loaded : null);
             var started = DateTime.UtcNow;
             var rows = SloAccuracy.RunAsync(search, objectives, measurer, tol, (n, row) =>

@@ -16,9 +16,19 @@ using RemoteCache.Manager.Store;
 
 namespace RemoteCache.Manager.Allocators;
 
+/// <summary>How the local allocator runs its servers.</summary>
+/// <param name="ServerPath">The remotecache-server to start.</param>
+/// <param name="Directory">Where the servers' log files go.</param>
+/// <param name="AdmissionKeyFile">The manager's admission key, which the servers admit by.</param>
+/// <param name="Warm">Idle servers kept running per VM type.</param>
+/// <param name="CommitMemory">The servers commit memory ahead for new caches.</param>
+/// <param name="VerbsAddress">An RDMA device's IPv4 address: the servers listen for verbs there too; null: tcp and shm only.</param>
+public sealed record LocalServerSettings(string ServerPath, string Directory, string AdmissionKeyFile, int Warm, bool CommitMemory, string? VerbsAddress);
+
 /// <summary>
 /// "VMs" that are remotecache-server processes on this host, shaped by their VM type (memory limit, threads), with the
-/// manager's admission key. Each listens on loopback tcp and on an abstract shm socket. A server runs in its own
+/// manager's admission key. Each listens on loopback tcp, on an abstract shm socket and, given an RDMA device's address,
+/// on verbs there (so that verbs caches can be placed on it and regions move over RDMA READ). A server runs in its own
 /// session with its output in a log file, so it outlives the manager: caches keep serving while the manager restarts,
 /// and the next manager adopts the processes again.
 /// </summary>
@@ -31,24 +41,16 @@ public sealed partial class LocalProcessAllocator : IServerAllocator
     private static readonly TimeSpan s_stopGrace = TimeSpan.FromSeconds(3);
 
     private readonly VmCatalogue _catalogue;
-    private readonly string _serverPath;
-    private readonly string _directory;
-    private readonly string _admissionKeyFile;
-    private readonly int _warm;
-    private readonly bool _commitMemory;
+    private readonly LocalServerSettings _settings;
     private readonly ILogger _logger;
     private readonly ConcurrentDictionary<string, Process> _children = new();
 
-    public LocalProcessAllocator(VmCatalogue catalogue, string serverPath, string directory, string admissionKeyFile, int warm, bool commitMemory, ILogger logger)
+    public LocalProcessAllocator(VmCatalogue catalogue, LocalServerSettings settings, ILogger logger)
     {
         _catalogue = catalogue;
-        _serverPath = serverPath;
-        _directory = directory;
-        _admissionKeyFile = admissionKeyFile;
-        _warm = warm;
-        _commitMemory = commitMemory;
+        _settings = settings;
         _logger = logger;
-        Directory.CreateDirectory(directory);
+        Directory.CreateDirectory(settings.Directory);
     }
 
     /// <summary>Raised (on a thread-pool thread) when a server process this manager started ends.</summary>
@@ -82,7 +84,7 @@ public sealed partial class LocalProcessAllocator : IServerAllocator
     {
         int idle = servers.Count(s => s.Allocator == AllocatorName && s.VmType == server.VmType && s.Spot == server.Spot && s.CacheId == 0 &&
                                       s.Status == ServerStatus.Ready && s.ServerId != server.ServerId);
-        if (server.Status == ServerStatus.Ready && idle < _warm)
+        if (server.Status == ServerStatus.Ready && idle < _settings.Warm)
             return server with { CacheId = 0 };
         await StopAsync(server, SigTerm).ConfigureAwait(false);
         return null;
@@ -120,7 +122,7 @@ public sealed partial class LocalProcessAllocator : IServerAllocator
     }
 
     /// <summary>The log file of a server.</summary>
-    public string LogPath(string serverId) => Path.Combine(_directory, serverId + ".log");
+    public string LogPath(string serverId) => Path.Combine(_settings.Directory, serverId + ".log");
 
     private async Task<ServerRecord> StartAsync(VmType type, bool spot, CancellationToken cancellationToken)
     {
@@ -130,31 +132,35 @@ public sealed partial class LocalProcessAllocator : IServerAllocator
         var start = new ProcessStartInfo("setsid") { UseShellExecute = false };
         // setsid: a session of its own, so a Ctrl+C aimed at the manager does not stop the servers; the shell only
         // redirects the output to the log (a pipe would break, and the server with it, when the manager exits).
-        foreach (string a in new[] { "sh", "-c", "exec \"$0\" \"$@\" >>\"$RC_SERVER_LOG\" 2>&1", _serverPath,
+        foreach (string a in new[] { "sh", "-c", "exec \"$0\" \"$@\" >>\"$RC_SERVER_LOG\" 2>&1", _settings.ServerPath,
                                      "--listen", "tcp:127.0.0.1:0", "--listen", $"shm:@remotecache-{serverId}",
                                      "--memory-limit", memory.ToString(CultureInfo.InvariantCulture),
                                      "--region-size", _catalogue.RegionBytes.ToString(CultureInfo.InvariantCulture),
                                      "--threads", type.Cores.ToString(CultureInfo.InvariantCulture),
-                                     "--admission-key", _admissionKeyFile, "--server-id", serverId })
+                                     "--admission-key", _settings.AdmissionKeyFile, "--server-id", serverId })
             start.ArgumentList.Add(a);
-        if (_commitMemory)
+        if (_settings.VerbsAddress is { } verbs)
+        {
+            start.ArgumentList.Add("--listen");
+            start.ArgumentList.Add($"verbs:{verbs}:0");
+        }
+        if (_settings.CommitMemory)
             start.ArgumentList.Add("--commit-memory");
         start.Environment["RC_SERVER_LOG"] = log;
         Process process;
         try
         {
-            process = Process.Start(start) ?? throw new AllocatorException($"could not start {_serverPath}");
+            process = Process.Start(start) ?? throw new AllocatorException($"could not start {_settings.ServerPath}");
         }
         catch (System.ComponentModel.Win32Exception e)
         {
-            throw new AllocatorException($"could not start {_serverPath}: {e.Message}", e);
+            throw new AllocatorException($"could not start {_settings.ServerPath}: {e.Message}", e);
         }
         var endpoints = new Dictionary<string, string>();
         var deadline = Stopwatch.StartNew();
         while (true)
         {
-            string text = File.Exists(log) ? await File.ReadAllTextAsync(log, cancellationToken).ConfigureAwait(false) : "";
-            var lines = text.Split('\n', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries);
+            var lines = await LogLinesAsync(log, cancellationToken).ConfigureAwait(false);
             if (lines.Contains("ready"))
             {
                 foreach (string line in lines.Where(l => l.StartsWith("listening ", StringComparison.Ordinal)))
@@ -164,15 +170,18 @@ public sealed partial class LocalProcessAllocator : IServerAllocator
                 }
                 break;
             }
-            if (process.HasExited || deadline.Elapsed > s_startTimeout || cancellationToken.IsCancellationRequested)
+            bool exited = process.HasExited;
+            if (exited || deadline.Elapsed > s_startTimeout || cancellationToken.IsCancellationRequested)
             {
-                if (!process.HasExited)
+                if (!exited)
                     Kill(process.Id, SigKill);
+                else
+                    lines = await LogLinesAsync(log, CancellationToken.None).ConfigureAwait(false);  // with what it wrote as it exited
                 string tail = string.Join("\n", lines.TakeLast(5));
                 process.Dispose();
                 cancellationToken.ThrowIfCancellationRequested();
                 throw new AllocatorException($"the local server {serverId} ({type.Name}) did not start: " +
-                                             (process.HasExited ? "it exited" : $"not ready within {s_startTimeout.TotalSeconds:0} s") + (tail.Length > 0 ? $": {tail}" : ""));
+                                             (exited ? "it exited" : $"not ready within {s_startTimeout.TotalSeconds:0} s") + (tail.Length > 0 ? $": {tail}" : ""));
             }
             await Task.Delay(10, cancellationToken).ConfigureAwait(false);
         }
@@ -189,6 +198,10 @@ public sealed partial class LocalProcessAllocator : IServerAllocator
                                process.Id, string.Join(" ", endpoints.Values));
         return new ServerRecord(serverId, endpoints, type.Name, spot, AllocatorName) { ProcessId = process.Id };
     }
+
+    private static async Task<string[]> LogLinesAsync(string log, CancellationToken cancellationToken) =>
+        (File.Exists(log) ? await File.ReadAllTextAsync(log, cancellationToken).ConfigureAwait(false) : "")
+            .Split('\n', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries);
 
     private async Task StopAsync(ServerRecord server, int signal)
     {
