@@ -42,21 +42,29 @@ NATIVE_PACKAGES=(cmake ninja-build g++ libgtest-dev libgmock-dev python3 libibve
 # SSD reference. The tests run a small main job too.
 YCSB_PACKAGES=(samba libsmbclient fio)
 
-# build_ycsb: builds benchmarks/Ycsb (the main job) in Release; the tool is then $YCSB_DLL, the full log
-# build/ycsb-build.log. Returns non-zero, with the log's tail on stderr, when it cannot.
-YCSB_DLL=benchmarks/Ycsb/bin/Release/net8.0/RemoteCache.Benchmarks.Ycsb.dll
-build_ycsb() {
+# build_dotnet_app PROJECT LOG: builds a .NET project in Release; returns non-zero, with the log's tail on stderr,
+# when it cannot.
+build_dotnet_app() {
+  local project=$1 log=$2
   if ! command -v dotnet >/dev/null 2>&1; then
     echo "the .NET SDK is not installed (https://dot.net); the libraries target net8.0" >&2
     return 1
   fi
   mkdir -p build
-  if ! dotnet build -c Release benchmarks/Ycsb >build/ycsb-build.log 2>&1; then
-    tail -40 build/ycsb-build.log >&2
-    echo "building benchmarks/Ycsb failed (log above, all of it in build/ycsb-build.log)" >&2
+  if ! dotnet build -c Release "$project" >"$log" 2>&1; then
+    tail -40 "$log" >&2
+    echo "building $project failed (log above, all of it in $log)" >&2
     return 1
   fi
 }
+
+# build_ycsb: builds benchmarks/Ycsb (the main job); the tool is then $YCSB_DLL.
+YCSB_DLL=benchmarks/Ycsb/bin/Release/net8.0/RemoteCache.Benchmarks.Ycsb.dll
+build_ycsb() { build_dotnet_app benchmarks/Ycsb build/ycsb-build.log; }
+
+# build_cli: builds the remotecache CLI (src/RemoteCache.Cli); it is then $CLI_DLL.
+CLI_DLL=src/RemoteCache.Cli/bin/Release/net8.0/RemoteCache.Cli.dll
+build_cli() { build_dotnet_app src/RemoteCache.Cli build/cli-build.log; }
 
 # Parallel build jobs: at most 2, so that a build leaves room on the small machines this runs on.
 native_build_jobs() {

@@ -9,6 +9,8 @@
 # get shorter points.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=lib.sh
+source scripts/lib.sh
 note="measured by scripts/slo_models.sh on a machine shared with other work"
 if [[ "${1:-}" == "--note" ]]; then note="$2"; shift 2; fi
 models=("$@")
@@ -19,8 +21,8 @@ declare -A timing=(
 if [[ ${#models[@]} -eq 0 ]]; then
   models=(shm-8 shm-64 shm-512 shm-4096 tcp-8 tcp-64 tcp-512 tcp-4096)
 fi
-dotnet build src/RemoteCache.Cli -c Release -v quiet -nologo >/dev/null
-cli=(dotnet src/RemoteCache.Cli/bin/Release/net8.0/RemoteCache.Cli.dll)
+build_cli
+cli=(dotnet "$CLI_DLL")
 mkdir -p models
 for m in "${models[@]}"; do
   transport=${m%-*} size=${m#*-}

@@ -23,11 +23,15 @@ namespace RemoteCache.Benchmarks.Ycsb;
 internal sealed class ControlPlane : IAsyncDisposable
 {
     /// <summary>
-    /// What the device's cache is asked for: Redy's "reads under 10 µs" at FASTER's read size (a 512 B sector), and 2 M
-    /// reads/s. On the shipped shm model the cheapest configuration meeting it is one-sided (no server thread), what a
-    /// FASTER device wants on a small machine.
+    /// What the device's cache is asked for (--slo-read-us, --slo-ops) at FASTER's read size (a 512 B sector); by default
+    /// Redy's "reads under 10 µs" and 2 M reads/s. On the shipped shm model the cheapest configuration meeting that is
+    /// one-sided (no server thread), what a FASTER device wants on a small machine.
     /// </summary>
-    public static RemoteCacheSlo Slo => new() { ReadLatency = TimeSpan.FromMicroseconds(10), Throughput = 2e6, RecordSize = 512 };
+    public static RemoteCacheSlo SloOf(YcsbOptions o) =>
+        new() { ReadLatency = TimeSpan.FromMicroseconds(o.SloReadUs), Throughput = o.SloOpsPerSecond, RecordSize = FasterReadBytes };
+
+    /// <summary>The size of FASTER's reads from a device: a sector.</summary>
+    public const int FasterReadBytes = 512;
 
     /// <summary>
     /// The session capacity the YCSB figures were measured with (the C# default before it followed the header's
@@ -38,20 +42,28 @@ internal sealed class ControlPlane : IAsyncDisposable
 
     private readonly WebApplication _app;
     private readonly RemoteCacheManagerClient _client;
+    private readonly YcsbOptions _options;
 
-    private ControlPlane(WebApplication app, RemoteCacheManagerClient client)
+    private ControlPlane(WebApplication app, RemoteCacheManagerClient client, YcsbOptions options)
     {
         _app = app;
         _client = client;
+        _options = options;
     }
+
+    /// <summary>What the cache is asked for.</summary>
+    public RemoteCacheSlo Slo => SloOf(_options);
 
     /// <summary>The cache, and how long CreateAsync took (Allocate, server start, connect).</summary>
     public ManagedCache? Cache { get; private set; }
 
     public TimeSpan CreateTime { get; private set; }
 
-    /// <summary>Starts a manager over <paramref name="stateDirectory"/> whose one VM type holds a cache of <paramref name="bytes"/>.</summary>
-    public static async Task<ControlPlane> StartAsync(string stateDirectory, long bytes, string transport)
+    /// <summary>
+    /// Starts a manager over <paramref name="stateDirectory"/> whose one VM type holds a cache of <paramref name="bytes"/>,
+    /// offering the transport of <paramref name="o"/> (with its models, and over verbs its RDMA device's address).
+    /// </summary>
+    public static async Task<ControlPlane> StartAsync(string stateDirectory, long bytes, YcsbOptions o)
     {
         Directory.CreateDirectory(stateDirectory);
         var (regionSize, regions) = Program.CacheRegions(bytes);
@@ -72,7 +84,9 @@ internal sealed class ControlPlane : IAsyncDisposable
             Catalogue = cataloguePath,
             Keys = keys,
             Allocator = "local",
-            Transports = new() { transport },
+            Transports = new() { o.Transport },
+            Models = o.Models,
+            VerbsAddress = o.VerbsAddress,
         };
         var app = await Manager.Program.BuildAsync(options, new Uri("http://127.0.0.1:0"), TextWriter.Null, CancellationToken.None,
                                                    b => b.Logging.SetMinimumLevel(LogLevel.Warning)).ConfigureAwait(false);
@@ -84,16 +98,16 @@ internal sealed class ControlPlane : IAsyncDisposable
             ApiKey = key,
             Cache = new RemoteCacheOptions { SessionCapacity = SessionCapacity },
         });
-        return new ControlPlane(app, client);
+        return new ControlPlane(app, client, o);
     }
 
     /// <summary>Creates the device's cache: exclusive (RemoteCacheDevice requires it: the cache is one store's log).</summary>
-    public RemoteCacheClient CreateCache(long bytes, string transport)
+    public RemoteCacheClient CreateCache(long bytes)
     {
         if (Cache is not null)
             throw new InvalidOperationException("the run has one remotecache device");
         var clock = Stopwatch.StartNew();
-        Cache = _client.CreateAsync(new ManagedCacheRequest { Capacity = bytes, Slo = Slo, Transport = transport, Name = "ycsb", Exclusive = true })
+        Cache = _client.CreateAsync(new ManagedCacheRequest { Capacity = bytes, Slo = Slo, Transport = _options.Transport, Name = "ycsb", Exclusive = true })
                        .GetAwaiter().GetResult();
         CreateTime = clock.Elapsed;
         return Cache.Client;

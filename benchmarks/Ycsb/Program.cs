@@ -50,7 +50,6 @@ public static class Program
         var failedDevices = new List<string>();
         SsdCheck.Result? ssd = null;
         ControlPlane? controlPlane = null;
-        DirectCache? direct = null;
         SambaServer? samba = null;
         IReadOnlyList<DynamicsRun>? dynamics = null;
         try
@@ -60,18 +59,11 @@ public static class Program
                 DataDir = data,
                 OpenCache = bytes =>
                 {
-                    if (o.VerbsAddress is { } address)
-                    {
-                        direct = DirectCache.Open($"verbs:{address}:0", bytes);
-                        AnsiConsole.MarkupLine(Markup.Escape(Invariant(
-                            $"remotecache device: cache opened directly (no manager) on {direct.Endpoint} in {direct.OpenTime.TotalMilliseconds:0} ms, {direct.Client.Capacity >> 20} MiB")));
-                        return direct.Client;
-                    }
-                    controlPlane ??= ControlPlane.StartAsync(Path.Combine(data, "manager"), bytes, o.Transport).GetAwaiter().GetResult();
-                    var client = controlPlane.CreateCache(bytes, o.Transport);
+                    controlPlane ??= ControlPlane.StartAsync(Path.Combine(data, "manager"), bytes, o).GetAwaiter().GetResult();
+                    var client = controlPlane.CreateCache(bytes);
                     var info = controlPlane.Cache!.Info;
                     AnsiConsole.MarkupLine(Markup.Escape(Invariant(
-                        $"remotecache device: cache {info.CacheId} created through the manager in {controlPlane.CreateTime.TotalMilliseconds:0} ms for {ControlPlane.Slo} → config {info.Config} (predicted {info.PredictedLatency.TotalMicroseconds:0.0} µs, {info.PredictedThroughput:0} ops/s), {info.Servers.Count} server(s), {info.Capacity >> 20} MiB over {info.Transport}")));
+                        $"remotecache device: cache {info.CacheId} created through the manager in {controlPlane.CreateTime.TotalMilliseconds:0} ms for {controlPlane.Slo} → config {info.Config} (predicted {info.PredictedLatency.TotalMicroseconds:0.0} µs, {info.PredictedThroughput:0} ops/s), {info.Servers.Count} server(s), {info.Capacity >> 20} MiB over {info.Transport}")));
                     return client;
                 },
                 Samba = () => samba ??= SambaServer.Start(Path.Combine(data, "samba")),
@@ -91,7 +83,6 @@ public static class Program
         {
             samba?.Dispose();
             controlPlane?.DisposeAsync().AsTask().GetAwaiter().GetResult();
-            direct?.Dispose();
             if (Directory.Exists(data) && o.DataDir is null)
                 Directory.Delete(data, recursive: true);
         }

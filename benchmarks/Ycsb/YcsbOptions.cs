@@ -23,7 +23,10 @@ public sealed class YcsbOptions
     public double Theta = ZipfianChooser.DefaultTheta;
     public int Depth = 32;                        // pending operations per thread
     public string Transport = "shm";
-    public string? VerbsAddress;                  // --transport verbs: the IP the server listens on (an RDMA device's)
+    public string? VerbsAddress;                  // --transport verbs: the IP the servers listen on (an RDMA device's)
+    public string? Models;                        // the manager's performance models; null: the ones it ships (shm, tcp)
+    public double SloReadUs = 10;                 // the device cache's SLO: Redy's "reads under 10 µs" ...
+    public double SloOpsPerSecond = 2e6;          // ... and 2 M reads/s, at FASTER's read size
     public string Output = "artifacts/ycsb";
     public string? DataDir;
     public bool Fio = true;
@@ -59,10 +62,15 @@ public sealed class YcsbOptions
           --rounds N           rounds; in each, every phase runs on every device back to back, so that a
                                noisy stretch of the machine hits all of them (default 5; medians reported)
           --depth D            pending operations per thread (default 32)
-          --transport T        how FASTER reaches the local cache server: shm (default) or tcp, through the
-                               manager; or verbs, on a server this process starts and opens directly (the
-                               manager has no verbs model to plan with), listening on --verbs-address
-          --verbs-address IP   the address of an RDMA device (rdma_cm binds to it; Soft-RoCE: rxe0's netdev's)
+          --transport T        how FASTER reaches the cache server the manager places: shm (default), tcp, or
+                               verbs (RDMA; needs --verbs-address and a verbs model in --models)
+          --verbs-address IP   the address of an RDMA device: the manager's servers listen for verbs there
+                               (rdma_cm binds to it; Soft-RoCE: rxe0's netdev's)
+          --models DIR         the manager's performance models (default: the shipped shm and tcp ones); for
+                               verbs, one measured on your RDMA device: remotecache slo model --transport verbs
+                               --verbs-address IP --record-size 512 --out DIR/verbs-512.json
+          --slo-read-us US     the device cache's SLO, mean read latency in µs (default 10, Redy's)
+          --slo-ops N          and its throughput in reads/s (default 2000000)
           --out DIR            where results.csv, results.json and the charts go: chart.png (throughput per
                                device), rounds.png (every round), latency-cdf.png (default artifacts/ycsb)
           --data-dir DIR       where the SSD files go (default: under --out, on its disk)
@@ -104,6 +112,9 @@ public sealed class YcsbOptions
                 case "--depth": o.Depth = int.Parse(Value(), CultureInfo.InvariantCulture); break;
                 case "--transport": o.Transport = Value(); break;
                 case "--verbs-address": o.VerbsAddress = Value(); break;
+                case "--models": o.Models = Value(); break;
+                case "--slo-read-us": o.SloReadUs = double.Parse(Value(), CultureInfo.InvariantCulture); break;
+                case "--slo-ops": o.SloOpsPerSecond = double.Parse(Value(), CultureInfo.InvariantCulture); break;
                 case "--out": o.Output = Value(); break;
                 case "--data-dir": o.DataDir = Value(); break;
                 case "--no-fio": o.Fio = false; break;
@@ -129,8 +140,11 @@ public sealed class YcsbOptions
             throw new ArgumentException("--records >= 1000, --memory-fraction >= 1, --depth >= 1, --rounds >= 1, --threads >= 1, --transport shm|tcp|verbs");
         if ((o.Transport == "verbs") != (o.VerbsAddress is not null))
             throw new ArgumentException("--transport verbs needs --verbs-address (the IP of an RDMA device), and --verbs-address needs --transport verbs");
-        if (o.Dynamics && o.Transport == "verbs")
-            throw new ArgumentException("--dynamics reclaims and replaces servers through the manager, which does not place verbs caches: use --transport shm or tcp");
+        if (o.Transport == "verbs" && o.Models is null)
+            throw new ArgumentException("--transport verbs needs --models DIR holding a verbs model measured on the RDMA device (the shipped models are shm and tcp): " +
+                                        "remotecache slo model --transport verbs --verbs-address IP --record-size 512 --out DIR/verbs-512.json");
+        if (!(o.SloReadUs > 0) || !(o.SloOpsPerSecond > 0))
+            throw new ArgumentException("--slo-read-us and --slo-ops must be positive");
         return o;
     }
 

@@ -8,8 +8,9 @@
 #      the conformance suite's verbs instantiation; remotecache-bench over verbs (8 B read, 8 B write,
 #      batched 16 B writes; connect time for a 64 MiB and a 1 GiB cache; a 128 MiB region pull against
 #      ib_read_bw); NFS over RDMA (kernel nfsd, proto=rdma) read with fio next to RemoteCache reads of the
-#      same sizes and depths; FASTER YCSB (benchmarks/Ycsb, .NET) with its log on that NFS mount against the
-#      tiered device whose cache tier is RemoteCache over verbs;
+#      same sizes and depths; a verbs SLO model (remotecache slo model --quick); FASTER YCSB (benchmarks/Ycsb,
+#      .NET) with its log on that NFS mount against the tiered device whose cache tier is a RemoteCache over
+#      verbs, placed by the manager with that model;
 #   3. prints a summary (perftest figures, our p50s and ops/s, the three ratios against their targets)
 #      and writes artifacts/rdma-vm/{output.txt,console.txt,summary.json}.
 #
@@ -26,8 +27,9 @@
 #   RC_RDMA_VM_TIMEOUT        limit for the VM in seconds, boot included (default 540)
 #   RC_RDMA_VM_SMP            guest CPUs (default 2, one per host core here)
 #   RC_RDMA_VM_REQUIRE_VERBS  1: also fail when the verbs conformance tests are skipped or absent
-#   RC_RDMA_VM_YCSB           FASTER YCSB in the guest, the log on NFS over RDMA against the tiered device over
-#                             verbs (about a minute more; guest memory 3072 MB, limit 840 s): auto (default) runs
+#   RC_RDMA_VM_YCSB           FASTER YCSB in the guest through the manager (a verbs model measured first), the log
+#                             on NFS over RDMA against the tiered device over verbs (about two minutes more; guest
+#                             memory 3072 MB, limit 900 s): auto (default) runs
 #                             it when the .NET SDK is installed, 1 fails without it, 0 skips it
 #   RC_RDMA_VM_YCSB_ARGS      its flags (default: readonly, 400000 records, 1 thread, 3 rounds of 2 s, ssd and remotecache)
 #   RC_SKIP_APT=1             never call apt-get (see scripts/lib.sh)
@@ -93,35 +95,42 @@ for flag in --transport verbs --op --size --batch --qdepth --client-threads --se
   fi
 done
 
-# FASTER YCSB in the guest: benchmarks/Ycsb built as scripts/run.sh builds it, staged with this build's native
-# library and server (the verbs transport compiled in, whatever the .NET build's native copy has) and only the
-# linux-x64 native assets; the .NET host and shared frameworks go into the VM beside it.
-GUEST_YCSB="" YCSB_ADDS=() YCSB_ARGS="" YCSB_TIMEOUT=0
+# FASTER YCSB in the guest, through the manager: benchmarks/Ycsb built as scripts/run.sh builds it, and the
+# remotecache CLI that measures the verbs model the manager plans with, each staged with only the linux-x64 native
+# assets; YCSB's with this build's native library and server (the verbs transport compiled in, whatever the .NET
+# build's native copy has). The .NET host and shared frameworks go into the VM beside them.
+GUEST_YCSB="" GUEST_CLI="" YCSB_ADDS=() YCSB_ARGS="" YCSB_TIMEOUT=0
 YCSB_MODE=${RC_RDMA_VM_YCSB:-auto}
 [[ $YCSB_MODE =~ ^(auto|0|1)$ ]] || { echo "rdma-vm: RC_RDMA_VM_YCSB is auto, 0 or 1, not '$YCSB_MODE'" >&2; exit 2; }
 if [[ $YCSB_MODE == auto ]] && ! command -v dotnet >/dev/null 2>&1; then
   echo "rdma-vm: no .NET SDK here, so no FASTER YCSB in the guest (RC_RDMA_VM_YCSB=1 makes that an error)" >&2
   YCSB_MODE=0
 fi
-if [[ $YCSB_MODE != 0 ]]; then
-  banner "FASTER YCSB for the guest"
-  build_ycsb || exit 1
-  stage="$ROOT/build/rdma-vm-ycsb"
+# stage_dotnet_app BIN STAGE: a .NET app's build output without the other platforms' native assets (~550 MB).
+stage_dotnet_app() {
+  local bin=$1 stage=$2
   rm -rf "$stage"
-  mkdir -p "$stage"
-  # Everything but runtimes/, then runtimes/linux-x64 alone (the other platforms' assets are ~550 MB).
-  ycsb_bin="$(dirname "$YCSB_DLL")"
-  find "$ycsb_bin" -mindepth 1 -maxdepth 1 ! -name runtimes -exec cp -a {} "$stage/" \;
   mkdir -p "$stage/runtimes"
-  cp -a "$ycsb_bin/runtimes/linux-x64" "$stage/runtimes/"
+  find "$bin" -mindepth 1 -maxdepth 1 ! -name runtimes -exec cp -a {} "$stage/" \;
+  cp -a "$bin/runtimes/linux-x64" "$stage/runtimes/"
+}
+if [[ $YCSB_MODE != 0 ]]; then
+  banner "FASTER YCSB and the remotecache CLI for the guest"
+  build_ycsb || exit 1
+  build_cli || exit 1
+  stage="$ROOT/build/rdma-vm-ycsb"
+  stage_dotnet_app "$(dirname "$YCSB_DLL")" "$stage"
   cp "$ABS_BUILD/libremotecache.so" "$SERVER_BIN" "$stage/runtimes/linux-x64/native/"
   GUEST_YCSB="$stage/$(basename "$YCSB_DLL")"
+  cli_stage="$ROOT/build/rdma-vm-cli"
+  stage_dotnet_app "$(dirname "$CLI_DLL")" "$cli_stage"
+  GUEST_CLI="$cli_stage/$(basename "$CLI_DLL")"
   dotnet_root="$(dirname "$(readlink -f "$(command -v dotnet)")")"
-  YCSB_ADDS=(--add "$stage" --add "$dotnet_root/dotnet" --add "$dotnet_root/host" --add "$dotnet_root/shared")
+  YCSB_ADDS=(--add "$stage" --add "$cli_stage" --add "$dotnet_root/dotnet" --add "$dotnet_root/host" --add "$dotnet_root/shared")
   YCSB_ARGS=${RC_RDMA_VM_YCSB_ARGS:-"--workload readonly --records 400000 --threads 1 --rounds 3 --duration 2 --devices ssd,remotecache --no-fio"}
   YCSB_TIMEOUT=300
   VM_MEM=${RC_RDMA_VM_MEM:-3072}
-  VM_TIMEOUT=${RC_RDMA_VM_TIMEOUT:-840}
+  VM_TIMEOUT=${RC_RDMA_VM_TIMEOUT:-900}
 fi
 
 # ---- 2. the guest script -----------------------------------------------------------------------
@@ -142,6 +151,7 @@ TESTS=$TESTS_BIN
 BENCH=$BENCH_BIN
 BENCH_OK=$BENCH_OK
 YCSB_DLL=$GUEST_YCSB
+CLI_DLL=$GUEST_CLI
 DOTNET=${dotnet_root:-}/dotnet
 YCSB_ARGS="$YCSB_ARGS"
 YCSB_TIMEOUT=$YCSB_TIMEOUT
@@ -259,26 +269,42 @@ for size in 512 4096; do
       --server-threads 0 --cache-bytes 64M
   done
 done
-# FASTER YCSB readonly (unless RC_RDMA_VM_YCSB=0): the log on the NFS-over-RDMA mount (the ssd device: O_DIRECT
-# files under --data-dir) against the tiered device whose cache tier is a RemoteCache over verbs (its file tier on
-# the same mount). .NET runs ~14x slower under TCG; the section takes about a minute.
+# FASTER YCSB readonly (unless RC_RDMA_VM_YCSB=0), the remotecache device's cache placed by the manager as in the
+# main job: first the verbs model it plans with, measured here on rxe0 (`remotecache slo model --quick`: the shipped
+# models are shm and tcp, and emulated RDMA's figures belong to this VM only); then the log on the NFS-over-RDMA mount
+# (the ssd device: O_DIRECT files under --data-dir) against the tiered device whose cache tier is a RemoteCache over
+# verbs (its file tier on the same mount). Its SLO is loose (reads under 500 µs, 10 000 reads/s): under TCG a 512 B
+# read takes tens of µs, not Redy's 10. .NET runs ~14x slower under TCG; the sections take about two minutes.
 if [ -n "$YCSB_DLL" ]; then
+  export DOTNET_CLI_TELEMETRY_OPTOUT=1 DOTNET_ROOT=$(dirname "$DOTNET")
+  begin verbs_model
+  mkdir -p /tmp/models
+  echo "\$ remotecache slo model --transport verbs --verbs-address $ADDR --record-size 512 --quick --operations read --bench $BENCH"
+  timeout 240 "$DOTNET" "$CLI_DLL" slo model --transport verbs --verbs-address "$ADDR" --record-size 512 --quick --operations read \
+    --bench "$BENCH" --out /tmp/models/verbs-512.json 2>&1
+  model_rc=$?
+  cat /tmp/models/verbs-512.json 2>/dev/null
+  echo
+  end $model_rc
   begin ycsb
-  if [ $nfs_rc -eq 0 ]; then
-    echo "\$ dotnet $YCSB_DLL $YCSB_ARGS --data-dir /mnt/nfs/ycsb --transport verbs --verbs-address $ADDR"
-    # shellcheck disable=SC2086  # YCSB_ARGS is a list of flags
+  if [ $nfs_rc -ne 0 ]; then
+    echo "not available: the NFS-over-RDMA mount failed"
+    end 1
+  elif [ $model_rc -ne 0 ]; then
+    echo "not available: no verbs model for the manager to plan with"
+    end 1
+  else
+    YCSB_FLAGS="$YCSB_ARGS --data-dir /mnt/nfs/ycsb --transport verbs --verbs-address $ADDR --models /tmp/models --slo-read-us 500 --slo-ops 10000"
+    echo "\$ dotnet $YCSB_DLL $YCSB_FLAGS"
+    # shellcheck disable=SC2086  # a list of flags
     # Into a file, not the console: redirected, the tool prints its table 160 columns wide.
-    DOTNET_CLI_TELEMETRY_OPTOUT=1 DOTNET_ROOT=$(dirname "$DOTNET") timeout "$YCSB_TIMEOUT" "$DOTNET" "$YCSB_DLL" $YCSB_ARGS \
-      --data-dir /mnt/nfs/ycsb --transport verbs --verbs-address "$ADDR" --out /tmp/ycsb > /tmp/ycsb.log 2>&1
+    timeout "$YCSB_TIMEOUT" "$DOTNET" "$YCSB_DLL" $YCSB_FLAGS --out /tmp/ycsb > /tmp/ycsb.log 2>&1
     rc=$?
     cat /tmp/ycsb.log
     echo "--- results.json ---"
     cat /tmp/ycsb/results.json 2>/dev/null
     echo
     end $rc
-  else
-    echo "not available: the NFS-over-RDMA mount failed"
-    end 1
   fi
 fi
 # The harness judges the sections; the script itself always succeeds.

@@ -149,6 +149,7 @@ def parse_ycsb(section):
         return None
     out = {"rc": section["rc"]}
     lines = section["lines"]
+    out["placement"] = next((l.strip() for l in lines if l.strip().startswith("remotecache device: cache")), None)
     marker = next((i for i, l in enumerate(lines) if l.strip() == "--- results.json ---"), None)
     text = "\n".join(lines[marker + 1:]) if marker is not None else ""
     try:
@@ -157,6 +158,22 @@ def parse_ycsb(section):
     except (ValueError, KeyError, TypeError):
         tail = [l.strip() for l in lines[:marker] if l.strip()] if marker is not None else []
         out["message"] = next((l for l in reversed(tail) if "ycsb:" in l or "xception" in l), tail[-1] if tail else "no output")
+    return out
+
+
+def parse_model(section):
+    """The verbs SLO model the guest measured for the manager (printed after the CLI's output), or None."""
+    if not section:
+        return None
+    out = {"rc": section["rc"]}
+    text = "\n".join(section["lines"])
+    start = text.find('{\n')
+    try:
+        model = json.loads(text[start:]) if start >= 0 else None
+        points = sum(len(v) for v in model["operations"].values())
+        out.update(ok=section["rc"] == 0, points=points)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        out["message"] = next((l.strip() for l in reversed(section["lines"]) if l.strip()), "no output")
     return out
 
 
@@ -424,11 +441,19 @@ def main():
             fmt(get(f, "p50_us") if f and f.get("ok") else None, ".1f", " us"),
             fmt(bench_value(b, "ops_per_sec"), ",.0f"), fmt(bench_value(b, "p50_us"), ".1f", " us"),
             fmt(row["iops_ratio"], ".1f", "x"), fmt(row["p50_ratio"], ".1f", "x")))
+    model = parse_model(sections.get("verbs_model"))
+    if model is not None:
+        out += ["", "  verbs SLO model for the manager (remotecache slo model --quick, 512 B reads): " +
+                ("%d points" % model["points"] if model.get("ok") else "FAILED (exit %s: %s)" % (model["rc"], model.get("message")))]
+        if not model.get("ok"):
+            problems.append("the verbs SLO model could not be measured in the guest (exit %s)" % model["rc"])
     ycsb = parse_ycsb(sections.get("ycsb"))
     ycsb_rows = []
     if ycsb is not None:
         out += ["", "  FASTER YCSB (readonly, %s records): the log on the NFS-over-RDMA mount (device ssd) vs the tiered device "
                 "over verbs (remotecache)" % fmt(ycsb.get("records"), ",d")]
+        if ycsb.get("placement"):
+            out.append("    " + ycsb["placement"])
         if ycsb.get("ok"):
             by_key = {}
             for row in ycsb["medians"]:
@@ -474,7 +499,9 @@ def main():
                        for name in ratios},
             "write_inside_post_share": write_inside_post,
             "nfs_over_rdma": {"setup_exit": nfs_setup["rc"] if nfs_setup else None, "rows": nfs},
+            "verbs_model": model,
             "ycsb": None if ycsb is None else {"exit": ycsb["rc"], "records": ycsb.get("records"), "rows": ycsb_rows,
+                                                "placement": ycsb.get("placement"),
                                                 "message": ycsb.get("message")},
             "pull": {"ib_read_bw": read_bw, "bench": pull, "ratio": {"value": pull_ratio, "target": PULL_TARGET[1],
                                                                       "kind": "min", "met": pull_met}},

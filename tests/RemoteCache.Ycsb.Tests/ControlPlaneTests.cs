@@ -1,0 +1,83 @@
+using System;
+using System.IO;
+using System.Threading.Tasks;
+using RemoteCache.Benchmarks.Ycsb;
+using Xunit;
+
+namespace RemoteCache.Ycsb.Tests;
+
+/// <summary>
+/// The main job's control plane: the transport, the models and the SLO it asks the manager for. Verbs needs an RDMA
+/// device (tests/rdma-vm runs it, with a model measured there); here the same path runs over tcp.
+/// </summary>
+public sealed class ControlPlaneTests
+{
+    [Theory]
+    [InlineData("--transport", "verbs", "--models", "m")]
+    [InlineData("--verbs-address", "10.0.2.15")]
+    [InlineData("--transport", "tcp", "--verbs-address", "10.0.2.15")]
+    [InlineData("--transport", "rdma")]
+    public void VerbsFlagsAreRefusedWithoutTheirPartner(params string[] args)
+    {
+        var e = Assert.Throws<ArgumentException>(() => YcsbOptions.Parse(args));
+        Assert.Contains("verbs", e.Message, StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public void VerbsNeedsAModelMeasuredOnTheDevice()
+    {
+        var e = Assert.Throws<ArgumentException>(() => YcsbOptions.Parse(new[] { "--transport", "verbs", "--verbs-address", "10.0.2.15" }));
+        Assert.Contains("--transport verbs needs --models DIR holding a verbs model", e.Message, StringComparison.Ordinal);
+        Assert.Contains("remotecache slo model --transport verbs", e.Message, StringComparison.Ordinal);
+        var o = YcsbOptions.Parse(new[] { "--transport", "verbs", "--verbs-address", "10.0.2.15", "--models", "m", "--dynamics" });
+        Assert.Equal(("verbs", "10.0.2.15", "m"), (o.Transport, o.VerbsAddress, o.Models));
+    }
+
+    [Theory]
+    [InlineData("--slo-read-us", "0")]
+    [InlineData("--slo-ops", "-1")]
+    public void TheSloMustBePositive(params string[] args)
+    {
+        var e = Assert.Throws<ArgumentException>(() => YcsbOptions.Parse(args));
+        Assert.Contains("--slo-read-us and --slo-ops must be positive", e.Message, StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public async Task TheCacheIsPlacedWithTheModelsAndTheSloGiven()
+    {
+        string dir = Directory.CreateTempSubdirectory("ycsb-control-plane-").FullName;
+        try
+        {
+            // Only a tcp model of 512 B records: the manager plans with what --models holds.
+            string models = Directory.CreateDirectory(Path.Combine(dir, "models")).FullName;
+            File.Copy(Path.Combine(AppContext.BaseDirectory, "models", "tcp-512.json"), Path.Combine(models, "tcp-512.json"));
+            var o = YcsbOptions.Parse(new[] { "--transport", "tcp", "--models", models, "--slo-read-us", "200", "--slo-ops", "1000" });
+            const long bytes = 40L << 20;
+            await using (var plane = await ControlPlane.StartAsync(Path.Combine(dir, "state"), bytes, o))
+            {
+                var client = plane.CreateCache(bytes);
+                var info = plane.Cache!.Info;
+                Assert.Equal("tcp", info.Transport);
+                Assert.Equal(TimeSpan.FromMicroseconds(200), info.Slo.ReadLatency);
+                Assert.Equal(1000, info.Slo.Throughput);
+                Assert.Equal(ControlPlane.FasterReadBytes, info.Slo.RecordSize);
+                var written = new byte[512];
+                Random.Shared.NextBytes(written);
+                await client.WriteAsync(client.Capacity - written.Length, written);
+                var read = new byte[written.Length];
+                await client.ReadAsync(client.Capacity - read.Length, read);
+                Assert.Equal(written, read);
+            }
+
+            // An SLO no configuration of the model meets is refused, naming it.
+            var strict = YcsbOptions.Parse(new[] { "--transport", "tcp", "--models", models, "--slo-read-us", "0.5" });
+            await using var refusing = await ControlPlane.StartAsync(Path.Combine(dir, "state2"), bytes, strict);
+            var e = Assert.ThrowsAny<Exception>(() => refusing.CreateCache(bytes));
+            Assert.Contains("no configuration meets the SLO", e.Message, StringComparison.Ordinal);
+        }
+        finally
+        {
+            Directory.Delete(dir, recursive: true);
+        }
+    }
+}
