@@ -212,7 +212,9 @@ public sealed partial class ManagedCache
                         await mapping.ConfigureAwait(false);
                     mapping = _client.MapRegionsAheadAsync(holder, k, count, stop);
                 }
-                copied = await CopyRegionsAsync(from, sourceRegion, k, count, deadline, stop).ConfigureAwait(false);
+                long size = _client.GetRegion(first).Size;
+                int pace = MovePaceMibPerSecond(_manager.Options.MoveMaxMibPerSecond, (regions - k) * size, deadline - DateTimeOffset.UtcNow);
+                copied = await CopyRegionsAsync(from, sourceRegion, k, count, count * size, pace, deadline, stop).ConfigureAwait(false);
             }
             var copiedAt = clock.Elapsed;
             for (int i = 0; i < count; i++)
@@ -273,15 +275,37 @@ public sealed partial class ManagedCache
         }
     }
 
+    /// <summary>
+    /// The pace of the next copy, MiB/s (0: unpaced): <paramref name="configured"/> when set; else the rate that moves the
+    /// <paramref name="bytesLeft"/> still to move by half <paramref name="timeLeft"/> (the deadline's), at least
+    /// <see cref="RemoteCacheManagerOptions.AutomaticMovePaceMibPerSecond"/>; with no deadline, that least pace.
+    /// </summary>
+    internal static int MovePaceMibPerSecond(int? configured, long bytesLeft, TimeSpan? timeLeft)
+    {
+        if (configured is { } pace)
+            return pace;
+        if (timeLeft is not { } left)
+            return RemoteCacheManagerOptions.AutomaticMovePaceMibPerSecond;
+        double needed = bytesLeft / (double)(1 << 20) / (left.TotalSeconds / 2);
+        if (left <= TimeSpan.Zero || needed >= int.MaxValue)
+            return 0;  // no time to spare: as fast as the transport goes
+        return Math.Max(RemoteCacheManagerOptions.AutomaticMovePaceMibPerSecond, (int)Math.Ceiling(needed));
+    }
+
     // Has the replacement copy `count` regions (the manager drives its pull); false when they could not be copied before
     // the deadline, or failed twice (the source failed, or was reclaimed meanwhile). A manager that does not answer is
     // retried until the deadline.
-    private async Task<bool> CopyRegionsAsync(string from, int sourceRegion, int targetRegion, int count, DateTimeOffset? deadline, CancellationToken stop)
+    private async Task<bool> CopyRegionsAsync(string from, int sourceRegion, int targetRegion, int count, long bytes, int paceMibPerSecond,
+                                              DateTimeOffset? deadline, CancellationToken stop)
     {
+        // A paced copy takes bytes / pace at least: the call may take twice that, however short CallTimeout is.
+        var callTimeout = _manager.Options.CallTimeout;
+        if (paceMibPerSecond > 0 && TimeSpan.FromSeconds(2.0 * bytes / ((long)paceMibPerSecond << 20)) is var paced && paced > callTimeout)
+            callTimeout = paced;
         var request = new MoveRegionRequest
         {
             CacheId = CacheId, ServerId = from, Mover = _mover, SourceRegion = (uint)sourceRegion, TargetRegion = (uint)targetRegion,
-            MaxMibPerS = (uint)(_manager.Options.MoveMaxMibPerSecond ?? 0), Regions = (uint)count,
+            MaxMibPerS = (uint)paceMibPerSecond, Regions = (uint)count,
         };
         var retry = new Backoff(_manager.Options.RetryLimit);
         int failures = 0;
@@ -292,7 +316,7 @@ public sealed partial class ManagedCache
                 return false;
             try
             {
-                var timeout = left < _manager.Options.CallTimeout ? left : _manager.Options.CallTimeout;
+                var timeout = left < callTimeout ? left : callTimeout;
                 await _manager.CallAsync("MoveRegion", o => _manager.Grpc.MoveRegionAsync(request, o), stop, timeout).ConfigureAwait(false);
                 return true;
             }

@@ -54,11 +54,20 @@ public sealed class RemoteCacheManagerOptions
     public bool ReplaceServers { get; set; } = true;
 
     /// <summary>
-    /// Paces each region's copy during a move to at most this many MiB/s, leaving memory bandwidth and CPU to the data
-    /// path on hosts the copy shares with it (a move then takes about region size / pace per region). Null: as fast as
-    /// the transport goes. Default: null.
+    /// Paces each region's copy during a move, leaving memory bandwidth and CPU to the data path on hosts the copy shares
+    /// with it. Null (the default): automatic, the rate that ends the server's move by half the time left to the reclaim's
+    /// deadline and never below <see cref="AutomaticMovePaceMibPerSecond"/>, which is also the pace of a move without a
+    /// deadline (a reshape). 0: as fast as the transport goes. Otherwise at most this many MiB/s (a move then takes about
+    /// region size / pace per region).
     /// </summary>
     public int? MoveMaxMibPerSecond { get; set; }
+
+    /// <summary>
+    /// The least automatic pace, MiB/s: Redy's rate (1.09 s per GiB), at which the other regions' reads keep ≥ 95 % of
+    /// their throughput during a move where the copy shares the clients' memory (docs/migration.md); unpaced, the copy's
+    /// burst takes a core's memory bandwidth.
+    /// </summary>
+    public const int AutomaticMovePaceMibPerSecond = 1024;
 
     /// <summary>
     /// Consecutive regions smaller than this move in batches adding up to at most this many bytes: one fence, one copy
@@ -90,8 +99,8 @@ public sealed class RemoteCacheManagerOptions
             throw new ArgumentException($"RemoteCacheManagerOptions.CallTimeout is {CallTimeout}; it must be positive", nameof(CallTimeout));
         if (RetryLimit < TimeSpan.FromMilliseconds(100))
             throw new ArgumentException($"RemoteCacheManagerOptions.RetryLimit is {RetryLimit}; it must be at least 100 ms", nameof(RetryLimit));
-        if (MoveMaxMibPerSecond is < 1)
-            throw new ArgumentException($"RemoteCacheManagerOptions.MoveMaxMibPerSecond is {MoveMaxMibPerSecond}; it must be at least 1 (null: unpaced)", nameof(MoveMaxMibPerSecond));
+        if (MoveMaxMibPerSecond is < 0)
+            throw new ArgumentException($"RemoteCacheManagerOptions.MoveMaxMibPerSecond is {MoveMaxMibPerSecond}; it must be 0 (unpaced) or more (null: automatic)", nameof(MoveMaxMibPerSecond));
         if (MoveBatchBytes < 0)
             throw new ArgumentException($"RemoteCacheManagerOptions.MoveBatchBytes is {MoveBatchBytes}; it must be 0 or more", nameof(MoveBatchBytes));
         if (Cache is null)

@@ -51,7 +51,7 @@ public sealed class ManagedClientOptionsTests
     [InlineData("ApiKey", "has space", "ApiKey")]
     [InlineData("CallTimeout", "00:00:00", "CallTimeout")]
     [InlineData("RetryLimit", "00:00:00.010", "RetryLimit")]
-    [InlineData("MoveMaxMibPerSecond", "0", "MoveMaxMibPerSecond")]
+    [InlineData("MoveMaxMibPerSecond", "-1", "MoveMaxMibPerSecond")]
     [InlineData("MoveBatchBytes", "-1", "MoveBatchBytes")]
     public void BadOptionsAreRefusedNamingTheOption(string key, string value, string named)
     {
@@ -74,5 +74,18 @@ public sealed class ManagedClientOptionsTests
         Assert.Contains("Capacity 0", noCapacity.Message);
         var background = await Assert.ThrowsAsync<ArgumentException>(() => client.CreateAsync(new ManagedCacheRequest { Capacity = 1, PopulateInBackground = true }));
         Assert.Contains("PopulateFrom", background.Message);
+    }
+
+    [Theory]
+    [InlineData(512, 4L << 30, 1.0, 512)]        // set: that pace, whatever the deadline
+    [InlineData(0, 4L << 30, 1.0, 0)]            // 0: unpaced
+    [InlineData(null, 4L << 30, null, 1024)]     // automatic without a deadline (a reshape): Redy's 1 GiB/s
+    [InlineData(null, 4L << 30, 30.0, 1024)]     // 4 GiB by half of 30 s needs 273 MiB/s: the least pace
+    [InlineData(null, 30L << 30, 30.0, 2048)]    // 30 GiB by 15 s: 2 GiB/s
+    [InlineData(null, 1L << 30, 0.0, 0)]         // the deadline has come: unpaced
+    public void TheAutomaticMovePaceEndsTheMoveByHalfTheTimeLeftAndIsAtLeastRedysRate(int? configured, long bytesLeft, double? secondsLeft, int expected)
+    {
+        var left = secondsLeft is { } s ? TimeSpan.FromSeconds(s) : (TimeSpan?)null;
+        Assert.Equal(expected, ManagedCache.MovePaceMibPerSecond(configured, bytesLeft, left));
     }
 }

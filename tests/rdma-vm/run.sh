@@ -126,7 +126,11 @@ if [[ $YCSB_MODE != 0 ]]; then
   stage_dotnet_app "$(dirname "$CLI_DLL")" "$cli_stage"
   GUEST_CLI="$cli_stage/$(basename "$CLI_DLL")"
   dotnet_root="$(dirname "$(readlink -f "$(command -v dotnet)")")"
-  YCSB_ADDS=(--add "$stage" --add "$cli_stage" --add "$dotnet_root/dotnet" --add "$dotnet_root/host" --add "$dotnet_root/shared")
+  # .NET's cryptography (the manager's keys) loads libssl at run time, so ldd of the binaries does not bring it.
+  libssl="$(ldconfig -p | awk '$1 == "libssl.so.3" && /x86-64/ { print $NF; exit }')"
+  [[ -n $libssl ]] || { echo "rdma-vm: no libssl.so.3 on this host for .NET in the guest" >&2; exit 1; }
+  YCSB_ADDS=(--add "$stage" --add "$cli_stage" --add "$dotnet_root/dotnet" --add "$dotnet_root/host" --add "$dotnet_root/shared"
+             --add "$libssl")
   YCSB_ARGS=${RC_RDMA_VM_YCSB_ARGS:-"--workload readonly --records 400000 --threads 1 --rounds 3 --duration 2 --devices ssd,remotecache --no-fio"}
   YCSB_TIMEOUT=300
   VM_MEM=${RC_RDMA_VM_MEM:-3072}
