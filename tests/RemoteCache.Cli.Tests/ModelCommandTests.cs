@@ -179,13 +179,21 @@ public sealed class ModelCommandTests : IDisposable
         Assert.False(System.IO.File.Exists(File("x.json")));
     }
 
+    // An executable shell script standing in for remotecache-bench.
+    [SupportedOSPlatform("linux")]
+    private string FakeBench(string script)
+    {
+        string bench = File("fake-bench");
+        System.IO.File.WriteAllText(bench, "#!/bin/sh\n" + script + "\n");
+        System.IO.File.SetUnixFileMode(bench, UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.UserExecute);
+        return bench;
+    }
+
     [Fact]
     [SupportedOSPlatform("linux")]
     public void ABenchFailureNamesTheConfigurationAndShowsTheToolsStderr()
     {
-        string bench = File("fake-bench");
-        System.IO.File.WriteAllText(bench, "#!/bin/sh\necho \"[server] starting\" >&2\necho \"remotecache-bench: rc_cache_open: RC_E_INVALID_ARGUMENT: it broke ($*)\" >&2\nexit 3\n");
-        System.IO.File.SetUnixFileMode(bench, UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.UserExecute);
+        string bench = FakeBench("echo \"[server] starting\" >&2\necho \"remotecache-bench: rc_cache_open: RC_E_INVALID_ARGUMENT: it broke ($*)\" >&2\nexit 3");
         string file = File("failed.json");
         var (exit, _, error) = Run(Program.BuildRoot(), "slo", "model", "--transport", "shm", "--record-size", "8", "--out", file, "--quick", "--bench", bench);
         Assert.Equal(1, exit);
@@ -230,9 +238,7 @@ public sealed class ModelCommandTests : IDisposable
     [SupportedOSPlatform("linux")]
     public void TheBenchIsToldTheVerbsAddress()
     {
-        string bench = File("fake-bench");
-        System.IO.File.WriteAllText(bench, "#!/bin/sh\necho \"listening on $RC_VERBS_ADDR\" >&2\nexit 3\n");
-        System.IO.File.SetUnixFileMode(bench, UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.UserExecute);
+        string bench = FakeBench("echo \"listening on $RC_VERBS_ADDR\" >&2\nexit 3");
         var (exit, _, error) = Run(Program.BuildRoot(), "slo", "model", "--transport", "verbs", "--verbs-address", "10.9.8.7", "--record-size", "8",
                                    "--out", File("v.json"), "--quick", "--bench", bench);
         Assert.Equal(1, exit);

@@ -1,5 +1,6 @@
 using System.CommandLine;
 using System.IO;
+using System.Linq;
 using System.Threading.Tasks;
 using Xunit;
 
@@ -21,30 +22,22 @@ public sealed class CommandLineTests
         string state = Directory.CreateTempSubdirectory("manager-cli-").FullName;
         try
         {
-            var (exit, _, error) = await Run("--state-dir", state, "--listen", "not an address");
-            Assert.Equal(1, exit);
-            Assert.Contains("--listen not an address", error);
-            (exit, _, error) = await Run("--state-dir", state, "--listen", "https://127.0.0.1:0");
-            Assert.Equal(1, exit);
-            Assert.Contains("needs --certificate", error);
-            (exit, _, error) = await Run("--state-dir", state, "--catalogue", Path.Combine(state, "missing.json"));
-            Assert.Equal(1, exit);
-            Assert.Contains("missing.json", error);
-            (exit, _, error) = await Run("--state-dir", state, "--transports", "tcp,verbs");
-            Assert.Equal(1, exit);
-            Assert.Contains("--transports names verbs, but the local allocator's servers listen for verbs only with --verbs-address", error);
-            (exit, _, error) = await Run("--state-dir", state, "--transports", "tcp,verbs", "--verbs-address", "10.0.2.15");
-            Assert.Equal(1, exit);
-            Assert.Contains("no verbs model", error);
-            (exit, _, error) = await Run("--state-dir", state, "--verbs-address", "rxe0");
-            Assert.Equal(1, exit);
-            Assert.Contains("--verbs-address rxe0 is not an IPv4 address", error);
-            (exit, _, error) = await Run("--state-dir", state, "--allocator", "static", "--verbs-address", "10.0.2.15");
-            Assert.Equal(1, exit);
-            Assert.Contains("is for the local allocator's servers", error);
-            (exit, _, error) = await Run("--state-dir", state, "--replacement-idle-timeout", "0");
-            Assert.Equal(1, exit);
-            Assert.Contains("--replacement-idle-timeout must be positive", error);
+            foreach (var (flags, refusal) in new (string[], string)[]
+            {
+                (new[] { "--listen", "not an address" }, "--listen not an address"),
+                (new[] { "--listen", "https://127.0.0.1:0" }, "needs --certificate"),
+                (new[] { "--catalogue", Path.Combine(state, "missing.json") }, "missing.json"),
+                (new[] { "--transports", "tcp,verbs" }, "--transports names verbs, but the local allocator's servers listen for verbs only with --verbs-address"),
+                (new[] { "--transports", "tcp,verbs", "--verbs-address", "10.0.2.15" }, "no verbs model"),
+                (new[] { "--verbs-address", "rxe0" }, "--verbs-address rxe0 is not an IPv4 address"),
+                (new[] { "--allocator", "static", "--verbs-address", "10.0.2.15" }, "is for the local allocator's servers"),
+                (new[] { "--replacement-idle-timeout", "0" }, "--replacement-idle-timeout must be positive"),
+            })
+            {
+                var (exit, _, error) = await Run(new[] { "--state-dir", state }.Concat(flags).ToArray());
+                Assert.Equal(1, exit);
+                Assert.Contains(refusal, error);
+            }
         }
         finally
         {
