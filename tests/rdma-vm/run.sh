@@ -106,12 +106,13 @@ if [[ $YCSB_MODE == auto ]] && ! command -v dotnet >/dev/null 2>&1; then
   echo "rdma-vm: no .NET SDK here, so no FASTER YCSB in the guest (RC_RDMA_VM_YCSB=1 makes that an error)" >&2
   YCSB_MODE=0
 fi
-# stage_dotnet_app BIN STAGE: a .NET app's build output without the other platforms' native assets (~550 MB).
+# stage_dotnet_app BIN STAGE: a .NET app's build output without the other platforms' native assets (~550 MB) and
+# without a publish/ folder that packaging may have left there.
 stage_dotnet_app() {
   local bin=$1 stage=$2
   rm -rf "$stage"
   mkdir -p "$stage/runtimes"
-  find "$bin" -mindepth 1 -maxdepth 1 ! -name runtimes -exec cp -a {} "$stage/" \;
+  find "$bin" -mindepth 1 -maxdepth 1 ! -name runtimes ! -name publish -exec cp -a {} "$stage/" \;
   cp -a "$bin/runtimes/linux-x64" "$stage/runtimes/"
 }
 if [[ $YCSB_MODE != 0 ]]; then
