@@ -22,14 +22,6 @@ namespace RemoteCache.Benchmarks.Ycsb;
 /// </summary>
 internal sealed class ControlPlane : IAsyncDisposable
 {
-    /// <summary>
-    /// What the device's cache is asked for (--slo-read-us, --slo-ops) at FASTER's read size (a 512 B sector); by default
-    /// Redy's "reads under 10 µs" and 2 M reads/s. On the shipped shm model the cheapest configuration meeting that is
-    /// one-sided (no server thread), what a FASTER device wants on a small machine.
-    /// </summary>
-    public static RemoteCacheSlo SloOf(YcsbOptions o) =>
-        new() { ReadLatency = TimeSpan.FromMicroseconds(o.SloReadUs), Throughput = o.SloOpsPerSecond, RecordSize = FasterReadBytes };
-
     /// <summary>The size of FASTER's reads from a device: a sector.</summary>
     public const int FasterReadBytes = 512;
 
@@ -51,8 +43,13 @@ internal sealed class ControlPlane : IAsyncDisposable
         _options = options;
     }
 
-    /// <summary>What the cache is asked for.</summary>
-    public RemoteCacheSlo Slo => SloOf(_options);
+    /// <summary>
+    /// What the device's cache is asked for (--slo-read-us, --slo-ops) at FASTER's read size (a 512 B sector); by default
+    /// Redy's "reads under 10 µs" and 2 M reads/s. On the shipped shm model the cheapest configuration meeting that is
+    /// one-sided (no server thread), what a FASTER device wants on a small machine.
+    /// </summary>
+    public RemoteCacheSlo Slo =>
+        new() { ReadLatency = TimeSpan.FromMicroseconds(_options.SloReadUs), Throughput = _options.SloOpsPerSecond, RecordSize = FasterReadBytes };
 
     /// <summary>The cache, and how long CreateAsync took (Allocate, server start, connect).</summary>
     public ManagedCache? Cache { get; private set; }

@@ -286,9 +286,11 @@ public sealed partial class ManagedCache
             return pace;
         if (timeLeft is not { } left)
             return RemoteCacheManagerOptions.AutomaticMovePaceMibPerSecond;
-        double needed = bytesLeft / (double)(1 << 20) / (left.TotalSeconds / 2);
-        if (left <= TimeSpan.Zero || needed >= int.MaxValue)
+        if (left <= TimeSpan.Zero)
             return 0;  // no time to spare: as fast as the transport goes
+        double needed = bytesLeft / (double)(1 << 20) / (left.TotalSeconds / 2);
+        if (needed >= int.MaxValue)
+            return 0;
         return Math.Max(RemoteCacheManagerOptions.AutomaticMovePaceMibPerSecond, (int)Math.Ceiling(needed));
     }
 

@@ -182,7 +182,6 @@ public static class Program
     public static Uri ListenAddress(WebApplication app) =>
         new(app.Services.GetRequiredService<IServer>().Features.Get<IServerAddressesFeature>()!.Addresses.First());
 
-    // Checked before anything starts, so that a wrong address or certificate is a clear refusal, not a host failure.
     // Verbs caches need servers that listen for verbs: the local allocator's, given an RDMA device's address; a static
     // pool's servers are registered with the endpoints they have.
     private static void CheckVerbs(ManagerOptions options)
@@ -201,6 +200,7 @@ public static class Program
         }
     }
 
+    // Checked before anything starts, so that a wrong address or certificate is a clear refusal, not a host failure.
     private static (IPAddress? Address, X509Certificate2? Certificate) CheckListen(Uri listen, ManagerOptions options)
     {
         if (listen.Scheme is not ("http" or "https"))

@@ -46,6 +46,9 @@ internal sealed class BenchMeasurer : IPointMeasurer
     /// <summary>The tool's name in models (<see cref="MeasurementInfo.Tool"/>).</summary>
     public const string ToolName = "remotecache-bench";
 
+    /// <summary>Where remotecache-bench takes the address its verbs server listens on.</summary>
+    internal const string VerbsAddressVariable = "RC_VERBS_ADDR";
+
     /// <summary>Where the build puts the tool: next to remotecache-server in the native runtime directory.</summary>
     public static string DefaultPath => Path.Combine(Path.GetDirectoryName(RemoteCacheServer.ExecutablePath) ?? ".", ToolName);
 
@@ -80,9 +83,6 @@ internal sealed class BenchMeasurer : IPointMeasurer
             start.Environment[VerbsAddressVariable] = _verbsAddress;
         return start;
     }
-
-    /// <summary>Where remotecache-bench takes the address its verbs server listens on.</summary>
-    internal const string VerbsAddressVariable = "RC_VERBS_ADDR";
 
     public async Task<ModelPoint> MeasureAsync(SloOperation operation, CacheConfig config, CancellationToken cancellationToken)
     {
