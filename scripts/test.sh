@@ -67,14 +67,22 @@ fmt_duration() {
   printf '%dm%02ds' $((s / 60)) $((s % 60))
 }
 
+# Each suite's output is also kept here, so the summary can repeat what failed where a reader of only
+# the end of the output (a CI page) sees it.
+SUITE_LOG_DIR=artifacts/test
+mkdir -p "$SUITE_LOG_DIR"
+# Lines that name a failure in the suites' own formats: GoogleTest/ctest, dotnet test (xUnit), libFuzzer,
+# the harnesses' "FAILED" lines.
+FAILURE_PATTERN='\[  FAILED  \]|^\s*Failed [A-Za-z_]|^\s*(Error Message|Assert\.|Expected|Actual|But)|FAILED|==ERROR|\(Failed\)'
+
 # run_suite NAME FUNCTION: runs FUNCTION in a subshell with errexit; records passed/failed/skipped.
 # A function reports "skipped" by exiting with status 200.
 run_suite() {
   local name=$1 fn=$2 start=$SECONDS rc result
   banner "$name"
   set +e
-  ( set -euo pipefail; "$fn" )
-  rc=$?
+  ( set -euo pipefail; "$fn" ) 2>&1 | tee "$SUITE_LOG_DIR/$name.log"
+  rc=${PIPESTATUS[0]}
   set -e
   case $rc in
     0) result=passed ;;
@@ -101,6 +109,12 @@ summary() {
     esac
   done
   echo "total time: $(fmt_duration $((SECONDS - SCRIPT_START)))"
+  for i in "${!SUITE_NAMES[@]}"; do
+    [[ "${SUITE_RESULTS[$i]}" == failed ]] || continue
+    echo
+    echo "-- what failed in ${SUITE_NAMES[$i]} (from $SUITE_LOG_DIR/${SUITE_NAMES[$i]}.log):"
+    grep -E -A3 "$FAILURE_PATTERN" "$SUITE_LOG_DIR/${SUITE_NAMES[$i]}.log" | cut -c1-300 | head -60 || true
+  done
   echo "$passed passed, $failed failed"
   (( failed == 0 ))
 }
