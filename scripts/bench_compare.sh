@@ -3,7 +3,7 @@
 # a temporary git worktree and the working tree, both Release, then runs scripts/bench_compare.py, which
 # interleaves the four native configurations of docs/performance.md on the two builds and prints the ratios.
 #
-# usage: bash scripts/bench_compare.sh [REF] [--rounds N] [--seconds T]
+# usage: bash scripts/bench_compare.sh [REF] [--rounds N] [--seconds T] [--only TEXT] [--busy N]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"

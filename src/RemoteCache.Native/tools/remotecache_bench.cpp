@@ -76,6 +76,7 @@ struct Options {
   uint64_t size = 8;
   uint32_t batch = 1, qdepth = 1, client_threads = 0, server_threads = 1, app_threads = 1;
   uint32_t window = 0;  // 0 until resolved to b*q
+  uint32_t busy_threads = 0;
   double seconds = 3.0, warmup = 0.5;
   uint64_t cache_bytes = 256ull << 20;
   bool json = false;
@@ -100,6 +101,8 @@ constexpr const char* kUsage =
     "  --server-threads s         server threads (default 1)\n"
     "  --app-threads N            application threads, one session each (default 1)\n"
     "  --window W                 operations outstanding per app thread (default b*q)\n"
+    "  --busy-threads N           N more threads that only burn CPU while the benchmark runs: other\n"
+    "                             work competing for the cores (default 0)\n"
     "  --seconds T  --warmup T    measurement and warm-up time (default 3, 0.5)\n"
     "  --cache-bytes BYTES        cache size, rounded up to 64M regions (default 256M)\n"
     "  --json                     one JSON object per line instead of a table\n"
@@ -186,6 +189,8 @@ std::optional<Options> parse_args(int argc, char** argv) {
       o.server_threads = parse_u32(flag, value(), 0, 4096);
     } else if (flag == "--app-threads") {
       o.app_threads = parse_u32(flag, value(), 1, 4096);
+    } else if (flag == "--busy-threads") {
+      o.busy_threads = parse_u32(flag, value(), 0, 4096);
     } else if (flag == "--window") {
       o.window = parse_u32(flag, value(), 1, kMaxCount);
     } else if (flag == "--seconds") {
@@ -670,10 +675,10 @@ void print_report(const Options& opt, const Report& r) {
   if (opt.json) {
     std::printf("{\"transport\":\"%s\",\"op\":\"%s\",\"size\":%" PRIu64 ",\"batch\":%u,\"qdepth\":%u,"
                 "\"client_threads\":%u,\"server_threads\":%u,\"app_threads\":%u,\"window\":%u,"
-                "\"seconds\":%.3f,\"ops\":%" PRIu64 ",\"ops_per_sec\":%.1f,\"p50_us\":%.3f,\"p99_us\":%.3f,"
+                "\"busy_threads\":%u,\"seconds\":%.3f,\"ops\":%" PRIu64 ",\"ops_per_sec\":%.1f,\"p50_us\":%.3f,\"p99_us\":%.3f,"
                 "\"p999_us\":%.3f,\"mean_us\":%.3f,\"errors\":%" PRIu64 "%s}\n",
                 r.transport.c_str(), op_name(opt.op), opt.size, opt.batch, opt.qdepth, opt.client_threads,
-                opt.server_threads, opt.app_threads, opt.window, r.seconds, r.ops, ops_per_sec, p50, p99,
+                opt.server_threads, opt.app_threads, opt.window, opt.busy_threads, r.seconds, r.ops, ops_per_sec, p50, p99,
                 p999, r.latency.mean_us(), r.errors.count, submit_json(opt, r).c_str());
   } else {
     std::printf("%-9s %-5s %8s %4s %3s %3s %3s %4s %12s %9s %9s %9s\n", "transport", "op", "size", "b", "q",
@@ -895,6 +900,13 @@ int run(const Options& opt) {
 
   std::vector<std::thread> threads;
   for (auto& w : workers) threads.emplace_back([&w] { w->run(); });
+  std::atomic<bool> busy_stop{false};
+  for (uint32_t i = 0; i < opt.busy_threads; ++i) {
+    threads.emplace_back([&busy_stop] {
+      while (!busy_stop.load(std::memory_order_relaxed)) {
+      }
+    });
+  }
   shared.start.arrive_and_wait();
   sleep_unless_aborted(opt.warmup, shared.abort);
   const int64_t t0 = now_ns();
@@ -902,6 +914,7 @@ int run(const Options& opt) {
   sleep_unless_aborted(opt.seconds, shared.abort);
   shared.phase = kStop;
   report.seconds = static_cast<double>(now_ns() - t0) / 1e9;
+  busy_stop = true;
   for (std::thread& t : threads) t.join();
 
   bool leaked = false;
