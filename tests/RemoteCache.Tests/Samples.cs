@@ -10,8 +10,8 @@ public static class Samples
 {
     /// <summary>
     /// Only a hang guard: long enough for a sample on a machine whose cores the other test assemblies keep busy. The
-    /// FASTER sample takes 6 s alone and 10 s beside two busy processes on two cores; before the polling loops
-    /// stopped spinning once preempted it took 125 s there, and a CI run hit the old 120 s guard
+    /// FASTER sample takes 6 s alone and 12 s beside two busy processes on two cores; before the polling loops
+    /// kept their spins short once preempted it took 163 s there, and a CI run hit the old 120 s guard
     /// (docs/performance.md, "Under CPU contention").
     /// </summary>
     private static readonly TimeSpan HangGuard = TimeSpan.FromMinutes(6);

@@ -5,14 +5,17 @@
 //
 // Spinning pays only on a core nobody else wants. A loop that finds it lost its core between two
 // looks (the scheduler preempted it: more runnable threads than cores, as on a host whose cores are
-// rented out) blocks at once for a while instead: a spinning or yielding thread is never woken
-// early, so a request that lands while it waits for the core waits out someone else's time slice
-// (milliseconds), and its spin keeps the core from the thread producing the next request; a blocked
-// thread is woken ahead of others in microseconds (docs/performance.md, "Under CPU contention").
+// rented out) spins only briefly for a while and then blocks: a spinning or yielding thread is never
+// woken early, so a request that lands while it waits for the core waits out someone else's time
+// slice (milliseconds), and its spin keeps the core from the thread producing the next request; a
+// blocked thread is woken ahead of others in microseconds. The brief spin still catches a pipelined
+// client's next batch, which follows within microseconds (docs/performance.md, "Under CPU
+// contention").
 #pragma once
 
 #include <sched.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "common/clock.h"
@@ -24,8 +27,11 @@ class Backoff {
   // A gap between two looks longer than this is a preemption, not a slow pass: a pass without
   // work takes microseconds, and the scheduler's time slices are milliseconds.
   static constexpr uint64_t kPreemptedNs = 200'000;
-  // How long after a preemption a loop blocks at once before it tries spinning again.
+  // How long after a preemption a loop keeps its spins brief.
   static constexpr uint64_t kContendedNs = 50'000'000;
+  // The brief spin: long enough for a pipelined client's next batch, short enough to be rarely
+  // preempted itself.
+  static constexpr uint64_t kContendedSpinNs = 5'000;
 
   Backoff(uint64_t spin_ns, uint64_t yield_ns) : spin_ns_(spin_ns), yield_ns_(yield_ns) {}
 
@@ -47,7 +53,7 @@ class Backoff {
     look(now);
     if (idle_since_ == 0) idle_since_ = now;
     const uint64_t idle = now - idle_since_;
-    if (contended(now) || idle >= spin_ns_ + yield_ns_) {
+    if (idle >= (contended(now) ? std::min(spin_ns_, kContendedSpinNs) : spin_ns_ + yield_ns_)) {
       last_look_ = 0;  // the time spent blocked is not a preemption
       return true;
     }
@@ -59,7 +65,7 @@ class Backoff {
     return false;
   }
 
-  // True while the loop blocks at once because it was recently preempted.
+  // True while the loop's spins are brief because it was recently preempted.
   bool contended(uint64_t now) const { return now < contended_until_; }
 
  private:
