@@ -71,9 +71,9 @@ fmt_duration() {
 # the end of the output (a CI page) sees it.
 SUITE_LOG_DIR=artifacts/test
 mkdir -p "$SUITE_LOG_DIR"
-# Lines that name a failure in the suites' own formats: GoogleTest/ctest, dotnet test (xUnit), libFuzzer,
-# the harnesses' "FAILED" lines.
-FAILURE_PATTERN='\[  FAILED  \]|^\s*Failed [A-Za-z_]|^\s*(Error Message|Assert\.|Expected|Actual|But)|FAILED|==ERROR|\(Failed\)'
+# Lines that name a failure in the suites' own formats: GoogleTest's and the harnesses' FAILED, ctest's
+# (Failed), dotnet test's (xUnit) "Failed <test>" and its message, the sanitizers' and libFuzzer's ==ERROR.
+FAILURE_PATTERN='FAILED|\(Failed\)|^\s*Failed [A-Za-z_]|^\s*(Error Message|Assert\.|Expected|Actual)|==ERROR'
 
 # run_suite NAME FUNCTION: runs FUNCTION in a subshell with errexit; records passed/failed/skipped.
 # A function reports "skipped" by exiting with status 200.
