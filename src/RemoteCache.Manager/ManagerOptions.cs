@@ -39,6 +39,13 @@ public sealed class ManagerOptions
     /// <summary>How long a probe may take before it counts as missed.</summary>
     public TimeSpan ProbeTimeout { get; set; } = TimeSpan.FromSeconds(1);
 
+    /// <summary>
+    /// A server that has missed every probe for this long (from its first missed one, and at least two probe rounds) is
+    /// declared failed; one missed probe on a loaded host is no evidence. A local server whose process ends is failed at
+    /// once. Detection takes from this long to this plus a probe period and two probe timeouts.
+    /// </summary>
+    public TimeSpan FailureTimeout { get; set; } = TimeSpan.FromSeconds(6);
+
     /// <summary>The lease of an Allocate that names none.</summary>
     public TimeSpan DefaultLease { get; set; } = TimeSpan.FromMinutes(10);
 

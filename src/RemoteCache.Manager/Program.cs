@@ -132,7 +132,14 @@ public static class Program
         byte[] admissionKey = Load(() => ReadAdmissionKey(admissionPath));
 
         var builder = WebApplication.CreateBuilder(new WebApplicationOptions { Args = Array.Empty<string>(), ContentRootPath = AppContext.BaseDirectory });
-        builder.WebHost.ConfigureKestrel(kestrel => Listen(kestrel, listen, endpoint.Address, endpoint.Certificate));
+        builder.WebHost.ConfigureKestrel(kestrel =>
+        {
+            // Headers up to this size are read and refused by name (an oversized authorization header gets UNAUTHENTICATED);
+            // past Kestrel's defaults (32 KiB in all, 16 KiB a field) HTTP/2 would reset the connection without a word.
+            kestrel.Limits.MaxRequestHeadersTotalSize = ApiKeyAuthenticationHandler.MaxHeaderBytes;
+            kestrel.Limits.Http2.MaxRequestHeaderFieldSize = ApiKeyAuthenticationHandler.MaxHeaderBytes;
+            Listen(kestrel, listen, endpoint.Address, endpoint.Certificate);
+        });
         builder.Logging.AddSimpleConsole(o => { o.SingleLine = true; o.TimestampFormat = "HH:mm:ss.fff "; });
         var services = builder.Services;
         services.AddSingleton(Options.Create(options));
@@ -152,7 +159,11 @@ public static class Program
         services.AddSingleton(sp => new ManagerCore(sp.GetRequiredService<IManagerStore>(), sp.GetRequiredService<IServerAllocator>(), sp.GetRequiredService<IServerAdmin>(), catalogue, models,
             options, admissionKey, keys, TimeProvider.System, sp.GetRequiredService<ILogger<ManagerCore>>(), sp.GetRequiredService<ManagerMetrics>()));
         services.AddHostedService<ManagerWorker>();
-        services.AddGrpc();
+        services.AddGrpc(grpc =>
+        {
+            grpc.Interceptors.Add<InputBoundsInterceptor>();
+            grpc.MaxReceiveMessageSize = InputBoundsInterceptor.MaxMessageBytes;
+        });
         services.AddGrpcHealthChecks().AddAsyncCheck("store", async ct =>
             await store.PingAsync(ct).ConfigureAwait(false) ? HealthCheckResult.Healthy() : HealthCheckResult.Unhealthy("the SQLite store does not answer"));
         services.AddAuthentication(ApiKeyAuthenticationHandler.SchemeName)

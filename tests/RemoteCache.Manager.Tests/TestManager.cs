@@ -17,6 +17,7 @@ using RemoteCache.Manager.Catalogue;
 using RemoteCache.Manager.Security;
 using RemoteCache.Manager.V1;
 using RemoteCache.Slo;
+using Xunit;
 
 namespace RemoteCache.Manager.Tests;
 
@@ -36,7 +37,9 @@ public sealed class TestManager : IAsyncDisposable
     private GrpcChannel? _channel;
 
     /// <param name="verbsAddress">Local servers also listen for verbs there, and verbs is offered (with a synthetic model).</param>
-    public TestManager(int warm = 2, string allocator = "local", TimeSpan? probePeriod = null, bool commitMemory = false, string? verbsAddress = null)
+    /// <param name="failureTimeout">Silence before a server is failed (default 2 s: four probe periods).</param>
+    public TestManager(int warm = 2, string allocator = "local", TimeSpan? probePeriod = null, bool commitMemory = false, string? verbsAddress = null,
+                       TimeSpan? failureTimeout = null)
     {
         var transports = verbsAddress is null ? new List<string> { "tcp", "shm" } : new List<string> { "tcp", "shm", "verbs" };
         Options = new ManagerOptions
@@ -52,6 +55,7 @@ public sealed class TestManager : IAsyncDisposable
             Transports = transports,
             ProbePeriod = probePeriod ?? TimeSpan.FromMilliseconds(500),
             ProbeTimeout = TimeSpan.FromMilliseconds(500),
+            FailureTimeout = failureTimeout ?? TimeSpan.FromSeconds(2),
         };
         File.WriteAllText(Options.Catalogue, Catalogue.ToJson());
         Directory.CreateDirectory(Options.Models);
@@ -186,7 +190,25 @@ public sealed class TestManager : IAsyncDisposable
     }
 
     /// <summary>Kills the local server <paramref name="serverId"/> (found by its command line).</summary>
-    public static bool StopServer(string serverId, bool kill = true)
+    public static bool StopServer(string serverId)
+    {
+        if (ProcessOf(serverId) is not { } pid)
+            return false;
+        try
+        {
+            using var p = System.Diagnostics.Process.GetProcessById(pid);
+            p.Kill();
+            p.WaitForExit(5000);
+            return true;
+        }
+        catch (Exception e) when (e is ArgumentException or InvalidOperationException)
+        {
+            return false;
+        }
+    }
+
+    /// <summary>The live (not zombie) process whose command line names <paramref name="serverId"/>, or null.</summary>
+    public static int? ProcessOf(string serverId)
     {
         foreach (string dir in Directory.GetDirectories("/proc"))
         {
@@ -194,19 +216,23 @@ public sealed class TestManager : IAsyncDisposable
                 continue;
             try
             {
-                if (File.ReadAllText(Path.Combine(dir, "cmdline")).Split('\0').Contains(serverId))
-                {
-                    using var p = System.Diagnostics.Process.GetProcessById(pid);
-                    p.Kill();
-                    p.WaitForExit(5000);
-                    return true;
-                }
+                if (File.ReadAllText(Path.Combine(dir, "cmdline")).Split('\0').Contains(serverId) &&
+                    !File.ReadAllText(Path.Combine(dir, "stat")).Contains(") Z ", StringComparison.Ordinal))
+                    return pid;
             }
-            catch (Exception e) when (e is IOException or UnauthorizedAccessException or ArgumentException or InvalidOperationException)
+            catch (Exception e) when (e is IOException or UnauthorizedAccessException)
             {
             }
         }
-        return false;
+        return null;
+    }
+
+    /// <summary>Sends <paramref name="signal"/> ("STOP", "CONT", …) to process <paramref name="pid"/>.</summary>
+    public static void Signal(int pid, string signal)
+    {
+        using var kill = System.Diagnostics.Process.Start("kill", new[] { "-" + signal, pid.ToString(System.Globalization.CultureInfo.InvariantCulture) });
+        kill.WaitForExit();
+        Assert.Equal(0, kill.ExitCode);
     }
 
     private static string Hash(string key) => Convert.ToHexString(SHA256.HashData(Encoding.UTF8.GetBytes(key)));

@@ -1,4 +1,5 @@
 using System;
+using System.Collections.Generic;
 using System.Threading;
 using System.Threading.Tasks;
 using RemoteCache.Admin;
@@ -13,7 +14,8 @@ namespace RemoteCache.Manager.Admin;
 /// <param name="RegionBytes">Its region size.</param>
 /// <param name="Caches">Caches it holds.</param>
 /// <param name="Connections">Data connections.</param>
-public sealed record ServerProbe(string ServerId, long MemoryLimit, long MemoryLent, long RegionBytes, int Caches, int Connections)
+/// <param name="CacheIds">The ids of the caches it holds (what the manager fences against what it granted).</param>
+public sealed record ServerProbe(string ServerId, long MemoryLimit, long MemoryLent, long RegionBytes, int Caches, int Connections, IReadOnlyList<ulong> CacheIds)
 {
     /// <summary>When the manager received it.</summary>
     public DateTimeOffset At { get; init; }

@@ -1,4 +1,5 @@
 using System;
+using System.Linq;
 using System.Threading;
 using System.Threading.Tasks;
 using RemoteCache.Admin;
@@ -26,7 +27,9 @@ public sealed class NativeServerAdmin : IServerAdmin
     {
         await using var admin = await CacheServerAdmin.ConnectAsync(server.AdminEndpoint, _admissionKey, s_callTimeout, cancellationToken).ConfigureAwait(false);
         var stats = await admin.GetStatsAsync(cancellationToken).ConfigureAwait(false);
-        return new ServerProbe(stats.ServerId, stats.MemoryLimit, stats.MemoryLent, stats.RegionSize, stats.Caches, stats.DataConnections);
+        var caches = await admin.ListCachesAsync(cancellationToken).ConfigureAwait(false);
+        return new ServerProbe(stats.ServerId, stats.MemoryLimit, stats.MemoryLent, stats.RegionSize, stats.Caches, stats.DataConnections,
+                               caches.Select(c => c.CacheId).Distinct().ToList());
     }
 
     public async Task<int> DropAsync(ServerRecord server, ulong cacheId, CancellationToken cancellationToken)

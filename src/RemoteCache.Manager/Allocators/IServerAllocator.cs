@@ -30,7 +30,7 @@ public interface IServerAllocator
     /// </summary>
     Task<ServerRecord?> ReleaseAsync(ServerRecord server, IReadOnlyCollection<ServerRecord> servers, CancellationToken cancellationToken);
 
-    /// <summary>The server's time is up (a reclaim's deadline): a local process is stopped; a static one is the operator's.</summary>
+    /// <summary>The server's time is up (a reclaim's deadline, or it was declared failed): a local process is killed; a static one is the operator's.</summary>
     Task RetireAsync(ServerRecord server, CancellationToken cancellationToken);
 
     /// <summary>At start: the servers of the last run, as this allocator finds them now (local processes re-adopted, or marked failed).</summary>

@@ -46,6 +46,7 @@ public sealed class ManagerCore : IAsyncDisposable
     private readonly Dictionary<ulong, CacheRecord> _caches = new();
     private readonly Dictionary<string, ServerRecord> _servers = new(StringComparer.Ordinal);
     private readonly System.Collections.Concurrent.ConcurrentDictionary<string, ServerProbe> _probes = new(StringComparer.Ordinal);
+    private readonly System.Collections.Concurrent.ConcurrentDictionary<string, Silence> _silences = new(StringComparer.Ordinal);
     // What each pending replacement's mover last did (under the _caches monitor), by cache and replaced server; one
     // recovered from the store counts from the manager's start.
     private readonly Dictionary<(ulong CacheId, string ServerId), MoverActivity> _movers = new();
@@ -129,21 +130,15 @@ public sealed class ManagerCore : IAsyncDisposable
 
     private async Task<(CacheRecord, long)> AllocateCoreAsync(string tenant, AllocateRequest request, CancellationToken cancellationToken)
     {
-        if (request.Capacity == 0)
-            throw new ManagerException(StatusCode.InvalidArgument, "capacity must be at least 1 byte");
-        if (request.Capacity > long.MaxValue / 2)
-            throw new ManagerException(StatusCode.InvalidArgument, $"capacity {request.Capacity} is beyond what any catalogue holds");
-        long capacity = (long)request.Capacity;
-        var slo = ToSlo(request.Slo, request.RecordSize == 0 ? 8 : (int)request.RecordSize);
-        TimeSpan? duration = request.Duration is null ? null : Positive(request.Duration, "duration");
-        var lease = request.Lease is null ? _options.DefaultLease : Positive(request.Lease, "lease");
+        long capacity = Input.Capacity(request.Capacity, "capacity");
+        var slo = ToSlo(request.Slo, Input.RecordSize(request.RecordSize, "record_size"));
+        TimeSpan? duration = request.Duration is null ? null : Input.Positive(request.Duration, "duration");
+        var lease = Input.PositiveOr(request.Lease, "lease", _options.DefaultLease);
         if (lease < _options.MinLease || lease > _options.MaxLease)
             throw new ManagerException(StatusCode.InvalidArgument, $"lease {lease} must be between {_options.MinLease} and {_options.MaxLease}");
-        if (request.Name.Length > 200)
-            throw new ManagerException(StatusCode.InvalidArgument, "name is longer than 200 characters");
         var transports = string.IsNullOrEmpty(request.Transport) ? _options.Transports : new List<string> { request.Transport };
         if (!string.IsNullOrEmpty(request.Transport) && !_options.Transports.Contains(request.Transport))
-            throw new ManagerException(StatusCode.InvalidArgument, $"transport '{request.Transport}' is not offered (offered: {string.Join(", ", _options.Transports)})");
+            throw new ManagerException(StatusCode.InvalidArgument, $"transport {Input.Quote(request.Transport)} is not offered (offered: {string.Join(", ", _options.Transports)})");
 
         await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
         try
@@ -276,7 +271,7 @@ public sealed class ManagerCore : IAsyncDisposable
 
     public async Task<CacheRecord> RenewLeaseAsync(string tenant, ulong cacheId, Duration? extendBy, CancellationToken cancellationToken)
     {
-        var by = extendBy is null ? (TimeSpan?)null : Positive(extendBy, "extend_by");
+        TimeSpan? by = extendBy is null || (extendBy.Seconds == 0 && extendBy.Nanos == 0) ? null : Input.Positive(extendBy, "extend_by");
         await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
         try
         {
@@ -321,16 +316,16 @@ public sealed class ManagerCore : IAsyncDisposable
             }
             var added = new List<ServerRecord>();
             var removed = new List<string>();
-            if (request.Capacity != 0 && (long)request.Capacity != cache.RequestedBytes)
+            long capacity = request.Capacity == 0 ? cache.RequestedBytes : Input.Capacity(request.Capacity, "capacity");
+            if (capacity != cache.RequestedBytes)
             {
                 long share = cache.RegionsPerServer * cache.RegionBytes;
-                int servers = (int)Math.Min(int.MaxValue, ((long)request.Capacity + share - 1) / share);
-                long growth = (long)request.Capacity - cache.CapacityBytes;
-                if (_keys.QuotaOf(tenant) is { } quota && growth > 0)
+                int servers = checked((int)((capacity + share - 1) / share));  // capacity is bounded far below share × 2^31
+                if (_keys.QuotaOf(tenant) is { } quota && servers > cache.Servers.Count)
                 {
                     long used = _caches.Values.Where(c => c.Tenant == tenant).Sum(c => c.CapacityBytes);
                     if (used + (servers - cache.Servers.Count) * share > quota)
-                        throw new ManagerException(StatusCode.ResourceExhausted, $"tenant '{tenant}' holds {used} bytes of its quota of {quota}; growing to {request.Capacity} would exceed it");
+                        throw new ManagerException(StatusCode.ResourceExhausted, $"tenant '{tenant}' holds {used} bytes of its quota of {quota}; growing to {capacity} would exceed it");
                 }
                 if (servers > cache.Servers.Count)
                     added.AddRange(await AcquireSharesAsync(updated, servers - cache.Servers.Count, cancellationToken).ConfigureAwait(false));
@@ -339,7 +334,7 @@ public sealed class ManagerCore : IAsyncDisposable
                 var kept = cache.Servers.Take(Math.Min(servers, cache.Servers.Count)).Select(id => _servers[id]).Concat(added).ToList();
                 updated = updated with
                 {
-                    RequestedBytes = (long)request.Capacity,
+                    RequestedBytes = capacity,
                     Servers = kept.Select(s => s.ServerId).ToList(),
                     Lineage = cache.Lineage.Where(l => kept.Any(s => s.ServerId == l.Key)).ToDictionary(l => l.Key, l => l.Value),
                     PricePerHour = kept.Sum(PriceOf),
@@ -761,7 +756,7 @@ public sealed class ManagerCore : IAsyncDisposable
     private ServerRecord ServerOf(CacheRecord cache, string serverId) =>
         cache.Servers.Contains(serverId) && _servers.TryGetValue(serverId, out var s)
             ? s
-            : throw new ManagerException(StatusCode.FailedPrecondition, $"server '{serverId}' is not one of cache {cache.CacheId}'s");
+            : throw new ManagerException(StatusCode.FailedPrecondition, $"server {Input.Quote(serverId)} is not one of cache {cache.CacheId}'s");
 
     // Under the lock or the monitor: the cache, its server `serverId` and that server's pending replacement (of `mover`).
     private (CacheRecord Cache, ServerRecord Server, ServerRecord Replacement) Pending(string tenant, ulong cacheId, string serverId, string mover)
@@ -776,7 +771,7 @@ public sealed class ManagerCore : IAsyncDisposable
     private ServerRecord PendingReplacement(CacheRecord cache, ServerRecord old, ReplacementRecord pending, string mover) =>
         pending.Mover != mover
             ? throw new ManagerException(StatusCode.FailedPrecondition,
-                $"another client of cache {cache.CacheId} ('{pending.Mover}') is moving server {old.ServerId}'s regions; follow its ServerReplaced event", Refusals.MovedElsewhere)
+                $"another client of cache {cache.CacheId} ({Input.Quote(pending.Mover)}) is moving server {old.ServerId}'s regions; follow its ServerReplaced event", Refusals.MovedElsewhere)
             : _servers[pending.ServerId];
 
     /// <summary>
@@ -828,9 +823,9 @@ public sealed class ManagerCore : IAsyncDisposable
     {
         if (_allocator.Name != StaticPoolAllocator.AllocatorName)
             throw new ManagerException(StatusCode.FailedPrecondition, $"this manager runs the {_allocator.Name} allocator; servers are added to a static pool only (--allocator static)");
-        var type = _catalogue.Find(vmType) ?? throw new ManagerException(StatusCode.InvalidArgument, $"vm_type '{vmType}' is not in the catalogue");
+        var type = _catalogue.Find(vmType) ?? throw new ManagerException(StatusCode.InvalidArgument, $"vm_type {Input.Quote(vmType)} is not in the catalogue");
         if (spot && type.SpotPerHour is null)
-            throw new ManagerException(StatusCode.InvalidArgument, $"vm_type '{vmType}' has no spot price");
+            throw new ManagerException(StatusCode.InvalidArgument, $"vm_type {Input.Quote(vmType)} has no spot price");
         if (!endpoints.ContainsKey("tcp"))
             throw new ManagerException(StatusCode.InvalidArgument, "endpoints must include a tcp one (the admin interface is reached there)");
         var probeTarget = new ServerRecord("", endpoints, vmType, spot, StaticPoolAllocator.AllocatorName);
@@ -843,7 +838,7 @@ public sealed class ManagerCore : IAsyncDisposable
         }
         catch (Exception e) when (e is RemoteCacheException or OperationCanceledException && !cancellationToken.IsCancellationRequested)
         {
-            throw new ManagerException(StatusCode.FailedPrecondition, $"the server at {endpoints["tcp"]} did not answer the admin interface with this manager's admission key: {e.Message}");
+            throw new ManagerException(StatusCode.FailedPrecondition, $"the server at {Input.Quote(endpoints["tcp"])} did not answer the admin interface with this manager's admission key: {e.Message}");
         }
         if (probe.RegionBytes != _catalogue.RegionBytes)
             throw new ManagerException(StatusCode.FailedPrecondition, $"the server {probe.ServerId} lends regions of {probe.RegionBytes} bytes; the catalogue's are {_catalogue.RegionBytes} (--region-size)");
@@ -875,6 +870,18 @@ public sealed class ManagerCore : IAsyncDisposable
             var server = Server(serverId);
             if (server.CacheId != 0)
                 throw new ManagerException(StatusCode.FailedPrecondition, $"server {serverId} holds cache {server.CacheId}; drain it and wait for the cache to leave");
+            // Out of the manager's care, a server keeps nothing it was granted: whatever it still holds (a cache deallocated
+            // while it was unreachable) is dropped now, or ends with its lease.
+            try
+            {
+                using var timeout = new CancellationTokenSource(_options.ProbeTimeout * 3);
+                foreach (ulong held in (await _admin.ProbeAsync(server, timeout.Token).ConfigureAwait(false)).CacheIds)
+                    await DropQuietlyAsync(server, held).ConfigureAwait(false);
+            }
+            catch (Exception e) when (e is RemoteCacheException or OperationCanceledException)
+            {
+                _logger.LogWarning("Server {ServerId} leaves the pool unreached ({Reason}); what it holds ends with its lease", serverId, e.Message);
+            }
             await _allocator.RetireAsync(server, cancellationToken).ConfigureAwait(false);
             var change = new StoreChange();
             change.DeleteServers.Add(serverId);
@@ -925,7 +932,12 @@ public sealed class ManagerCore : IAsyncDisposable
 
     // ---- background: probes, leases, deadlines ---------------------------------------------------------------
 
-    /// <summary>Probes every server once; one that does not answer (twice in a row) is declared failed and its cache's watchers are told.</summary>
+    /// <summary>
+    /// Probes every server once. A server that answers is fenced: it drops every cache the manager has not granted it
+    /// (a cache deallocated while it was unreachable, or any cache at all once it was declared failed), so that a server
+    /// that comes back never serves what it was failed for. One that has missed every probe for
+    /// <see cref="ManagerOptions.FailureTimeout"/> (over two rounds at least) is declared failed and its cache's watchers are told.
+    /// </summary>
     public async Task ProbeAllAsync(CancellationToken cancellationToken)
     {
         List<ServerRecord> servers;
@@ -934,16 +946,48 @@ public sealed class ManagerCore : IAsyncDisposable
         var probes = servers.Select(async s => (Server: s, Result: await ProbeTwiceAsync(s, cancellationToken).ConfigureAwait(false)));
         foreach (var (server, result) in await Task.WhenAll(probes).ConfigureAwait(false))
         {
+            var now = _time.GetUtcNow();
             if (result.Probe is { } probe)
             {
-                _probes[server.ServerId] = probe with { At = _time.GetUtcNow() };
+                _silences.TryRemove(server.ServerId, out _);
+                _probes[server.ServerId] = probe with { At = now };
+                await FenceAsync(server.ServerId, probe.CacheIds).ConfigureAwait(false);
                 if (server.Status == ServerStatus.Failed && server.CacheId == 0)
                     await UpdateServerAsync(server.ServerId, s => s with { Status = ServerStatus.Ready, FailureReason = null }, null, cancellationToken).ConfigureAwait(false);
             }
             else if (server.Status != ServerStatus.Failed)
             {
-                await ServerFailedAsync(server.ServerId, result.Error!, cancellationToken).ConfigureAwait(false);
+                var silence = _silences.AddOrUpdate(server.ServerId, _ => new Silence(now, 1), (_, s) => s with { Misses = s.Misses + 1 });
+                if (silence.Misses >= 2 && now - silence.Since >= _options.FailureTimeout)
+                    await ServerFailedAsync(server.ServerId, $"{result.Error} (no answer for {(now - silence.Since).TotalSeconds:0.0} s, {silence.Misses} probe rounds)",
+                                            cancellationToken).ConfigureAwait(false);
+                else
+                    _logger.LogInformation("Server {ServerId} missed a probe ({Misses} in a row): {Error}", server.ServerId, silence.Misses, result.Error);
             }
+        }
+    }
+
+    // A server's missed probes since its last answer: the first one's time and how many rounds.
+    private sealed record Silence(DateTimeOffset Since, int Misses);
+
+    // Has a server that answered drop every cache it holds that the manager has not granted it now (read after the probe
+    // listed them: a cache granted later cannot be on the list, since its clients connect only after the grant is committed).
+    private async Task FenceAsync(string serverId, IReadOnlyList<ulong> held)
+    {
+        List<ulong> stale;
+        ServerRecord? server;
+        lock (_caches)
+        {
+            if (!_servers.TryGetValue(serverId, out server))
+                return;
+            var granted = server.Status == ServerStatus.Failed ? null : (ulong?)server.CacheId;
+            stale = held.Where(id => id != granted).ToList();
+        }
+        foreach (ulong cacheId in stale)
+        {
+            _logger.LogWarning("Server {ServerId} ({Status}) holds cache {CacheId}, which the manager has not granted it; dropping it",
+                               serverId, server.Status, cacheId);
+            await DropQuietlyAsync(server, cacheId).ConfigureAwait(false);
         }
     }
 
@@ -978,6 +1022,9 @@ public sealed class ManagerCore : IAsyncDisposable
             if (!_servers.TryGetValue(serverId, out var server) || server.Status == ServerStatus.Failed)
                 return;
             _logger.LogWarning("Server {ServerId} failed: {Reason}", serverId, reason);
+            // A failed server is never half failed: a local one is stopped now (SIGKILL ends a stopped process too), so that it
+            // cannot come back serving its caches; a static one is fenced by its next answered probe (FenceAsync).
+            await _allocator.RetireAsync(server, cancellationToken).ConfigureAwait(false);
             var change = new StoreChange();
             var failed = server with { Status = ServerStatus.Failed, FailureReason = reason };
             if (failed.CacheId == 0 && failed.Allocator == LocalProcessAllocator.AllocatorName)
@@ -1117,7 +1164,11 @@ public sealed class ManagerCore : IAsyncDisposable
             foreach (var cache in change.PutCaches)
                 _caches[cache.CacheId] = cache;
             foreach (string id in change.DeleteServers)
+            {
                 _servers.Remove(id);
+                _probes.TryRemove(id, out _);
+                _silences.TryRemove(id, out _);
+            }
             foreach (var server in change.PutServers)
                 _servers[server.ServerId] = server;
         }
@@ -1157,7 +1208,7 @@ public sealed class ManagerCore : IAsyncDisposable
     private static ManagerException NotFound(ulong cacheId) => new(StatusCode.NotFound, $"cache {cacheId} does not exist (or is not yours)");
 
     private ServerRecord Server(string serverId) =>
-        _servers.TryGetValue(serverId, out var s) ? s : throw new ManagerException(StatusCode.NotFound, $"server '{serverId}' is not in the pool");
+        _servers.TryGetValue(serverId, out var s) ? s : throw new ManagerException(StatusCode.NotFound, $"server {Input.Quote(serverId)} is not in the pool");
 
     private ulong NewCacheId()
     {
@@ -1180,29 +1231,13 @@ public sealed class ManagerCore : IAsyncDisposable
                 new KeyValuePair<string, object?>("vm_type", s.VmType), new KeyValuePair<string, object?>("state", s.Status.ToString().ToLowerInvariant()));
     }
 
-    private static TimeSpan Positive(Duration duration, string field)
-    {
-        TimeSpan value;
-        try
-        {
-            value = duration.ToTimeSpan();
-        }
-        catch (InvalidOperationException e)
-        {
-            throw new ManagerException(StatusCode.InvalidArgument, $"{field} is not a valid duration: {e.Message}");
-        }
-        if (value <= TimeSpan.Zero)
-            throw new ManagerException(StatusCode.InvalidArgument, $"{field} {value} must be positive");
-        return value;
-    }
-
     // An unset or empty SLO asks for nothing: the cheapest configuration (one that does any work at all).
     private static RemoteCacheSlo ToSlo(V1.Slo? slo, int recordSize)
     {
         var result = new RemoteCacheSlo
         {
-            ReadLatency = slo?.ReadLatency is { } r ? Positive(r, "slo.read_latency") : null,
-            WriteLatency = slo?.WriteLatency is { } w ? Positive(w, "slo.write_latency") : null,
+            ReadLatency = slo?.ReadLatency is { } r ? Input.Positive(r, "slo.read_latency") : null,
+            WriteLatency = slo?.WriteLatency is { } w ? Input.Positive(w, "slo.write_latency") : null,
             Throughput = slo?.Throughput ?? 0,
             RecordSize = recordSize,
         };

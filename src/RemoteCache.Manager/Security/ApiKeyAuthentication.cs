@@ -17,6 +17,12 @@ public sealed class ApiKeyAuthenticationHandler : AuthenticationHandler<Authenti
     /// <summary>The scheme's name.</summary>
     public const string SchemeName = "ApiKey";
 
+    /// <summary>Characters of an API key at most (generated ones have 36); a longer one is refused unread.</summary>
+    public const int MaxKeyChars = 256;
+
+    /// <summary>Bytes of request headers the manager reads (and refuses by name) before HTTP/2 gives up on the connection.</summary>
+    public const int MaxHeaderBytes = 1 << 20;
+
     private readonly ApiKeyStore _keys;
 
     public ApiKeyAuthenticationHandler(IOptionsMonitor<AuthenticationSchemeOptions> options, ILoggerFactory logger, UrlEncoder encoder, ApiKeyStore keys)
@@ -31,6 +37,8 @@ public sealed class ApiKeyAuthenticationHandler : AuthenticationHandler<Authenti
         if (string.IsNullOrEmpty(header))
             return Task.FromResult(AuthenticateResult.NoResult());
         const string bearer = "Bearer ";
+        if (header.Length > bearer.Length + MaxKeyChars)
+            return Task.FromResult(AuthenticateResult.Fail($"the authorization header is {header.Length} characters; an API key has at most {MaxKeyChars}"));
         if (!header.StartsWith(bearer, System.StringComparison.OrdinalIgnoreCase))
             return Task.FromResult(AuthenticateResult.Fail("the authorization header is not 'Bearer <api key>'"));
         var key = _keys.Find(header[bearer.Length..].Trim());

@@ -103,9 +103,10 @@ public sealed class CacheManagerService : CacheManager.CacheManagerBase
         try
         {
             long last = 0;
-            if (request.FromSequence > 0)
+            long from = Input.Sequence(request.FromSequence, "from_sequence");
+            if (from > 0)
             {
-                var (backlog, live) = await _core.BacklogAsync(tenant, request.CacheId, (long)request.FromSequence, token).ConfigureAwait(false);
+                var (backlog, live) = await _core.BacklogAsync(tenant, request.CacheId, from, token).ConfigureAwait(false);
                 foreach (var stored in backlog)
                 {
                     var e = CacheEvent.Parser.ParseFrom(stored.Payload);

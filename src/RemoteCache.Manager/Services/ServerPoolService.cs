@@ -43,7 +43,7 @@ public sealed class ServerPoolService : ServerPool.ServerPoolBase
 
     public override Task<ReclaimServerResponse> ReclaimServer(ReclaimServerRequest request, ServerCallContext context) => Guard(async () =>
     {
-        TimeSpan notice = request.Notice is null ? s_defaultNotice : request.Notice.ToTimeSpan();
+        TimeSpan notice = Input.PositiveOr(request.Notice, "notice", s_defaultNotice);
         var deadline = await _core.ReclaimServerAsync(request.ServerId, notice, context.CancellationToken).ConfigureAwait(false);
         return new ReclaimServerResponse { Deadline = Timestamp.FromDateTimeOffset(deadline) };
     });
