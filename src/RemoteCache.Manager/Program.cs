@@ -54,13 +54,14 @@ public static class Program
         var verbs = new Option<string?>("--verbs-address") { Description = "Local allocator: an RDMA device's IPv4 address; the servers also listen for verbs there (offer verbs with --transports and a verbs model)" };
         var server = new Option<string?>("--server") { Description = "Local allocator: the remotecache-server to run [default: the one in the RemoteCache package]" };
         var probe = new Option<double>("--probe-period") { Description = "Seconds between probes of each server", DefaultValueFactory = _ => 2 };
+        var failure = new Option<double>("--failure-timeout") { Description = "Seconds a server may miss every probe (over two probe periods at least) before it is declared failed", DefaultValueFactory = _ => 6 };
         var lease = new Option<double>("--default-lease") { Description = "Seconds of a lease when Allocate names none", DefaultValueFactory = _ => 600 };
         var replacementIdle = new Option<double>("--replacement-idle-timeout") { Description = "Seconds a pending replacement's mover may do nothing before the replacement is given back and the server's notice goes out again", DefaultValueFactory = _ => 120 };
         var certificate = new Option<string?>("--certificate") { Description = "PEM certificate: serve TLS (with --certificate-key)" };
         var certificateKey = new Option<string?>("--certificate-key") { Description = "PEM private key of --certificate" };
         var root = new RootCommand("remotecache-manager: allocates SLO-driven remote-memory caches over a priced VM catalogue, issues capabilities and leases, watches the servers")
         {
-            listen, state, catalogue, models, keys, admission, allocator, transports, warm, commit, verbs, server, probe, lease, replacementIdle, certificate, certificateKey,
+            listen, state, catalogue, models, keys, admission, allocator, transports, warm, commit, verbs, server, probe, failure, lease, replacementIdle, certificate, certificateKey,
         };
         root.SetAction(async (parse, cancellationToken) =>
         {
@@ -78,6 +79,7 @@ public static class Program
                 VerbsAddress = parse.GetValue(verbs),
                 ServerPath = parse.GetValue(server),
                 ProbePeriod = TimeSpan.FromSeconds(parse.GetValue(probe)),
+                FailureTimeout = TimeSpan.FromSeconds(parse.GetValue(failure)),
                 DefaultLease = TimeSpan.FromSeconds(parse.GetValue(lease)),
                 ReplacementIdleTimeout = TimeSpan.FromSeconds(parse.GetValue(replacementIdle)),
                 Certificate = parse.GetValue(certificate),
@@ -108,6 +110,8 @@ public static class Program
     {
         if (options.ProbePeriod <= TimeSpan.Zero || options.DefaultLease < options.MinLease || options.Warm < 0 || options.Transports.Count == 0)
             throw new StartupException("--probe-period must be positive, --default-lease at least 2 s, --warm 0 or more, --transports not empty");
+        if (options.FailureTimeout < options.ProbePeriod)
+            throw new StartupException($"--failure-timeout ({options.FailureTimeout.TotalSeconds} s) must be at least --probe-period ({options.ProbePeriod.TotalSeconds} s): one missed probe is no evidence of a failure");
         if (options.ReplacementIdleTimeout <= TimeSpan.Zero)
             throw new StartupException($"--replacement-idle-timeout must be positive, not {options.ReplacementIdleTimeout.TotalSeconds} s");
         CheckVerbs(options);
