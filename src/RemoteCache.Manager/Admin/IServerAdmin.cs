@@ -14,12 +14,15 @@ namespace RemoteCache.Manager.Admin;
 /// <param name="RegionBytes">Its region size.</param>
 /// <param name="Caches">Caches it holds.</param>
 /// <param name="Connections">Data connections.</param>
-/// <param name="CacheIds">The ids of the caches it holds (what the manager fences against what it granted).</param>
-public sealed record ServerProbe(string ServerId, long MemoryLimit, long MemoryLent, long RegionBytes, int Caches, int Connections, IReadOnlyList<ulong> CacheIds)
+/// <param name="Held">The caches it holds and when their leases end there (what the manager fences against what it granted).</param>
+public sealed record ServerProbe(string ServerId, long MemoryLimit, long MemoryLent, long RegionBytes, int Caches, int Connections, IReadOnlyList<HeldCache> Held)
 {
     /// <summary>When the manager received it.</summary>
     public DateTimeOffset At { get; init; }
 }
+
+/// <summary>A cache a server holds: its id and when the server drops it (null: no lease).</summary>
+public sealed record HeldCache(ulong CacheId, DateTimeOffset? LeaseEnd);
 
 /// <summary>
 /// The manager's side of the servers' native admin interface (remotecache_admin.h): probe a server, drop a cache.
@@ -35,6 +38,13 @@ public interface IServerAdmin
     /// server has freed their memory (a server holds one cache), so that the server can be handed out again.
     /// </summary>
     Task<int> DropAsync(ServerRecord server, ulong cacheId, CancellationToken cancellationToken);
+
+    /// <summary>
+    /// Extends the lease of every cache with <paramref name="cacheId"/> on <paramref name="server"/> to
+    /// <paramref name="leaseEnd"/> (never shortens it) and returns how many, so that a renewed cache nobody is connected to
+    /// outlives its old lease there.
+    /// </summary>
+    Task<int> ExtendLeaseAsync(ServerRecord server, ulong cacheId, DateTimeOffset leaseEnd, CancellationToken cancellationToken);
 
     /// <summary>Has <paramref name="target"/> copy a region of a cache from another server (<see cref="CacheServerAdmin.PullRegionAsync"/>).</summary>
     Task<RegionPullResult> PullAsync(ServerRecord target, RegionPull pull, CancellationToken cancellationToken);

@@ -29,18 +29,27 @@ public sealed class NativeServerAdmin : IServerAdmin
         var stats = await admin.GetStatsAsync(cancellationToken).ConfigureAwait(false);
         var caches = await admin.ListCachesAsync(cancellationToken).ConfigureAwait(false);
         return new ServerProbe(stats.ServerId, stats.MemoryLimit, stats.MemoryLent, stats.RegionSize, stats.Caches, stats.DataConnections,
-                               caches.Select(c => c.CacheId).Distinct().ToList());
+                               caches.Select(c => new HeldCache(c.CacheId, c.LeaseEnd)).ToList());
     }
 
     public async Task<int> DropAsync(ServerRecord server, ulong cacheId, CancellationToken cancellationToken)
     {
         await using var admin = await CacheServerAdmin.ConnectAsync(server.AdminEndpoint, _admissionKey, s_callTimeout, cancellationToken).ConfigureAwait(false);
+        var before = await admin.GetStatsAsync(cancellationToken).ConfigureAwait(false);
+        long freeing = (await admin.ListCachesAsync(cancellationToken).ConfigureAwait(false)).Where(c => c.CacheId == cacheId).Sum(c => (long)c.Regions) * before.RegionSize;
         int dropped = await admin.DropCacheAsync(cacheId, cancellationToken).ConfigureAwait(false);
         // The server frees a dropped cache's memory as its connections close, a moment later (longer for committed
-        // memory): handed out again before that, the server would refuse the next cache for want of memory.
-        while (dropped > 0 && (await admin.GetStatsAsync(cancellationToken).ConfigureAwait(false)).MemoryLent > 0)
+        // memory): handed out again before that, the server would refuse the next cache for want of memory. Only that
+        // cache's memory is waited for: a server being fenced may also hold the one it was granted.
+        while (dropped > 0 && (await admin.GetStatsAsync(cancellationToken).ConfigureAwait(false)).MemoryLent > before.MemoryLent - freeing)
             await Task.Delay(s_freePoll, cancellationToken).ConfigureAwait(false);
         return dropped;
+    }
+
+    public async Task<int> ExtendLeaseAsync(ServerRecord server, ulong cacheId, DateTimeOffset leaseEnd, CancellationToken cancellationToken)
+    {
+        await using var admin = await CacheServerAdmin.ConnectAsync(server.AdminEndpoint, _admissionKey, s_callTimeout, cancellationToken).ConfigureAwait(false);
+        return await admin.ExtendLeaseAsync(cacheId, leaseEnd, cancellationToken).ConfigureAwait(false);
     }
 
     public async Task<RegionPullResult> PullAsync(ServerRecord target, RegionPull pull, CancellationToken cancellationToken)

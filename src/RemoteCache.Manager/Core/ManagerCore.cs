@@ -284,6 +284,11 @@ public sealed class ManagerCore : IAsyncDisposable
             change.PutCaches.Add(renewed);
             AddEvent(change, renewed, e => e.LeaseRenewed = new LeaseRenewed { Expires = Timestamp.FromDateTimeOffset(renewed.LeaseExpires) });
             await CommitAsync(change, cancellationToken).ConfigureAwait(false);
+            // The servers learn the new end now, so that a cache nobody is connected to (whose clients present no new
+            // capability) lives on; one that misses it is caught up by its next answered probe (FenceAsync).
+            foreach (string id in renewed.Servers.Concat(renewed.Replacements.Values.Select(r => r.ServerId)))
+                if (_servers.TryGetValue(id, out var server) && server.Status != ServerStatus.Failed)
+                    await ExtendLeaseQuietlyAsync(server, renewed.CacheId, LeaseEndOnServers(renewed)).ConfigureAwait(false);
             return renewed;
         }
         finally
@@ -875,7 +880,7 @@ public sealed class ManagerCore : IAsyncDisposable
             try
             {
                 using var timeout = new CancellationTokenSource(_options.ProbeTimeout * 3);
-                foreach (ulong held in (await _admin.ProbeAsync(server, timeout.Token).ConfigureAwait(false)).CacheIds)
+                foreach (ulong held in (await _admin.ProbeAsync(server, timeout.Token).ConfigureAwait(false)).Held.Select(h => h.CacheId).Distinct())
                     await DropQuietlyAsync(server, held).ConfigureAwait(false);
             }
             catch (Exception e) when (e is RemoteCacheException or OperationCanceledException)
@@ -951,7 +956,7 @@ public sealed class ManagerCore : IAsyncDisposable
             {
                 _silences.TryRemove(server.ServerId, out _);
                 _probes[server.ServerId] = probe with { At = now };
-                await FenceAsync(server.ServerId, probe.CacheIds).ConfigureAwait(false);
+                await FenceAsync(server.ServerId, probe.Held).ConfigureAwait(false);
                 if (server.Status == ServerStatus.Failed && server.CacheId == 0)
                     await UpdateServerAsync(server.ServerId, s => s with { Status = ServerStatus.Ready, FailureReason = null }, null, cancellationToken).ConfigureAwait(false);
             }
@@ -971,17 +976,21 @@ public sealed class ManagerCore : IAsyncDisposable
     private sealed record Silence(DateTimeOffset Since, int Misses);
 
     // Has a server that answered drop every cache it holds that the manager has not granted it now (read after the probe
-    // listed them: a cache granted later cannot be on the list, since its clients connect only after the grant is committed).
-    private async Task FenceAsync(string serverId, IReadOnlyList<ulong> held)
+    // listed them: a cache granted later cannot be on the list, since its clients connect only after the grant is committed),
+    // and catch up the lease of the one it was granted (a renewal it missed while unreachable).
+    private async Task FenceAsync(string serverId, IReadOnlyList<HeldCache> held)
     {
         List<ulong> stale;
         ServerRecord? server;
+        DateTimeOffset? lease = null;
         lock (_caches)
         {
             if (!_servers.TryGetValue(serverId, out server))
                 return;
             var granted = server.Status == ServerStatus.Failed ? null : (ulong?)server.CacheId;
-            stale = held.Where(id => id != granted).ToList();
+            stale = held.Select(h => h.CacheId).Where(id => id != granted).Distinct().ToList();
+            if (granted is { } id && _caches.TryGetValue(id, out var cache) && held.Any(h => h.CacheId == id && h.LeaseEnd < LeaseEndOnServers(cache)))
+                lease = LeaseEndOnServers(cache);
         }
         foreach (ulong cacheId in stale)
         {
@@ -989,7 +998,12 @@ public sealed class ManagerCore : IAsyncDisposable
                                serverId, server.Status, cacheId);
             await DropQuietlyAsync(server, cacheId).ConfigureAwait(false);
         }
+        if (lease is { } end)
+            await ExtendLeaseQuietlyAsync(server, server.CacheId, end).ConfigureAwait(false);
     }
+
+    // A lease end as servers hold it: the capability's whole milliseconds.
+    private static DateTimeOffset LeaseEndOnServers(CacheRecord cache) => DateTimeOffset.FromUnixTimeMilliseconds(cache.LeaseExpires.ToUnixTimeMilliseconds());
 
     private async Task<(ServerProbe? Probe, string? Error)> ProbeTwiceAsync(ServerRecord server, CancellationToken cancellationToken)
     {
@@ -1137,6 +1151,19 @@ public sealed class ManagerCore : IAsyncDisposable
             change.DeleteServers.Add(server.ServerId);
         else
             change.PutServers.Add(kept);
+    }
+
+    private async Task ExtendLeaseQuietlyAsync(ServerRecord server, ulong cacheId, DateTimeOffset leaseEnd)
+    {
+        try
+        {
+            using var timeout = new CancellationTokenSource(_options.ProbeTimeout * 3);
+            await _admin.ExtendLeaseAsync(server, cacheId, leaseEnd, timeout.Token).ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is RemoteCacheException or OperationCanceledException)
+        {
+            _logger.LogWarning("Could not extend cache {CacheId}'s lease on {ServerId}: {Reason}; its next answered probe tries again", cacheId, server.ServerId, e.Message);
+        }
     }
 
     private async Task DropQuietlyAsync(ServerRecord server, ulong cacheId)
