@@ -54,6 +54,9 @@ internal static partial class Log
     public static partial void RegionsMoved(ILogger logger, string cacheName, int firstRegion, int regions, string serverId, double elapsedMs, double fenceMs, double copyMs,
                                             double commitMs);
 
+    [LoggerMessage(117, LogLevel.Warning, "Allocate found the manager unavailable; retrying with the same request id in {DelayMs:0} ms: {Reason}")]
+    public static partial void AllocateRetried(ILogger logger, double delayMs, string reason);
+
     [LoggerMessage(114, LogLevel.Warning, "{CacheName}: regions {FirstRegion}..+{Regions} lost their content: {Reason}")]
     public static partial void RegionsLost(ILogger logger, string cacheName, int firstRegion, int regions, string reason);
 }

@@ -43,6 +43,14 @@ public sealed class ManagedCacheRequest
     /// <summary>"tcp", "shm" or "verbs"; null: the cheapest one the manager offers that meets the SLO.</summary>
     public string? Transport { get; set; }
 
+    /// <summary>
+    /// The idempotency key of this Create (AllocateRequest.request_id, at most
+    /// <see cref="RemoteCache.Manager.V1.ContractLimits.MaxRequestIdLength"/> characters). Null: a fresh one per
+    /// <c>CreateAsync</c> call, which is enough for its own retries; set one (a UUID) to make a Create that a process
+    /// repeats after a crash return the cache it placed before, while that cache lives.
+    /// </summary>
+    public string? RequestId { get; set; }
+
     /// <summary>What is wrong with the request, or null.</summary>
     public string? Problem() =>
         Capacity < 1 ? $"has Capacity {Capacity}; it must be at least 1 byte"
@@ -51,5 +59,7 @@ public sealed class ManagedCacheRequest
         : Lease is { } l && l <= TimeSpan.Zero ? $"has Lease {l}; it must be positive"
         : PopulateInBackground && PopulateFrom is null ? "asks to populate in the background but names no PopulateFrom file"
         : PopulateFrom is { } path && !System.IO.File.Exists(path) ? $"has PopulateFrom '{path}', which is not a file"
+        : RequestId is { } id && (id.Length == 0 || id.Length > RemoteCache.Manager.V1.ContractLimits.MaxRequestIdLength)
+            ? $"has a RequestId of {id.Length} characters; it must have 1 to {RemoteCache.Manager.V1.ContractLimits.MaxRequestIdLength}"
         : null;
 }

@@ -99,12 +99,14 @@ public sealed class RemoteCacheManagerClient : IAsyncDisposable, IDisposable
             RecordSize = (uint)(request.Slo?.RecordSize ?? 0),
             Name = request.Name ?? "",
             Transport = request.Transport ?? "",
+            // One per logical Create, the same across its retries: a retry whose first attempt placed the cache gets it back.
+            RequestId = request.RequestId ?? Guid.NewGuid().ToString("N"),
         };
         if (request.Duration is { } duration)
             allocate.Duration = Google.Protobuf.WellKnownTypes.Duration.FromTimeSpan(duration);
         if (request.Lease is { } lease)
             allocate.Lease = Google.Protobuf.WellKnownTypes.Duration.FromTimeSpan(lease);
-        var response = await CallAsync("Allocate", o => Grpc.AllocateAsync(allocate, o), cancellationToken).ConfigureAwait(false);
+        var response = await AllocateAsync(allocate, cancellationToken).ConfigureAwait(false);
         var cache = response.Cache;
         ManagedCache? managed = null;
         try
@@ -127,6 +129,28 @@ public sealed class RemoteCacheManagerClient : IAsyncDisposable, IDisposable
             else
                 await DeallocateQuietlyAsync(cache.CacheId).ConfigureAwait(false);
             throw;
+        }
+    }
+
+    // Allocate, retried while the manager is unavailable (down, restarting, the connection cut) for up to CallTimeout
+    // from the first attempt, waits from Backoff. Safe because of the request_id: an attempt whose answer was lost
+    // placed the cache, and the retry gets that cache back instead of a second one.
+    private async Task<AllocateResponse> AllocateAsync(AllocateRequest allocate, CancellationToken cancellationToken)
+    {
+        var retry = new Backoff(Options.RetryLimit);
+        var until = DateTime.UtcNow + Options.CallTimeout;
+        while (true)
+        {
+            try
+            {
+                return await CallAsync("Allocate", o => Grpc.AllocateAsync(allocate, o), cancellationToken).ConfigureAwait(false);
+            }
+            catch (RemoteCacheManagerException e) when (e.Status == StatusCode.Unavailable && DateTime.UtcNow < until)
+            {
+                var delay = retry.Next();
+                Log.AllocateRetried(Logger, delay.TotalMilliseconds, e.Message);
+                await Task.Delay(delay, cancellationToken).ConfigureAwait(false);
+            }
         }
     }
 

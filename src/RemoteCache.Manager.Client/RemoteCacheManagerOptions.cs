@@ -29,8 +29,8 @@ public sealed class RemoteCacheManagerOptions
     public TimeSpan CallTimeout { get; set; } = TimeSpan.FromSeconds(30);
 
     /// <summary>
-    /// The longest wait between two attempts to reach a manager that is down (lease renewal, event stream); the waits
-    /// double from 100 ms up to it. Default: 5 s.
+    /// The longest wait between two attempts to reach a manager that is down (lease renewal, event stream, Create's
+    /// Allocate: that one for up to <see cref="CallTimeout"/> in all); the waits double from 100 ms up to it. Default: 5 s.
     /// </summary>
     public TimeSpan RetryLimit { get; set; } = TimeSpan.FromSeconds(5);
 

@@ -89,6 +89,25 @@ public sealed class CliTests
     }
 
     [Fact]
+    public async Task CreateWithARequestIdRunTwiceMakesOneCache()
+    {
+        await using var manager = new TestManager(warm: 0);
+        await manager.StartAsync();
+        var env = Env(manager);
+        string[] create = { "create", "--capacity", "64MiB", "--transport", "tcp", "--request-id", "nightly-job-7", "--json" };
+
+        var first = Json(await RunAsync(env, create));
+        var again = Json(await RunAsync(env, create));
+        Assert.Equal(first.GetProperty("cacheId").GetString(), again.GetProperty("cacheId").GetString());
+        Assert.Single(Json(await RunAsync(env, "caches", "--json")).EnumerateArray());
+
+        // The same id for another request is refused, and says why.
+        var other = await RunAsync(env, "create", "--capacity", "128MiB", "--transport", "tcp", "--request-id", "nightly-job-7");
+        Assert.NotEqual(0, other.ExitCode);
+        Assert.Contains("capacity", other.Error);
+    }
+
+    [Fact]
     public async Task RefusalsSayWhatWasRefusedWithTheirExitCodes()
     {
         await using var manager = new TestManager(warm: 0);

@@ -85,6 +85,34 @@ public sealed class StoreTests : IDisposable
     }
 
     [Fact]
+    public async Task ACacheRecordWrittenBeforeRequestIdsExistedStillLoads()
+    {
+        string path = Path.Combine(_dir, "old.db");
+        await using (var store = await SqliteManagerStore.OpenAsync(path, CancellationToken.None))
+        {
+        }
+        // The record as the manager wrote it before CacheRecord had RequestId and AllocateRequest (schema 1 either way).
+        var json = System.Text.Json.Nodes.JsonNode.Parse(System.Text.Json.JsonSerializer.Serialize(Cache(9, "a"),
+            new System.Text.Json.JsonSerializerOptions { PropertyNamingPolicy = System.Text.Json.JsonNamingPolicy.CamelCase }))!.AsObject();
+        Assert.True(json.Remove("requestId") && json.Remove("allocateRequest"));
+        using (var connection = new Microsoft.Data.Sqlite.SqliteConnection($"Data Source={path};Pooling=False"))
+        {
+            connection.Open();
+            using var command = connection.CreateCommand();
+            command.CommandText = "INSERT INTO caches (cache_id, tenant, record) VALUES (9, 'a', $record)";
+            command.Parameters.AddWithValue("$record", json.ToJsonString());
+            command.ExecuteNonQuery();
+        }
+        await using (var store = await SqliteManagerStore.OpenAsync(path, CancellationToken.None))
+        {
+            var cache = Assert.Single((await store.LoadAsync(CancellationToken.None)).Caches);
+            Assert.Equal(9UL, cache.CacheId);
+            Assert.Null(cache.RequestId);
+            Assert.Null(cache.AllocateRequest);
+        }
+    }
+
+    [Fact]
     public async Task AFileOfAnotherSchemaIsRefused()
     {
         string path = Path.Combine(_dir, "other.db");

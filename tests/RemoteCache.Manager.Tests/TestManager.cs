@@ -109,12 +109,19 @@ public sealed class TestManager : IAsyncDisposable
 
     private X509Certificate2? _trusted;
 
+    /// <summary>Changes the host's services before it is built (at every start), e.g. to add a gRPC interceptor.</summary>
+    public Action<WebApplicationBuilder>? Configure { get; set; }
+
     public async Task StartAsync()
     {
         // A restart listens where the first start did, as a real manager's clients expect.
         var listen = new Uri($"{(_trusted is null ? "http" : "https")}://127.0.0.1:{Address?.Port ?? 0}");
         _app = await Program.BuildAsync(Options, listen, TextWriter.Null, CancellationToken.None,
-                                        b => b.Logging.SetMinimumLevel(LogLevel.Warning));
+                                        b =>
+                                        {
+                                            b.Logging.SetMinimumLevel(LogLevel.Warning);
+                                            Configure?.Invoke(b);
+                                        });
         await _app.StartAsync();
         Address = Program.ListenAddress(_app);
         var handler = new System.Net.Http.SocketsHttpHandler();

@@ -116,8 +116,12 @@ internal static class ManagerCommands
         var name = new Option<string?>("--name") { Description = "A name for people" };
         var transport = new Option<string?>("--transport") { Description = "tcp, shm or verbs [default: the cheapest that meets the SLO]" };
         var populate = new Option<FileInfo?>("--populate-from") { Description = "A file whose prefix of the cache's capacity is written into it before the command returns" };
+        var requestId = new Option<string?>("--request-id")
+        {
+            Description = "An idempotency key: running the same create again with it returns the cache it made, while that lives [default: a fresh one, kept across the command's own retries]",
+        };
         var json = JsonOption();
-        var command = new Command("create", "Create a cache for an SLO (Redy's Create) and print it") { capacity, duration, lease, name, transport, populate, json };
+        var command = new Command("create", "Create a cache for an SLO (Redy's Create) and print it") { capacity, duration, lease, name, transport, populate, requestId, json };
         slo.AddTo(command);
         command.Action = new ManagerCommandAction("remotecache create", async (parse, client, output, ct) =>
         {
@@ -130,6 +134,7 @@ internal static class ManagerCommands
                 Name = parse.GetValue(name),
                 Transport = parse.GetValue(transport),
                 PopulateFrom = parse.GetValue(populate)?.FullName,
+                RequestId = parse.GetValue(requestId),
             };
             await using var cache = await client.CreateAsync(request, ct).ConfigureAwait(false);
             await PrintAsync(output, cache.Info, parse.GetValue(json), "created").ConfigureAwait(false);

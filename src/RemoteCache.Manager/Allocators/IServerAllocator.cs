@@ -33,7 +33,11 @@ public interface IServerAllocator
     /// <summary>The server's time is up (a reclaim's deadline, or it was declared failed): a local process is killed; a static one is the operator's.</summary>
     Task RetireAsync(ServerRecord server, CancellationToken cancellationToken);
 
-    /// <summary>At start: the servers of the last run, as this allocator finds them now (local processes re-adopted, or marked failed).</summary>
+    /// <summary>
+    /// At start, before serving: the servers of the last run, as this allocator finds them now (local processes
+    /// re-adopted, or marked failed); a local process that no record names (the last manager died before recording it)
+    /// is stopped.
+    /// </summary>
     Task<IReadOnlyList<ServerRecord>> RecoverAsync(IReadOnlyList<ServerRecord> stored, CancellationToken cancellationToken);
 
     /// <summary>At shutdown: free local servers are stopped; servers holding caches keep serving while the manager is away.</summary>

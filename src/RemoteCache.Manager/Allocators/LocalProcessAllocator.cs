@@ -31,6 +31,24 @@ public sealed record LocalServerSettings(string ServerPath, string Directory, st
 /// on verbs there (so that verbs caches can be placed on it and regions move over RDMA READ). A server runs in its own
 /// session with its output in a log file, so it outlives the manager: caches keep serving while the manager restarts,
 /// and the next manager adopts the processes again.
+/// <para>
+/// Crash consistency: a server is started before the change that records it is committed, so a manager killed in
+/// between (kill -9, power loss) leaves a process no record names. Rather than a write-ahead record, recovery finds such
+/// processes: every process whose argv has <c>--admission-key</c> with this manager's key file and a
+/// <c>--server-id local-…</c>, and whose environment sends its output to this allocator's log directory (so a manager
+/// with another state directory, even one sharing the key file, is never touched), is one this state directory started,
+/// at any stage of its start (setsid, the shell, the server). <see cref="RecoverAsync"/> adopts the recorded ones that
+/// still run and stops every other one (SIGTERM, SIGKILL after a grace), before the manager serves: whatever instant
+/// the last manager died at, nothing it started is left running unrecorded. A recorded server whose process is gone is
+/// marked failed while it holds a cache (its cache's watchers are told) and dropped otherwise.
+/// </para>
+/// <para>
+/// Logs: <c>DIR/&lt;server-id&gt;.log</c> while the manager knows the server. A server the manager stops (released,
+/// retired, stopped at shutdown, or swept at recovery because no record named it) has its log deleted: it ended because
+/// it was told to. A server that ended on its own keeps its log as evidence, renamed <c>&lt;server-id&gt;.ended.log</c>
+/// at the next recovery once no record names it (an operator deletes those). So after a recovery the <c>*.log</c>
+/// files other than <c>*.ended.log</c> are exactly those of the servers the manager knows.
+/// </para>
 /// </summary>
 public sealed partial class LocalProcessAllocator : IServerAllocator
 {
@@ -48,9 +66,11 @@ public sealed partial class LocalProcessAllocator : IServerAllocator
     public LocalProcessAllocator(VmCatalogue catalogue, LocalServerSettings settings, ILogger logger)
     {
         _catalogue = catalogue;
-        _settings = settings;
+        // Absolute, so that the paths in a server's argv and environment, by which a restarted manager finds the
+        // servers of its state directory, do not depend on the directory it was started from.
+        _settings = settings with { Directory = Path.GetFullPath(settings.Directory), AdmissionKeyFile = Path.GetFullPath(settings.AdmissionKeyFile) };
         _logger = logger;
-        Directory.CreateDirectory(settings.Directory);
+        Directory.CreateDirectory(_settings.Directory);
     }
 
     /// <summary>Raised (on a thread-pool thread) when a server process this manager started ends.</summary>
@@ -92,9 +112,10 @@ public sealed partial class LocalProcessAllocator : IServerAllocator
 
     public Task RetireAsync(ServerRecord server, CancellationToken cancellationToken) => StopAsync(server, SigKill);
 
-    public Task<IReadOnlyList<ServerRecord>> RecoverAsync(IReadOnlyList<ServerRecord> stored, CancellationToken cancellationToken)
+    public async Task<IReadOnlyList<ServerRecord>> RecoverAsync(IReadOnlyList<ServerRecord> stored, CancellationToken cancellationToken)
     {
         var recovered = new List<ServerRecord>();
+        var adopted = new HashSet<string>(StringComparer.Ordinal);
         foreach (var server in stored)
         {
             if (server.Allocator != AllocatorName)
@@ -106,13 +127,34 @@ public sealed partial class LocalProcessAllocator : IServerAllocator
             {
                 _logger.LogInformation("Adopted local server {ServerId} (pid {Pid})", server.ServerId, server.ProcessId);
                 recovered.Add(server);
+                adopted.Add(server.ServerId);
             }
             else if (server.CacheId != 0)
             {
                 recovered.Add(server with { Status = ServerStatus.Failed, FailureReason = $"its process (pid {server.ProcessId}) ended while the manager was down" });
             }
         }
-        return Task.FromResult<IReadOnlyList<ServerRecord>>(recovered);
+        // Processes of this state directory that no adopted record names: started by a manager that died before it
+        // recorded them (or after it dropped their record). None holds a cache the store knows, so they are stopped.
+        var stopped = new HashSet<string>(StringComparer.Ordinal);
+        foreach (var (pid, serverId) in RunningServers().Where(p => !adopted.Contains(p.ServerId)))
+        {
+            _logger.LogWarning("Stopping local server {ServerId} (pid {Pid}): no record names it (the last manager ended before it recorded the server)", serverId, pid);
+            await StopProcessAsync(pid, serverId, SigTerm).ConfigureAwait(false);
+            stopped.Add(serverId);
+        }
+        var known = recovered.Where(s => s.Allocator == AllocatorName).Select(s => s.ServerId).ToHashSet(StringComparer.Ordinal);
+        foreach (string log in Directory.GetFiles(_settings.Directory, "local-*.log"))
+        {
+            string serverId = Path.GetFileName(log)[..^".log".Length];
+            if (serverId.EndsWith(".ended", StringComparison.Ordinal) || known.Contains(serverId))
+                continue;
+            if (stopped.Contains(serverId))
+                DeleteQuietly(log);
+            else
+                MoveQuietly(log, Path.Combine(_settings.Directory, serverId + ".ended.log"));  // it ended on its own: evidence
+        }
+        return recovered;
     }
 
     public async Task ShutdownAsync(IReadOnlyCollection<ServerRecord> servers, CancellationToken cancellationToken)
@@ -208,27 +250,91 @@ public sealed partial class LocalProcessAllocator : IServerAllocator
         if (server.ProcessId <= 0 || !IsOurs(server))
             return;
         _children.TryRemove(server.ServerId, out var child);
-        Kill(server.ProcessId, signal);
-        var waited = Stopwatch.StartNew();
-        while (IsOurs(server) && waited.Elapsed < s_stopGrace)
-            await Task.Delay(20).ConfigureAwait(false);
-        if (IsOurs(server))
-            Kill(server.ProcessId, SigKill);
+        await StopProcessAsync(server.ProcessId, server.ServerId, signal).ConfigureAwait(false);
         if (child is not null)
         {
             await child.WaitForExitAsync().ConfigureAwait(false);
             child.Dispose();
         }
+        DeleteQuietly(LogPath(server.ServerId));  // stopped on purpose: its log tells nothing
         _logger.LogInformation("Stopped local server {ServerId} (pid {Pid})", server.ServerId, server.ProcessId);
     }
 
-    // The process is still the server it was started as (a pid may be reused once it is gone).
-    private static bool IsOurs(ServerRecord server)
+    // Signals the process, and kills it if it is still the server after the grace (a pid may be reused once it is gone).
+    private static async Task StopProcessAsync(int pid, string serverId, int signal)
+    {
+        Kill(pid, signal);
+        var waited = Stopwatch.StartNew();
+        while (IsServer(pid, serverId) && waited.Elapsed < s_stopGrace)
+            await Task.Delay(20).ConfigureAwait(false);
+        if (IsServer(pid, serverId))
+            Kill(pid, SigKill);
+    }
+
+    /// <summary>
+    /// The processes this allocator's state directory started, at any stage of their start (the class comment): argv
+    /// with <c>--admission-key</c> naming this manager's key file and <c>--server-id local-…</c>, and the log variable
+    /// naming that server's log in this directory.
+    /// </summary>
+    internal IReadOnlyList<(int Pid, string ServerId)> RunningServers()
+    {
+        var found = new List<(int, string)>();
+        foreach (string dir in Directory.GetDirectories("/proc"))
+        {
+            if (!int.TryParse(Path.GetFileName(dir), NumberStyles.None, CultureInfo.InvariantCulture, out int pid) || pid == Environment.ProcessId)
+                continue;
+            try
+            {
+                var argv = File.ReadAllText(Path.Combine(dir, "cmdline")).Split('\0');
+                int key = Array.IndexOf(argv, "--admission-key"), id = Array.IndexOf(argv, "--server-id");
+                if (key < 0 || id < 0 || key + 1 >= argv.Length || id + 1 >= argv.Length || argv[key + 1] != _settings.AdmissionKeyFile ||
+                    !argv[id + 1].StartsWith("local-", StringComparison.Ordinal))
+                    continue;
+                string serverId = argv[id + 1];
+                if (File.ReadAllText(Path.Combine(dir, "environ")).Split('\0').Contains("RC_SERVER_LOG=" + LogPath(serverId)))
+                    found.Add((pid, serverId));
+            }
+            catch (Exception e) when (e is IOException or UnauthorizedAccessException)
+            {
+                // Gone meanwhile, or not ours to read.
+            }
+        }
+        return found;
+    }
+
+    private void DeleteQuietly(string path)
     {
         try
         {
-            string cmdline = File.ReadAllText($"/proc/{server.ProcessId}/cmdline");
-            return cmdline.Split('\0').Contains(server.ServerId) && !File.ReadAllText($"/proc/{server.ProcessId}/stat").Contains(") Z ", StringComparison.Ordinal);
+            File.Delete(path);
+        }
+        catch (Exception e) when (e is IOException or UnauthorizedAccessException)
+        {
+            _logger.LogWarning("Could not delete {Log}: {Reason}", path, e.Message);
+        }
+    }
+
+    private void MoveQuietly(string from, string to)
+    {
+        try
+        {
+            File.Move(from, to, overwrite: true);
+        }
+        catch (Exception e) when (e is IOException or UnauthorizedAccessException)
+        {
+            _logger.LogWarning("Could not rename {Log}: {Reason}", from, e.Message);
+        }
+    }
+
+    // The process is still the server it was started as (a pid may be reused once it is gone).
+    private static bool IsOurs(ServerRecord server) => IsServer(server.ProcessId, server.ServerId);
+
+    private static bool IsServer(int pid, string serverId)
+    {
+        try
+        {
+            string cmdline = File.ReadAllText($"/proc/{pid}/cmdline");
+            return cmdline.Split('\0').Contains(serverId) && !File.ReadAllText($"/proc/{pid}/stat").Contains(") Z ", StringComparison.Ordinal);
         }
         catch (Exception e) when (e is IOException or UnauthorizedAccessException)
         {

@@ -143,6 +143,8 @@ public sealed class ManagerCore : IAsyncDisposable
         await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
         try
         {
+            if (await RetriedAllocateAsync(tenant, request, cancellationToken).ConfigureAwait(false) is { } retried)
+                return retried;
             long used = _caches.Values.Where(c => c.Tenant == tenant).Sum(c => c.CapacityBytes);
             if (_keys.QuotaOf(tenant) is { } quota && used + capacity > quota)
                 throw new ManagerException(StatusCode.ResourceExhausted,
@@ -176,6 +178,7 @@ public sealed class ManagerCore : IAsyncDisposable
                     RegionsPerServer = placement.RegionsPerServer, RegionBytes = placement.RegionBytes,
                     Created = now, LeaseExpires = now + lease, LeaseLength = lease, Duration = duration,
                     PricePerHour = placement.PricePerHour, PredictedLatencyUs = choice.PredictedLatencyUs, PredictedThroughput = choice.PredictedThroughput,
+                    RequestId = request.RequestId.Length == 0 ? null : request.RequestId, AllocateRequest = AsSent(request),
                 };
                 var change = new StoreChange();
                 change.PutCaches.Add(cache);
@@ -210,6 +213,52 @@ public sealed class ManagerCore : IAsyncDisposable
         {
             _lock.Release();
         }
+    }
+
+    // Under the lock. An Allocate retried with its request_id (the first answer was lost: the manager restarted, the
+    // connection dropped) gets the cache the first placed while that lives, with the first answer's event sequence;
+    // null: no request_id, or no live cache of this tenant placed with it. Only the tenant's own caches are looked at,
+    // so another tenant's request_id reveals nothing.
+    private async Task<(CacheRecord, long)?> RetriedAllocateAsync(string tenant, AllocateRequest request, CancellationToken cancellationToken)
+    {
+        string requestId = request.RequestId;
+        if (requestId.Length == 0)
+            return null;
+        if (requestId.Length > ContractLimits.MaxRequestIdLength)
+            throw new ManagerException(StatusCode.InvalidArgument,
+                $"request_id '{requestId[..16]}…' has {requestId.Length} characters; at most {ContractLimits.MaxRequestIdLength} are allowed");
+        var earlier = _caches.Values.FirstOrDefault(c => c.Tenant == tenant && c.RequestId == requestId);
+        if (earlier is null)
+            return null;
+        var differ = DifferingFields(earlier.AllocateRequest, request);
+        if (differ.Count > 0)
+            throw new ManagerException(StatusCode.AlreadyExists,
+                $"request_id '{(requestId.Length > 32 ? requestId[..32] + "…" : requestId)}' already placed cache {earlier.CacheId} with other parameters " +
+                $"({string.Join(", ", differ)} differ): a retry repeats its request; another request needs another request_id");
+        // A cache's first event is its CacheAllocated (the event log is append-only).
+        var events = await _store.EventsAsync(earlier.CacheId, 0, cancellationToken).ConfigureAwait(false);
+        long sequence = events.FirstOrDefault(e => CacheEvent.Parser.ParseFrom(e.Payload).KindCase == CacheEvent.KindOneofCase.CacheAllocated)?.Sequence ?? 0;
+        _logger.LogInformation("Allocate of {Tenant} retried with its request id: cache {CacheId} again", tenant, earlier.CacheId);
+        return (earlier, sequence);
+    }
+
+    // The request as the cache keeps it for comparing retries: without its request_id, protobuf in base64.
+    private static string AsSent(AllocateRequest request)
+    {
+        var sent = request.Clone();
+        sent.RequestId = "";
+        return Convert.ToBase64String(sent.ToByteArray());
+    }
+
+    // The fields (proto names) in which a retry differs from the request that placed the cache (compared as sent).
+    private static List<string> DifferingFields(string? stored, AllocateRequest retry)
+    {
+        var first = stored is null ? new AllocateRequest() : AllocateRequest.Parser.ParseFrom(Convert.FromBase64String(stored));
+        var asked = retry.Clone();
+        asked.RequestId = "";
+        return AllocateRequest.Descriptor.Fields.InFieldNumberOrder()
+                              .Where(f => !Equals(f.Accessor.GetValue(first), f.Accessor.GetValue(asked)))
+                              .Select(f => f.Name).ToList();
     }
 
     // The cheapest (configuration, placement) over the transports, ties to the first transport listed.

@@ -105,6 +105,15 @@ public sealed record CacheRecord
     /// <summary>For each of <see cref="Servers"/> that replaced another: which, and the regions that lost their content then.</summary>
     public IReadOnlyDictionary<string, LineageRecord> Lineage { get; init; } = new Dictionary<string, LineageRecord>();
 
+    /// <summary>
+    /// The tenant's idempotency key of the Allocate that placed it (AllocateRequest.request_id), or null. Absent in
+    /// records written before it existed: they read as null (records are JSON), so no schema change was needed.
+    /// </summary>
+    public string? RequestId { get; init; }
+
+    /// <summary>That Allocate's request as sent, without its request_id (protobuf, base64): a retry must ask for the same.</summary>
+    public string? AllocateRequest { get; init; }
+
     /// <summary>Bytes it provides: servers × regions × region size.</summary>
     public long CapacityBytes => Servers.Count * (long)RegionsPerServer * RegionBytes;
 }
