@@ -224,16 +224,13 @@ public sealed class ManagerCore : IAsyncDisposable
         string requestId = request.RequestId;
         if (requestId.Length == 0)
             return null;
-        if (requestId.Length > ContractLimits.MaxRequestIdLength)
-            throw new ManagerException(StatusCode.InvalidArgument,
-                $"request_id '{requestId[..16]}…' has {requestId.Length} characters; at most {ContractLimits.MaxRequestIdLength} are allowed");
         var earlier = _caches.Values.FirstOrDefault(c => c.Tenant == tenant && c.RequestId == requestId);
         if (earlier is null)
             return null;
         var differ = DifferingFields(earlier.AllocateRequest, request);
         if (differ.Count > 0)
             throw new ManagerException(StatusCode.AlreadyExists,
-                $"request_id '{(requestId.Length > 32 ? requestId[..32] + "…" : requestId)}' already placed cache {earlier.CacheId} with other parameters " +
+                $"request_id {Input.Quote(requestId)} already placed cache {earlier.CacheId} with other parameters " +
                 $"({string.Join(", ", differ)} differ): a retry repeats its request; another request needs another request_id");
         // A cache's first event is its CacheAllocated (the event log is append-only).
         var events = await _store.EventsAsync(earlier.CacheId, 0, cancellationToken).ConfigureAwait(false);
@@ -802,8 +799,8 @@ public sealed class ManagerCore : IAsyncDisposable
 
     private static void CheckMover(string mover)
     {
-        if (string.IsNullOrEmpty(mover) || mover.Length > 200)
-            throw new ManagerException(StatusCode.InvalidArgument, "mover must name the client moving the cache (1 to 200 characters)");
+        if (string.IsNullOrEmpty(mover))
+            throw new ManagerException(StatusCode.InvalidArgument, $"mover must name the client moving the cache (1 to {ContractLimits.MaxMoverLength} characters)");
     }
 
     // Under the lock or the monitor: the cache's server `serverId`.

@@ -6,6 +6,7 @@ using Google.Protobuf.Reflection;
 using Grpc.Core;
 using Grpc.Core.Interceptors;
 using RemoteCache.Manager.Core;
+using RemoteCache.Manager.V1;
 
 namespace RemoteCache.Manager.Services;
 
@@ -24,18 +25,13 @@ public sealed class InputBoundsInterceptor : Interceptor
     /// </summary>
     public const int MaxMessageBytes = 4 * 1024 * 1024;
 
-    /// <summary>Characters of a string field without a bound of its own (ids, endpoints, transports, movers).</summary>
-    public const int MaxStringChars = 256;
-
-    /// <summary>Elements of a repeated field or entries of a map.</summary>
-    public const int MaxElements = 1024;
-
     // Fields whose bound is not the default, by full name.
     private static readonly Dictionary<string, int> s_stringBounds = new()
     {
-        ["remotecache.manager.v1.AllocateRequest.name"] = 200,
-        ["remotecache.manager.v1.ReplacementRequest.mover"] = 200,
-        ["remotecache.manager.v1.MoveRegionRequest.mover"] = 200,
+        ["remotecache.manager.v1.AllocateRequest.name"] = ContractLimits.MaxNameLength,
+        ["remotecache.manager.v1.AllocateRequest.request_id"] = ContractLimits.MaxRequestIdLength,
+        ["remotecache.manager.v1.ReplacementRequest.mover"] = ContractLimits.MaxMoverLength,
+        ["remotecache.manager.v1.MoveRegionRequest.mover"] = ContractLimits.MaxMoverLength,
     };
 
     public override Task<TResponse> UnaryServerHandler<TRequest, TResponse>(TRequest request, ServerCallContext context,
@@ -68,8 +64,8 @@ public sealed class InputBoundsInterceptor : Interceptor
             if (field.IsMap)
             {
                 var map = (IDictionary)value!;
-                if (map.Count > MaxElements)
-                    return $"{name} has {map.Count} entries; at most {MaxElements} are allowed";
+                if (map.Count > ContractLimits.MaxElements)
+                    return $"{name} has {map.Count} entries; at most {ContractLimits.MaxElements} are allowed";
                 foreach (DictionaryEntry entry in map)
                     if ((Problem(field.MessageType.FindFieldByNumber(1), entry.Key, $"{name} key") ??
                          Problem(field.MessageType.FindFieldByNumber(2), entry.Value, $"{name}[{Input.Quote(entry.Key.ToString() ?? "")}]")) is { } problem)
@@ -78,8 +74,8 @@ public sealed class InputBoundsInterceptor : Interceptor
             else if (field.IsRepeated)
             {
                 var list = (IList)value!;
-                if (list.Count > MaxElements)
-                    return $"{name} has {list.Count} elements; at most {MaxElements} are allowed";
+                if (list.Count > ContractLimits.MaxElements)
+                    return $"{name} has {list.Count} elements; at most {ContractLimits.MaxElements} are allowed";
                 for (int i = 0; i < list.Count; i++)
                     if (Problem(field, list[i], $"{name}[{i}]") is { } problem)
                         return problem;
@@ -98,7 +94,7 @@ public sealed class InputBoundsInterceptor : Interceptor
             return Problem(nested, name);
         if (value is not string text)
             return null;
-        int bound = s_stringBounds.GetValueOrDefault(field.FullName, MaxStringChars);
+        int bound = s_stringBounds.GetValueOrDefault(field.FullName, ContractLimits.MaxStringLength);
         return text.Length > bound ? $"{name} is {text.Length} characters, longer than the {bound} allowed: {Input.Quote(text)}" : null;
     }
 }
