@@ -130,7 +130,8 @@ public sealed partial class RemoteCacheClient
     /// <summary>
     /// Ends a migration with region <paramref name="region"/> on region <paramref name="holderRegion"/> of holder
     /// <paramref name="holder"/> (same size, holding no other region): the waiting operations go there, in order. A
-    /// holder left without a region is let go (its server frees the cache's share once the lanes have moved on).
+    /// holder left without a region is let go (once the lanes have moved on its server frees the cache's share: at once
+    /// without an admission key, else when its lease ends or the manager drops it).
     /// </summary>
     /// <exception cref="ArgumentException">The region is not moving, or the place does not fit.</exception>
     public void CommitMigration(int region, int holder, int holderRegion)

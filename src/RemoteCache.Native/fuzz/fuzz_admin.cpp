@@ -11,7 +11,8 @@
 //           attaching to and detaching from the registry. A model of the protocol predicts whether
 //           each frame is answered or refused (and with which status), and a model of the registry
 //           what a verified reply holds: the stats, the page of caches and what is left after it, the
-//           number of caches a drop removes.
+//           number of caches a drop removes, a lease extension's refusal of a lease end of 0 or too
+//           far ahead (the registry is in open mode, so no cache has a lease to extend).
 
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "common/admin_codec.h"
+#include "common/capability.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
@@ -225,7 +227,8 @@ class SessionRun {
   }
 
   void request(Script& in) {
-    const uint8_t op_sel = in.u8() % 6;
+    // 0 none, 1 Ping, 2 Stats, 3 ListCaches, 4 DropCache, 5 any op from a u16, 6 ExtendLease.
+    const uint8_t op_sel = in.u8() % 7;
     const uint16_t op = op_sel == 5 ? in.u16() : static_cast<uint16_t>(op_sel);
     wire::AdminRequest r{};
     switch (in.u8() % 4) {
@@ -349,6 +352,7 @@ class SessionRun {
       case 2: return r.cache_id == 0 && r.after == 0 && r.max_count == 0 ? RC_OK : RC_E_PROTOCOL;
       case 3: return r.cache_id == 0 && r.max_count <= wire::kAdminListPage ? RC_OK : RC_E_PROTOCOL;
       case 4: return r.after == 0 && r.max_count == 0 ? RC_OK : RC_E_PROTOCOL;
+      case 6: return r.max_count == 0 ? RC_OK : RC_E_PROTOCOL;  // a bad lease end is refused in the reply
       default: return RC_E_PROTOCOL;
     }
   }
@@ -366,7 +370,9 @@ class SessionRun {
     for (const auto& m : caches_)
       if (m->live) listed.push_back(m.get());
     const uint32_t wakeups = wakeups_;
+    const uint64_t before_ms = rc::capability::unix_now_ms();
     const auto answer = session_.handle(frame);
+    const uint64_t after_ms = rc::capability::unix_now_ms();
     if (want != RC_OK) {
       FUZZ_CHECK(answer.close && !answer.refused.empty());
       FUZZ_CHECK(rc::transport::decode_notice(answer.frame) == want);
@@ -384,6 +390,7 @@ class SessionRun {
       case wire::AdminOp::Stats: check_stats(reply.payload, listed); break;
       case wire::AdminOp::ListCaches: check_list(reply.payload, listed, r); break;
       case wire::AdminOp::DropCache: check_drop(reply.payload, r.cache_id, wakeups); break;
+      case wire::AdminOp::ExtendLease: check_extend(reply.payload, r, before_ms, after_ms); break;
       // No script carries a pull's 304-byte payload (requests are AdminRequests, raw frames at most
       // 200 bytes), so the model refuses every pull; test_migration_pull.cpp covers the op.
       case wire::AdminOp::PullRegion: FUZZ_CHECK(false); break;
@@ -423,6 +430,22 @@ class SessionRun {
       FUZZ_CHECK(e.lease_end_unix_ms == 0);
       last_listed_ = e.serial;
     }
+  }
+
+  // The server read its clock between before_ms and after_ms: a lease end that far ahead of one and
+  // not the other may go either way.
+  void check_extend(std::span<const std::byte> payload, const wire::AdminRequest& r, uint64_t before_ms,
+                    uint64_t after_ms) const {
+    wire::AdminExtendResult result{};
+    FUZZ_CHECK(payload.size() == sizeof result);
+    std::memcpy(&result, payload.data(), sizeof result);
+    FUZZ_CHECK(result.message[sizeof result.message - 1] == '\0');
+    const auto too_far = [&](uint64_t now) { return r.lease_end_unix_ms > now && r.lease_end_unix_ms - now > RC_MAX_LEASE_AHEAD_MS; };
+    if (r.lease_end_unix_ms != 0 && too_far(before_ms) != too_far(after_ms)) return;
+    const bool refused = r.lease_end_unix_ms == 0 || too_far(before_ms);
+    FUZZ_CHECK(result.status == (refused ? RC_E_INVALID_ARGUMENT : RC_OK));
+    FUZZ_CHECK(result.caches == 0);  // open mode: no cache has a lease
+    FUZZ_CHECK(refused == (result.message[0] != '\0'));
   }
 
   void check_drop(std::span<const std::byte> payload, uint64_t id, uint32_t wakeups_before) {

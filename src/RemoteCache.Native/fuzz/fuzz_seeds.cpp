@@ -606,7 +606,7 @@ void sequence_seeds() {
 
 // A Request step (fuzz_grammar.h) with every selector at its honest value unless given.
 struct AdminStep {
-  uint8_t op = 2;  // op sel: 0 none, 1 Ping, 2 Stats, 3 ListCaches, 4 DropCache, 5 raw_op
+  uint8_t op = 2;  // op sel: 0 none, 1 Ping, 2 Stats, 3 ListCaches, 4 DropCache, 5 raw_op, 6 ExtendLease
   uint16_t raw_op = 99;
   uint8_t id_sel = 0;
   uint8_t id = 0;
@@ -620,7 +620,7 @@ struct AdminStep {
 
 void admin_request(ScriptWriter& w, const AdminStep& s) {
   w.u8(kAdRequest).u8(s.op);
-  if (s.op % 6 == 5) w.u16(s.raw_op);
+  if (s.op % 7 == 5) w.u16(s.raw_op);
   w.u8(s.id_sel);
   if (s.id_sel % 4 != 3) w.upto(s.id, 7);
   w.u8(s.after_sel);
@@ -632,7 +632,7 @@ void admin_request(ScriptWriter& w, const AdminStep& s) {
   w.u8(s.seq_sel).u8(s.payload_sel).u8(s.seal_sel);
 }
 
-// A Request step for `op` (1 Ping, 2 Stats, 3 ListCaches, 4 DropCache) with honest fields.
+// A Request step for `op` (1 Ping, 2 Stats, 3 ListCaches, 4 DropCache, 6 ExtendLease) with honest fields.
 AdminStep honest(uint8_t op) {
   AdminStep s;
   s.op = op;
@@ -683,6 +683,11 @@ void admin_seeds() {
     AdminStep drop = honest(4);
     drop.id = 2;
     admin_request(w, drop);
+    AdminStep extend = honest(6);
+    extend.id = 1;
+    admin_request(w, extend);  // a lease end of 0: refused in the reply
+    extend.after_sel = 2;      // a lease end long past: answered (open mode: no cache has a lease)
+    admin_request(w, extend);
     admin_request(w, honest(2));
     w.u8(kAdDetach).u8(1);
     w.u8(kAdDetach).u8(0);

@@ -77,6 +77,20 @@ rc_server_stats wait_lent(rc_admin* a, uint64_t want, int timeout_ms) {
   }
 }
 
+// The connections of a closed cache may still be closing on the server: waits until the listing
+// shows the cache with `id` with 0 connections; the last listing of it.
+std::optional<rc_admin_cache> wait_idle(rc_admin* a, uint64_t id, int timeout_ms) {
+  const auto deadline = Clock::now() + ms(rctest::scaled_ms(timeout_ms));
+  std::optional<rc_admin_cache> seen;
+  for (;;) {
+    seen.reset();
+    for (const rc_admin_cache& c : caches_of(a))
+      if (c.cache_id == id) seen = c;
+    if ((seen && seen->connections == 0) || Clock::now() > deadline) return seen;
+    std::this_thread::sleep_for(20ms);
+  }
+}
+
 // SIGSTOP, returning once every thread of the process is stopped: kill() returns before the stop takes
 // effect, and a request sent in between would still be answered.
 ::testing::AssertionResult pause_process(pid_t pid) {
@@ -155,7 +169,9 @@ class RawAdmin {
 
   // What the server answered `frame` with: RC_OK for a verified reply of `seq`, else the Notice's
   // status (its message in `why`), or kHung when nothing came.
-  int32_t exchange(std::span<const std::byte> frame, uint64_t seq, std::string& why) {
+  // `payload`, when given, gets the verified reply's payload.
+  int32_t exchange(std::span<const std::byte> frame, uint64_t seq, std::string& why,
+                   std::vector<std::byte>* payload = nullptr) {
     if (!send(frame)) return RC_E_DISCONNECTED;
     const auto answer = receive(reply_ms());
     if (!answer) return kHung;
@@ -169,6 +185,7 @@ class RawAdmin {
       why = "a reply that does not verify";
       return RC_E_PROTOCOL;
     }
+    if (payload != nullptr) payload->assign(reply.payload.begin(), reply.payload.end());
     return RC_OK;
   }
 
@@ -283,11 +300,24 @@ TEST_P(AdminP, StatsAndListFollowACache) {
   EXPECT_EQ(list[0].lease_end_unix_ms, lease_end);
 
   phase("the cache closes");
+  // Lease-lived (registry.h): it keeps its memory, listed with 0 connections, until its lease ends
+  // or it is dropped.
   EXPECT_EQ(cache.close(), RC_OK);
-  s = wait_lent(a.a, 0, 5000);
-  EXPECT_EQ(s.memory_lent, 0u) << "the closed cache's memory is still lent";
-  EXPECT_EQ(s.caches, 0u);
+  const auto idle = wait_idle(a.a, id, 5000);
+  ASSERT_TRUE(idle.has_value()) << "a closed lease-lived cache is no longer listed";
+  EXPECT_EQ(idle->connections, 0u);
+  EXPECT_EQ(idle->regions, 2u);
+  s = stats_of(a.a);
+  EXPECT_EQ(s.memory_lent, 2 * kRegionSize) << "a closed lease-lived cache gave its memory back before its lease ended";
+  EXPECT_EQ(s.caches, 1u);
   EXPECT_EQ(s.data_connections, 0u);
+  phase("the manager drops it");
+  uint32_t dropped = 0;
+  ASSERT_EQ(rc_admin_drop_cache(a.a, id, &dropped), RC_OK) << last_error();
+  EXPECT_EQ(dropped, 1u);
+  s = stats_of(a.a);
+  EXPECT_EQ(s.memory_lent, 0u) << "a dropped cache nobody is connected to is still lent";
+  EXPECT_EQ(s.caches, 0u);
   EXPECT_TRUE(caches_of(a.a).empty());
   EXPECT_EQ(a.close(), RC_OK);
   EXPECT_TRUE(server.stop());
@@ -398,6 +428,156 @@ TEST_P(AdminP, DropFailsTheClientsAndFreesTheMemory) {
   EXPECT_EQ(b.close(), RC_OK);
   EXPECT_EQ(c.close(), RC_OK);
   EXPECT_TRUE(contains(read_file(log_path_), "dropped by its manager")) << read_file(log_path_);
+  EXPECT_TRUE(server.stop());
+}
+
+// ---- extend lease ----------------------------------------------------------------------------------
+
+// A lease-lived cache nobody is connected to keeps its memory until its lease ends (registry.h);
+// ExtendLease moves that end later without any client: the cache outlives its first lease with its
+// data, a shorter extension keeps the later end (and still counts the cache), and an id the server
+// does not hold counts 0 caches.
+TEST_P(AdminP, ExtendLeaseKeepsAnIdleCachePastItsFirstLease) {
+  ServerProcess server;
+  ASSERT_TRUE(start(server, GetParam()));
+  const std::string ep = server.endpoint();
+  const uint64_t id = fresh_cache_id();
+  const uint64_t first_end = unix_now_ms() + 2000;
+  const auto data = pattern(31, 6000);
+  const uint64_t at = kRegionSize - 3000;  // across the two regions
+  {
+    CacheHandle cache;
+    ASSERT_EQ(open_cache_with(ep, id, 2, "extended", cache, first_end), RC_OK) << last_error();
+    SessionHandle s;
+    ASSERT_EQ(rc_session_open(cache.c, &s.s), RC_OK);
+    ASSERT_EQ(sync_write(s.s, at, data.data(), data.size()), RC_OK) << last_error();
+    EXPECT_EQ(s.close(), RC_OK);
+    EXPECT_EQ(cache.close(), RC_OK);
+  }
+  AdminHandle h;
+  ASSERT_EQ(admin_connect(ep, key_.key, h), RC_OK) << last_error();
+  const auto idle = wait_idle(h.a, id, 5000);
+  ASSERT_TRUE(idle.has_value()) << "the closed lease-lived cache is no longer listed";
+  EXPECT_EQ(idle->connections, 0u);
+  EXPECT_EQ(idle->lease_end_unix_ms, first_end);
+
+  phase("extend");
+  const uint64_t later = an_hour_from_now();
+  uint32_t caches = 99;
+  ASSERT_EQ(rc_admin_extend_lease(h.a, id, later, &caches), RC_OK) << last_error();
+  EXPECT_EQ(caches, 1u);
+  auto listed = wait_idle(h.a, id, 0);
+  ASSERT_TRUE(listed.has_value());
+  EXPECT_EQ(listed->lease_end_unix_ms, later);
+
+  phase("a shorter extension");
+  caches = 99;
+  ASSERT_EQ(rc_admin_extend_lease(h.a, id, unix_now_ms() + 500, &caches), RC_OK) << last_error();
+  EXPECT_EQ(caches, 1u) << "the cache whose later lease was kept is not counted";
+  listed = wait_idle(h.a, id, 0);
+  ASSERT_TRUE(listed.has_value());
+  EXPECT_EQ(listed->lease_end_unix_ms, later) << "ExtendLease shortened a lease";
+
+  phase("an id the server does not hold");
+  caches = 99;
+  ASSERT_EQ(rc_admin_extend_lease(h.a, fresh_cache_id(), later, &caches), RC_OK) << last_error();
+  EXPECT_EQ(caches, 0u);
+
+  phase("past the first lease end");
+  // The server checks leases every 250 ms: 1.5 s past the first end it would have dropped the cache.
+  while (unix_now_ms() < first_end + 1500) std::this_thread::sleep_for(50ms);
+  const rc_server_stats st = stats_of(h.a);
+  EXPECT_EQ(st.memory_lent, 2 * kRegionSize) << "the idle cache was freed at its first lease end";
+  EXPECT_EQ(st.caches, 1u);
+  {
+    CacheHandle again;
+    ASSERT_EQ(open_cache_with(ep, id, 2, "extended", again, an_hour_from_now()), RC_OK) << last_error();
+    SessionHandle s;
+    ASSERT_EQ(rc_session_open(again.c, &s.s), RC_OK);
+    std::vector<uint8_t> back(data.size(), 0xEE);
+    ASSERT_EQ(sync_read(s.s, at, back.data(), back.size()), RC_OK) << last_error();
+    EXPECT_TRUE(back == data) << "the cache kept past its first lease lost its data";
+    EXPECT_EQ(s.close(), RC_OK);
+    EXPECT_EQ(again.close(), RC_OK);
+  }
+  phase("drop the idle cache");
+  ASSERT_TRUE(wait_idle(h.a, id, 5000).has_value());
+  uint32_t dropped = 0;
+  ASSERT_EQ(rc_admin_drop_cache(h.a, id, &dropped), RC_OK) << last_error();
+  EXPECT_EQ(dropped, 1u);
+  // Nobody is connected, so no connection's close frees it: the drop itself must.
+  EXPECT_EQ(stats_of(h.a).memory_lent, 0u) << "a dropped idle cache's memory is still lent";
+  EXPECT_TRUE(caches_of(h.a).empty());
+  EXPECT_EQ(h.close(), RC_OK);
+  EXPECT_TRUE(server.stop());
+}
+
+// Lease ends the library refuses before sending (0, or more than RC_MAX_LEASE_AHEAD_MS ahead), one the
+// server refuses in its reply (sent raw, past the library's check) without ending the session, and a
+// request sealed with another key, which the server refuses as any admin request (RC_E_AUTH).
+TEST_P(AdminP, ExtendLeaseRefusals) {
+  ServerProcess server;
+  ASSERT_TRUE(start(server, GetParam()));
+  const std::string ep = server.endpoint();
+  const uint64_t id = fresh_cache_id();
+  CacheHandle cache;
+  const uint64_t lease_end = an_hour_from_now();
+  ASSERT_EQ(open_cache_with(ep, id, 1, "refusals", cache, lease_end), RC_OK) << last_error();
+  AdminHandle h;
+  ASSERT_EQ(admin_connect(ep, key_.key, h), RC_OK) << last_error();
+  uint32_t caches = 99;
+  EXPECT_EQ(rc_admin_extend_lease(h.a, id, 0, &caches), RC_E_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(last_error(), "lease end of 0")) << last_error();
+  const uint64_t too_far = unix_now_ms() + RC_MAX_LEASE_AHEAD_MS + 60'000;
+  EXPECT_EQ(rc_admin_extend_lease(h.a, id, too_far, &caches), RC_E_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(last_error(), "RC_MAX_LEASE_AHEAD_MS")) << last_error();
+  EXPECT_EQ(rc_admin_extend_lease(h.a, id, lease_end, nullptr), RC_E_INVALID_ARGUMENT);
+  EXPECT_EQ(rc_admin_extend_lease(nullptr, id, lease_end, &caches), RC_E_INVALID_ARGUMENT);
+  EXPECT_EQ(caches, 99u) << "a refused call wrote its result";
+  ASSERT_EQ(rc_admin_extend_lease(h.a, id, lease_end, &caches), RC_OK) << "the handle broke after refusals: " << last_error();
+  EXPECT_EQ(caches, 1u);
+
+  phase("too far ahead, past the library: the server refuses it in its reply");
+  {
+    RawAdmin raw;
+    ASSERT_TRUE(raw.connect(ep));
+    ASSERT_TRUE(raw.greet(key_.key));
+    wire::AdminRequest r{};
+    r.cache_id = id;
+    r.lease_end_unix_ms = unix_now_ms() + RC_MAX_LEASE_AHEAD_MS + 60'000;
+    std::string why;
+    std::vector<std::byte> payload;
+    ASSERT_EQ(raw.exchange(raw.request(wire::AdminOp::ExtendLease, 1, r), 1, why, &payload), RC_OK) << why;
+    wire::AdminExtendResult result{};
+    ASSERT_EQ(payload.size(), sizeof result);
+    std::memcpy(&result, payload.data(), sizeof result);
+    EXPECT_EQ(result.status, RC_E_INVALID_ARGUMENT);
+    EXPECT_EQ(result.caches, 0u);
+    EXPECT_TRUE(contains(result.message, "past this server's clock")) << result.message;
+    r.lease_end_unix_ms = lease_end + 1000;  // the session goes on
+    ASSERT_EQ(raw.exchange(raw.request(wire::AdminOp::ExtendLease, 2, r), 2, why, &payload), RC_OK) << why;
+    ASSERT_EQ(payload.size(), sizeof result);
+    std::memcpy(&result, payload.data(), sizeof result);
+    EXPECT_EQ(result.status, RC_OK);
+    EXPECT_EQ(result.caches, 1u);
+  }
+  phase("sealed with another key");
+  {
+    RawAdmin raw;
+    ASSERT_TRUE(raw.connect(ep));
+    KeyFile other;
+    ASSERT_TRUE(raw.greet(other.key));  // the challenge comes before any proof; the request carries it
+    wire::AdminRequest r{};
+    r.cache_id = id;
+    r.lease_end_unix_ms = lease_end + 7 * 24 * 3600 * 1000ull;
+    std::string why;
+    EXPECT_EQ(raw.exchange(raw.request(wire::AdminOp::ExtendLease, 1, r), 1, why), RC_E_AUTH) << why;
+  }
+  const auto listed = caches_of(h.a);
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].lease_end_unix_ms, lease_end + 1000) << "a refused or forged extension moved the lease";
+  EXPECT_EQ(cache.close(), RC_OK);
+  EXPECT_EQ(h.close(), RC_OK);
   EXPECT_TRUE(server.stop());
 }
 
@@ -1042,6 +1222,13 @@ TEST(AdminEmbedded, ConcurrentAdminCallsNextToDataTraffic) {
   EXPECT_EQ(unexpected.load(), 0u);
   EXPECT_GT(admin_calls.load(), 10u);
   EXPECT_GT(opened.load(), 2u);
+  // Lease-lived caches the manager has not dropped outlive their clients (src/server/registry.h):
+  // drop them all, which frees the ones nobody is connected to at once, the others with their
+  // last connection.
+  for (uint64_t i = 0; i < kIds; ++i) {
+    uint32_t dropped = 0;
+    EXPECT_EQ(rc_admin_drop_cache(shared.a, base_id + i, &dropped), RC_OK) << last_error();
+  }
   const rc_server_stats s = wait_lent(shared.a, 0, 5000);
   EXPECT_EQ(s.memory_lent, 0u);
   EXPECT_EQ(shared.close(), RC_OK);

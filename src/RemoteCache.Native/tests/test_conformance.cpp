@@ -747,6 +747,161 @@ TEST_P(Conformance, ErrorsAuth) {
   EXPECT_EQ(a.close(), RC_OK);
 }
 
+// ---- a cache's lifetime (the rule: src/server/registry.h) -------------------------------------------
+
+// A server with an admission key on this test's transport, beside the open-mode server_.
+struct KeyedServer {
+  KeyFile key;
+  std::string id = "rc-conformance-" + std::to_string(::getpid());
+  ServerProcess server;
+  std::string capability;  // the last one minted; options() point at it
+  const char* capability_ptr = nullptr;
+
+  // Options for a cache of `regions` regions with a capability for it that ends at `lease_end`.
+  rc_cache_options options(uint64_t cache_id, uint32_t regions, const char* token, uint64_t lease_end,
+                           uint32_t flags = 0) {
+    capability = mint(key.key, cache_id, id, regions, lease_end);
+    capability_ptr = capability.c_str();
+    rc_cache_options o = make_options(cache_id, rc_config{0, 1, 8, 4}, regions, token);
+    o.capabilities = &capability_ptr;
+    o.flags = flags;
+    return o;
+  }
+};
+
+// Writes `data` at `at` through a new session of `cache`, or reads it back into `out`.
+::testing::AssertionResult write_through(rc_cache* cache, uint64_t at, const std::vector<uint8_t>& data) {
+  SessionHandle s;
+  if (const rc_status st = rc_session_open(cache, &s.s); st != RC_OK)
+    return ::testing::AssertionFailure() << "rc_session_open = " << sname(st) << ": " << last_error();
+  if (const int32_t st = sync_write(s.s, at, data.data(), data.size()); st != RC_OK)
+    return ::testing::AssertionFailure() << "write = " << sname(st) << ": " << last_error();
+  if (const rc_status st = s.close(); st != RC_OK) return ::testing::AssertionFailure() << "rc_session_close = " << sname(st);
+  return ::testing::AssertionSuccess();
+}
+
+::testing::AssertionResult read_through(rc_cache* cache, uint64_t at, std::vector<uint8_t>& out) {
+  SessionHandle s;
+  if (const rc_status st = rc_session_open(cache, &s.s); st != RC_OK)
+    return ::testing::AssertionFailure() << "rc_session_open = " << sname(st) << ": " << last_error();
+  if (const int32_t st = sync_read(s.s, at, out.data(), out.size()); st != RC_OK)
+    return ::testing::AssertionFailure() << "read = " << sname(st) << ": " << last_error();
+  if (const rc_status st = s.close(); st != RC_OK) return ::testing::AssertionFailure() << "rc_session_close = " << sname(st);
+  return ::testing::AssertionSuccess();
+}
+
+// A cache admitted by a capability lives for its lease, whoever is connected (issue 37): fill it,
+// close it entirely, reopen it with the same token and capability, and the bytes are there. Both
+// opens ask for RC_OPEN_EXCLUSIVE: once nobody is connected the cache forgets its first client, so
+// the second open (another client id) gets it exclusively too.
+TEST_P(Conformance, LeasedCacheOutlivesItsConnections) {
+  KeyedServer k;
+  phase("starting a keyed server");
+  ASSERT_TRUE(k.server.start(fresh_listen(), {"--admission-key", k.key.path, "--server-id", k.id}));
+  const uint64_t id = fresh_cache_id();
+  const uint64_t lease_end = unix_now_ms() + 3600 * 1000;
+  const uint64_t at = kRegionSize - 4000;  // across the two regions
+  const auto data = pattern(37, 9000);
+  {
+    CacheHandle first;
+    ASSERT_EQ(open_cache({k.server.endpoint()}, k.options(id, 2, "populated", lease_end, RC_OPEN_EXCLUSIVE), &first.c),
+              RC_OK)
+        << last_error();
+    ASSERT_TRUE(write_through(first.c, at, data));
+    ASSERT_EQ(first.close(), RC_OK);
+  }
+  phase("closed: the memory stays lent");
+  // Were it freed with its last connection, memory lent would reach 0 well within this wait.
+  EXPECT_EQ(k.server.wait_memory_in_use(0, 1000), 2 * kRegionSize) << "the lease-lived cache was freed with its last connection";
+  phase("reopen");
+  CacheHandle again;
+  ASSERT_EQ(open_cache({k.server.endpoint()}, k.options(id, 2, "populated", lease_end, RC_OPEN_EXCLUSIVE), &again.c),
+            RC_OK)
+      << "the idle cache's first client still holds it: " << last_error();
+  std::vector<uint8_t> back(data.size(), 0xEE);
+  ASSERT_TRUE(read_through(again.c, at, back));
+  EXPECT_TRUE(back == data) << "the reopened cache lost the bytes written before it was closed";
+  phase("another token is another cache");
+  {
+    CacheHandle other;
+    ASSERT_EQ(open_cache({k.server.endpoint()}, k.options(id, 2, "another-token", lease_end), &other.c), RC_E_AUTH)
+        << "the capability grants 2 regions, all held by the idle cache: " << last_error();
+    other.leak();
+  }
+  EXPECT_EQ(again.close(), RC_OK);
+  EXPECT_TRUE(k.server.alive());
+  EXPECT_TRUE(k.server.stop());
+}
+
+// A lease-lived cache nobody is connected to is still freed when its lease ends: memory lent is 0
+// within 1.5 s (scaled) of the lease end (the server checks leases every 250 ms) and not before it;
+// the expired capability no longer opens it, and a fresh one (same token) gets a new, zeroed cache.
+TEST_P(Conformance, LeaseEndFreesAnIdleCache) {
+  KeyedServer k;
+  phase("starting a keyed server");
+  ASSERT_TRUE(k.server.start(fresh_listen(), {"--admission-key", k.key.path, "--server-id", k.id}));
+  const uint64_t id = fresh_cache_id();
+  const uint64_t lease_end = unix_now_ms() + 2000;
+  const auto data = pattern(38, 5000);
+  {
+    CacheHandle cache;
+    ASSERT_EQ(open_cache({k.server.endpoint()}, k.options(id, 2, "short-lease", lease_end), &cache.c), RC_OK)
+        << last_error();
+    ASSERT_TRUE(write_through(cache.c, 100, data));
+    ASSERT_EQ(cache.close(), RC_OK);
+  }
+  phase("waiting for the lease end");
+  const std::string expired = k.capability;
+  uint64_t lent = k.server.memory_in_use();
+  const uint64_t give_up = lease_end + static_cast<uint64_t>(rctest::scaled_ms(1500));
+  while (lent != 0 && lent != ServerProcess::kNoAnswer && unix_now_ms() < give_up) {
+    std::this_thread::sleep_for(50ms);
+    lent = k.server.memory_in_use();
+  }
+  const int64_t freed_after = static_cast<int64_t>(unix_now_ms()) - static_cast<int64_t>(lease_end);
+  ASSERT_EQ(lent, 0u) << "an idle cache outlived its lease by over " << rctest::scaled_ms(1500) << " ms";
+  EXPECT_GE(freed_after, -50) << "the idle cache was freed " << -freed_after << " ms before its lease ended";
+  phase("reopen after the lease end");
+  {
+    const char* caps[] = {expired.c_str()};
+    rc_cache_options o = make_options(id, rc_config{0, 1, 8, 4}, 2, "short-lease");
+    o.capabilities = caps;
+    CacheHandle stale;
+    EXPECT_EQ(open_cache({k.server.endpoint()}, o, &stale.c), RC_E_AUTH) << last_error();
+    EXPECT_TRUE(contains(last_error(), "expired")) << last_error();
+    stale.leak();
+  }
+  CacheHandle fresh;
+  ASSERT_EQ(open_cache({k.server.endpoint()}, k.options(id, 2, "short-lease", unix_now_ms() + 3600 * 1000), &fresh.c),
+            RC_OK)
+      << last_error();
+  std::vector<uint8_t> back(data.size(), 0xEE);
+  ASSERT_TRUE(read_through(fresh.c, 100, back));
+  EXPECT_TRUE(back == std::vector<uint8_t>(data.size(), 0)) << "a cache created after the lease ended shows the old bytes";
+  EXPECT_EQ(fresh.close(), RC_OK);
+  EXPECT_TRUE(k.server.stop());
+}
+
+// Without an admission key (open mode) nothing would ever free a cache nobody is connected to, so
+// it goes with its last connection, as before: memory lent returns to 0 and a reopen reads zeros.
+TEST_P(Conformance, OpenModeCacheIsFreedWithItsLastConnection) {
+  const uint64_t id = fresh_cache_id();
+  const auto data = pattern(39, 5000);
+  {
+    CacheHandle cache;
+    ASSERT_TRUE(open(cache, make_options(id, rc_config{0, 1, 8, 4}, 2, "unmanaged")));
+    ASSERT_TRUE(write_through(cache.c, 100, data));
+    ASSERT_EQ(cache.close(), RC_OK);
+  }
+  EXPECT_EQ(server_.wait_memory_in_use(0, 5000), 0u) << "an open-mode cache outlived its last connection";
+  CacheHandle again;
+  ASSERT_TRUE(open(again, make_options(id, rc_config{0, 1, 8, 4}, 2, "unmanaged")));
+  std::vector<uint8_t> back(data.size(), 0xEE);
+  ASSERT_TRUE(read_through(again.c, 100, back));
+  EXPECT_TRUE(back == std::vector<uint8_t>(data.size(), 0)) << "an open-mode cache kept its bytes with nobody connected";
+  EXPECT_EQ(again.close(), RC_OK);
+}
+
 TEST_P(Conformance, ErrorsNoMemory) {
   static_assert(100 * kRegionSize > kMemoryLimit && 60 * kRegionSize <= kMemoryLimit);
   {

@@ -890,23 +890,48 @@ TEST(MigrationPullRegistry, MigrationSourcesJoinReadOnlyAndOnlyThat) {
   held.push_back(cache);
 
   // Another token: a second cache with the id, and migration sources are refused for the ambiguity.
-  ASSERT_EQ(registry.attach(connect(x, 1, "other", 0, client_cap, 2), cache).status, RC_OK);
+  // Its lease ends before the owner's, so that expiring it below leaves the owner alone.
+  const uint64_t other_end = UINT64_MAX / 4;
+  const wire::Capability other_cap = rc::capability::mint(key, x, server, 8, other_end);
+  ASSERT_EQ(registry.attach(connect(x, 1, "other", 0, other_cap, 2), cache).status, RC_OK);
   held.push_back(cache);
+  const auto other = cache;
   EXPECT_TRUE(refused(registry.attach(connect(x, 0, "", wire::kConnectMigrationSource, migration, 9), cache),
                       RC_E_INVALID_ARGUMENT, "2 caches share id 77"));
   EXPECT_EQ(registry.hold(x), nullptr);
   EXPECT_TRUE(contains(rc::last_error(), "2 caches share id 77")) << rc::last_error();
   registry.detach(held.back());
   held.pop_back();
+  // Lease-lived: closed, it keeps its memory until its lease ends; then it goes at once, since no
+  // connection is left to free it.
+  EXPECT_EQ(registry.memory_in_use(), lent + 64 * KiB) << "a lease-lived cache was freed with its last connection";
+  uint64_t next_end = 0;
+  EXPECT_EQ(registry.expire(other_end, next_end), 1u);
+  EXPECT_EQ(next_end, UINT64_MAX / 2) << "the owner's lease end";
+  EXPECT_EQ(registry.memory_in_use(), lent) << "an idle cache whose lease ended is still lent";
+  EXPECT_TRUE(other->regions.empty());
 
-  // A pull's hold keeps a cache whose connections all close alive until it is released.
+  // A pull's hold works on a cache whose connections all closed: lease-lived, it stays; once nobody
+  // is connected it forgets its exclusive owner.
   const auto hold = registry.hold(x);
   ASSERT_EQ(hold, owner);
   for (auto& c : held) registry.detach(c);
   held.clear();
-  EXPECT_EQ(registry.memory_in_use(), lent) << "the held cache was freed";
-  EXPECT_FALSE(owner->regions.empty());
+  EXPECT_TRUE(owner->exclusive) << "the hold still counts: the cache is not idle yet";
   registry.release(hold);
+  EXPECT_EQ(registry.memory_in_use(), lent) << "the lease-lived cache was freed with its last hold";
+  EXPECT_FALSE(owner->regions.empty());
+  EXPECT_FALSE(owner->exclusive) << "an idle cache is still exclusive to the client that left";
+  EXPECT_EQ(registry.stats().connections, 0u);
+  EXPECT_EQ(registry.stats().caches, 1u);
+
+  // A dropped cache under a hold goes with the hold; the hold of an idle cache works as ever.
+  const auto again = registry.hold(x);
+  ASSERT_EQ(again, owner);
+  EXPECT_EQ(registry.drop(x), 1u);
+  EXPECT_EQ(registry.memory_in_use(), lent) << "a dropped cache was freed under a pull's hold";
+  EXPECT_FALSE(owner->regions.empty());
+  registry.release(again);
   EXPECT_EQ(registry.memory_in_use(), 0u);
   EXPECT_TRUE(owner->regions.empty());
   EXPECT_EQ(registry.stats().connections, 0u);

@@ -210,6 +210,7 @@ static const named_value defines[] = {
     VALUE(RC_DEFAULT_ADMIN_TIMEOUT_MS),
     VALUE(RC_DEFAULT_PULL_TIMEOUT_MS),
     VALUE(RC_MAX_PULL_ENDPOINT_BYTES),
+    VALUE(RC_MAX_LEASE_AHEAD_MS),
 };
 
 /* ---- checking the tables ------------------------------------------------------------------ */

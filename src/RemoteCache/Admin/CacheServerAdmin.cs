@@ -9,7 +9,7 @@ namespace RemoteCache.Admin;
 
 /// <summary>
 /// An admin connection to one cache server (<c>remotecache_admin.h</c>): what a cache manager uses to see what a
-/// server really holds and to drop caches it deallocates. The server authenticates it with its admission key, which
+/// server really holds, to keep the caches it renews, and to drop caches it deallocates. The server authenticates it with its admission key, which
 /// never travels (a challenge and HMAC-SHA256 on every request and reply; docs/admin.md).
 /// </summary>
 /// <remarks>
@@ -191,7 +191,8 @@ public sealed class CacheServerAdmin : IAsyncDisposable, IDisposable
 
     /// <summary>
     /// Drops every cache with this id (what a manager does when it deallocates one): their clients' operations fail
-    /// with <see cref="RemoteCacheStatus.Expired"/>, and their memory is lent back once their connections have closed.
+    /// with <see cref="RemoteCacheStatus.Expired"/>, and their memory is lent back once their connections have closed
+    /// (at once for a cache nobody is connected to).
     /// </summary>
     /// <param name="cacheId">The id; every cache with it is dropped, whatever its token.</param>
     /// <param name="cancellationToken">Cancels the wait (see the remarks of <see cref="CacheServerAdmin"/>).</param>
@@ -205,6 +206,44 @@ public sealed class CacheServerAdmin : IAsyncDisposable, IDisposable
             ThrowIfFailed(NativeMethods.AdminDropCache(_handle, cacheId, out uint dropped));
             return (int)dropped;
         }, cancellationToken);
+
+    /// <summary>How far past the server's clock <see cref="ExtendLeaseAsync"/> may set a lease end (RC_MAX_LEASE_AHEAD_MS: 30 days).</summary>
+    public static readonly TimeSpan MaxLeaseAhead = TimeSpan.FromMilliseconds(NativeLimits.MaxLeaseAheadMs);
+
+    /// <summary>
+    /// Extends the lease of every cache with this id on the server to <paramref name="leaseEnd"/>, whether or not a
+    /// client is connected (what a manager does when it renews a lease). With an admission key a server keeps a
+    /// cache's memory until its lease ends or it is dropped, whoever is connected; a client's
+    /// <see cref="RemoteCacheClient.Renew"/> reaches the server only while that client is connected, so a manager
+    /// renewing the lease of a cache nobody has open tells the servers here. A lease is only ever extended: a cache
+    /// whose lease already ends later keeps it (and is counted).
+    /// </summary>
+    /// <param name="cacheId">The id; every cache with it is extended, whatever its token.</param>
+    /// <param name="leaseEnd">The new lease end: after the Unix epoch and at most <see cref="MaxLeaseAhead"/> past now.</param>
+    /// <param name="cancellationToken">Cancels the wait (see the remarks of <see cref="CacheServerAdmin"/>).</param>
+    /// <returns>How many caches the server holds with this id (0 when none: nothing is created).</returns>
+    /// <exception cref="ArgumentOutOfRangeException"><paramref name="leaseEnd"/> is not after the Unix epoch, or more
+    /// than <see cref="MaxLeaseAhead"/> past this machine's clock (checked before anything is sent).</exception>
+    /// <exception cref="RemoteCacheException"><see cref="RemoteCacheStatus.InvalidArgument"/>: the server refused the
+    /// lease end as more than <see cref="MaxLeaseAhead"/> past its own clock (the connection stays usable); otherwise the
+    /// server failed to answer in time, refused, or went away (a server older than this operation refuses it as
+    /// unknown, with <see cref="RemoteCacheStatus.Protocol"/>).</exception>
+    /// <exception cref="ObjectDisposedException">This instance was disposed.</exception>
+    /// <exception cref="OperationCanceledException"><paramref name="cancellationToken"/> was cancelled (the lease may
+    /// have been extended).</exception>
+    public Task<int> ExtendLeaseAsync(ulong cacheId, DateTimeOffset leaseEnd, CancellationToken cancellationToken = default)
+    {
+        long unixMs = leaseEnd.ToUnixTimeMilliseconds();
+        if (unixMs <= 0)
+            throw new ArgumentOutOfRangeException(nameof(leaseEnd), leaseEnd, "a lease end is after the Unix epoch");
+        if (leaseEnd - DateTimeOffset.UtcNow > MaxLeaseAhead)
+            throw new ArgumentOutOfRangeException(nameof(leaseEnd), leaseEnd, $"a lease end is at most {MaxLeaseAhead} past now");
+        return CallAsync(() =>
+        {
+            ThrowIfFailed(NativeMethods.AdminExtendLease(_handle, cacheId, (ulong)unixMs, out uint caches));
+            return (int)caches;
+        }, cancellationToken);
+    }
 
     /// <summary>
     /// Makes this (the target) server copy a region of a cache from another (the source) server, straight into its own

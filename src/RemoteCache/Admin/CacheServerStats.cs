@@ -11,7 +11,7 @@ public sealed record CacheServerStats
     /// <summary>Bytes the server may lend in all.</summary>
     public long MemoryLimit { get; init; }
 
-    /// <summary>Bytes lent now; a dropped cache's count until its last connection has closed.</summary>
+    /// <summary>Bytes lent now: caches nobody is connected to count until their lease ends or they are dropped; a dropped cache's count until its last connection has closed.</summary>
     public long MemoryLent { get; init; }
 
     /// <summary>Bytes per region.</summary>

@@ -13,7 +13,7 @@ internal unsafe struct RcServerStats
     public uint ServerThreads;
     /// <summary>Bytes the server may lend in all.</summary>
     public ulong MemoryLimit;
-    /// <summary>Bytes lent now, dropped caches included until their connections close.</summary>
+    /// <summary>Bytes lent now: idle leased caches included, dropped ones until their connections close.</summary>
     public ulong MemoryLent;
     /// <summary>Bytes per region.</summary>
     public ulong RegionSize;

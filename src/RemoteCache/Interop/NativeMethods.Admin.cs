@@ -27,6 +27,10 @@ internal static unsafe partial class NativeMethods
     [LibraryImport(Library, EntryPoint = "rc_admin_drop_cache")]
     public static partial RemoteCacheStatus AdminDropCache(AdminHandle admin, ulong cacheId, out uint dropped);
 
+    /// <summary><c>rc_admin_extend_lease</c>.</summary>
+    [LibraryImport(Library, EntryPoint = "rc_admin_extend_lease")]
+    public static partial RemoteCacheStatus AdminExtendLease(AdminHandle admin, ulong cacheId, ulong leaseEndUnixMs, out uint caches);
+
     /// <summary><c>rc_admin_pull_region</c>.</summary>
     [LibraryImport(Library, EntryPoint = "rc_admin_pull_region")]
     public static partial RemoteCacheStatus AdminPullRegion(AdminHandle admin, in RcPullRequest request, out RcPullResult result);

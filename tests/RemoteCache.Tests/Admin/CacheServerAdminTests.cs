@@ -214,9 +214,128 @@ public sealed class CacheServerAdminTests
         admin.Dispose();  // twice is fine
     }
 
+    // The listing of the one cache with this id once nobody is connected to it (a closed client's connections may
+    // still be closing on the server).
+    private static async Task<ServerCacheInfo?> WaitForIdle(CacheServerAdmin admin, ulong cacheId)
+    {
+        var watch = Stopwatch.StartNew();
+        for (;;)
+        {
+            var cache = (await admin.ListCachesAsync()).SingleOrDefault(c => c.CacheId == cacheId);
+            if (cache is null || cache.Connections == 0 || watch.Elapsed > TimeSpan.FromSeconds(10))
+                return cache;
+            await Task.Delay(20);
+        }
+    }
+
+    // Issue 37: a cache admitted by a capability lives for its lease, whoever is connected. A client fills it and
+    // closes (as `remotecache create --populate-from` does), another opens it with the same id, token and capability
+    // and reads the bytes back; it is listed with 0 connections meanwhile, and a drop frees it at once.
+    [Theory]
+    [InlineData("tcp")]
+    [InlineData("shm")]
+    public async Task APopulatedCacheOutlivesItsClientUntilItIsDropped(string transport)
+    {
+        using var server = new KeyedServer(transport);
+        await WithTimeout(Limit, $"populate and reopen over {transport}", async () =>
+        {
+            var options = server.CacheOptions(2, $"populated-{transport}", DateTimeOffset.UtcNow.AddMinutes(10));
+            options.Token = $"populated-{transport}";  // without one the library picks a random token: another cache
+            var data = RandomNumberGenerator.GetBytes(9000);
+            long at = MiB - 4000;  // across the two regions
+            var writer = await RemoteCacheClient.OpenAsync(new[] { server.Process.Endpoint }, options);
+            try
+            {
+                await writer.WriteAsync(at, data);
+            }
+            finally
+            {
+                await DisposeWithTimeout(writer);
+            }
+            await using var admin = await CacheServerAdmin.ConnectAsync(server.Process.Endpoint, server.Key, TimeSpan.FromSeconds(5));
+            var idle = await WaitForIdle(admin, options.CacheId);
+            Assert.True(idle is not null, "the cache was freed when its client closed, before its lease ended");
+            Assert.Equal(0, idle.Connections);
+            Assert.Equal(2 * MiB, (await admin.GetStatsAsync()).MemoryLent);
+
+            var reader = await RemoteCacheClient.OpenAsync(new[] { server.Process.Endpoint }, options);
+            try
+            {
+                var back = new byte[data.Length];
+                await reader.ReadAsync(at, back);
+                Assert.Equal(data, back);
+            }
+            finally
+            {
+                await DisposeWithTimeout(reader);
+            }
+            Assert.Equal(0, (await WaitForIdle(admin, options.CacheId))?.Connections);
+            Assert.Equal(1, await admin.DropCacheAsync(options.CacheId));
+            var stats = await admin.GetStatsAsync();
+            Assert.Equal(0, stats.MemoryLent);  // nobody was connected: the drop freed it at once
+            Assert.Equal(0, stats.Caches);
+        });
+        server.Process.AssertRunning();
+    }
+
+    // ExtendLeaseAsync keeps an idle cache past its first lease end with its bytes; a shorter lease end keeps the
+    // later one (and counts the cache); an id the server does not hold counts 0; bad lease ends are refused first.
+    [Fact]
+    public async Task ExtendLeaseKeepsAnIdleCachePastItsFirstLease()
+    {
+        using var server = new KeyedServer("shm");
+        await WithTimeout(Limit, "extend lease", async () =>
+        {
+            var firstEnd = DateTimeOffset.UtcNow.AddSeconds(2);
+            var options = server.CacheOptions(1, "extended", firstEnd);
+            options.Token = "extended";  // without one the library picks a random token: another cache
+            var data = RandomNumberGenerator.GetBytes(3000);
+            var writer = await RemoteCacheClient.OpenAsync(new[] { server.Process.Endpoint }, options);
+            try
+            {
+                await writer.WriteAsync(100, data);
+            }
+            finally
+            {
+                await DisposeWithTimeout(writer);
+            }
+            await using var admin = await CacheServerAdmin.ConnectAsync(server.Process.Endpoint, server.Key, TimeSpan.FromSeconds(5));
+            var later = DateTimeOffset.UtcNow.AddMinutes(30);
+            Assert.Equal(1, await admin.ExtendLeaseAsync(options.CacheId, later));
+            Assert.Equal(1, await admin.ExtendLeaseAsync(options.CacheId, DateTimeOffset.UtcNow.AddSeconds(1)));
+            var listed = Assert.Single(await admin.ListCachesAsync());
+            Assert.Equal(later.ToUnixTimeMilliseconds(), listed.LeaseEnd?.ToUnixTimeMilliseconds());
+            Assert.Equal(0, await admin.ExtendLeaseAsync(options.CacheId + 1, later));
+
+            await Assert.ThrowsAsync<ArgumentOutOfRangeException>(
+                () => admin.ExtendLeaseAsync(options.CacheId, DateTimeOffset.UtcNow + CacheServerAdmin.MaxLeaseAhead + TimeSpan.FromMinutes(1)));
+            await Assert.ThrowsAsync<ArgumentOutOfRangeException>(() => admin.ExtendLeaseAsync(options.CacheId, DateTimeOffset.UnixEpoch));
+
+            // The server checks leases every 250 ms: 1.5 s past the first end it would have freed the cache.
+            var pastFirst = firstEnd + TimeSpan.FromSeconds(1.5) - DateTimeOffset.UtcNow;
+            if (pastFirst > TimeSpan.Zero)
+                await Task.Delay(pastFirst);
+            Assert.Equal(MiB, (await admin.GetStatsAsync()).MemoryLent);
+            options.Capabilities = new[] { server.Capability(options.CacheId, 1, later) };  // the first one has expired
+            var reader = await RemoteCacheClient.OpenAsync(new[] { server.Process.Endpoint }, options);
+            try
+            {
+                var back = new byte[data.Length];
+                await reader.ReadAsync(100, back);
+                Assert.Equal(data, back);
+            }
+            finally
+            {
+                await DisposeWithTimeout(reader);
+            }
+        });
+        server.Process.AssertRunning();
+    }
+
     [Fact]
     public void LimitsAreTheHeaders()
     {
+        Assert.Equal(NativeAbi.Define("RC_MAX_LEASE_AHEAD_MS"), (long)CacheServerAdmin.MaxLeaseAhead.TotalMilliseconds);
         Assert.Equal<long>(CacheServerAdmin.MaxConnectionsPerServer, NativeAbi.Define("RC_MAX_ADMIN_CONNECTIONS"));
         Assert.Equal(NativeAbi.Define("RC_DEFAULT_ADMIN_TIMEOUT_MS"), (long)CacheServerAdmin.DefaultTimeout.TotalMilliseconds);
     }

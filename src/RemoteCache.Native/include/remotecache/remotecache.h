@@ -39,7 +39,7 @@ extern "C" {
 /* The version of this header. A binding built against one version must not drive a library built
  * from another (struct layouts, limits and semantics may differ): it compares rc_api_version() of
  * the library it loaded with the RC_API_VERSION it was built against and refuses a mismatch. */
-#define RC_API_VERSION 10 /* 4: admin interface (remotecache_admin.h); 5: rc_cache_grow/shrink; 6: commit_memory; 7: region pull (rc_capability_mint_migration, rc_admin_pull_region); 8: rc_server_memory_committed; 9: several regions per migration_begin and pull; 10: rc_cache_map_region_ahead */
+#define RC_API_VERSION 11 /* 4: admin interface (remotecache_admin.h); 5: rc_cache_grow/shrink; 6: commit_memory; 7: region pull (rc_capability_mint_migration, rc_admin_pull_region); 8: rc_server_memory_committed; 9: several regions per migration_begin and pull; 10: rc_cache_map_region_ahead; 11: rc_admin_extend_lease */
 
 /* Limits and defaults of the API, defined here once (bindings take them from this header). */
 #define RC_MAX_TOKEN_BYTES 64            /* rc_cache_options.token, UTF-8 bytes */
@@ -155,7 +155,9 @@ RC_API rc_status rc_cache_grow(rc_cache* cache, const char* const* endpoints, si
 /* Keeps the first server_count servers (1..rc_cache_server_count) and cuts the address space after
  * their regions: from each session's next submission on, I/O past the new capacity fails with
  * RC_E_OUT_OF_RANGE. Operations already in flight to the dropped servers complete (or fail if their
- * server drops the cache first). A server's share is freed once no session uses it. */
+ * server drops the cache first). A server's share is freed once no session uses it, in open mode;
+ * with an admission key it lives until its lease ends or the manager drops it (docs/architecture.md,
+ * "Life cycle"). */
 RC_API rc_status rc_cache_shrink(rc_cache* cache, size_t server_count);
 /* The servers whose shares make up the address space now, as rc_cache_grow and rc_cache_shrink count
  * them (0 for a null handle). A share is the regions_per_server regions a server lent when it joined,
@@ -170,8 +172,9 @@ RC_API rc_status rc_cache_close(rc_cache* cache);
 /* A region of the address space is region_size bytes at address region * region_size (regions of one
  * cache share a size when its servers do). It lives on one "holder": a server the cache is connected
  * to. Holders are numbered in the order they joined (the servers of rc_cache_open, then of
- * rc_cache_grow and rc_cache_add_holder); a holder left with no region is let go (its connections close
- * and its server frees its share) but keeps its number, unless it was the last.
+ * rc_cache_grow and rc_cache_add_holder); a holder left with no region is let go (its connections close;
+ * its server frees its share then in open mode, or when its lease ends or the manager drops it with an
+ * admission key) but keeps its number, unless it was the last.
  *
  * Moving region r from its holder to another server, as the manager drives it:
  *  1. rc_cache_add_holder(target): connect the target, which lends regions of its own to this cache;

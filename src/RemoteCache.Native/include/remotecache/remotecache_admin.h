@@ -3,8 +3,9 @@
  *
  * The cache manager (or an operator, with the remotecache-admin command) connects to one of a
  * server's endpoints, proves that it holds the server's admission key, and asks the server what it
- * holds (rc_admin_stats, rc_admin_list_caches), tells it to drop caches (rc_admin_drop_cache), or
- * to pull a region of a cache from another server (rc_admin_pull_region, for live migration).
+ * holds (rc_admin_stats, rc_admin_list_caches), tells it to drop caches (rc_admin_drop_cache) or
+ * to keep them longer (rc_admin_extend_lease), or to pull a region of a cache from another server
+ * (rc_admin_pull_region, for live migration).
  * Servers never call the manager; this is how the manager probes and commands them.
  *
  * Security (docs/admin.md). The admission key never travels: the server sends a random nonce, both
@@ -43,6 +44,9 @@ extern "C" {
 #define RC_DEFAULT_ADMIN_TIMEOUT_MS 5000 /* rc_admin_connect timeout_ms = 0 */
 #define RC_DEFAULT_PULL_TIMEOUT_MS 60000 /* rc_pull_request.timeout_ms = 0 */
 #define RC_MAX_PULL_ENDPOINT_BYTES 127   /* rc_pull_request.source_endpoint, NUL excluded */
+/* rc_admin_extend_lease: how far past the server's clock a lease end may be (30 days), so that a
+ * bad clock or a garbled value cannot pin a cache's memory for good. */
+#define RC_MAX_LEASE_AHEAD_MS 2592000000ull
 
 typedef struct rc_admin rc_admin;
 
@@ -53,22 +57,24 @@ typedef struct rc_server_stats {
   uint32_t size;
   uint32_t server_threads;    /* server threads polling connections (the server's --threads) */
   uint64_t memory_limit;      /* bytes the server may lend in all */
-  uint64_t memory_lent;       /* bytes lent now, dropped caches included until their connections close */
+  uint64_t memory_lent;       /* bytes lent now: idle leased caches included, dropped ones until their connections close */
   uint64_t region_size;       /* bytes per region */
   uint64_t uptime_ms;         /* since the server started */
-  uint32_t caches;            /* live caches (not those dropped or past their lease) */
+  uint32_t caches;            /* live caches, idle ones included (not those dropped or past their lease) */
   uint32_t regions_lent;      /* memory_lent / region_size */
   uint32_t data_connections;  /* established data-path connections */
   uint32_t admin_connections; /* admin connections, the caller's included */
   char server_id[RC_MAX_SERVER_ID_BYTES + 1]; /* the id capabilities name, NUL-terminated */
 } rc_server_stats;
 
-/* One cache a server holds. Caches are named by (cache id, token), so several may share an id. */
+/* One cache a server holds. Caches are named by (cache id, token), so several may share an id. With
+ * an admission key a cache lives until its lease ends or it is dropped, whoever is connected, so a
+ * cache may be listed with 0 connections (remotecache.h, rc_cache_open). */
 typedef struct rc_admin_cache {
   uint64_t cache_id;
   uint64_t lease_end_unix_ms; /* when the server drops it (ms since 1970); 0 = no lease (open mode) */
   uint32_t regions;           /* regions lent to it */
-  uint32_t connections;       /* its data connections */
+  uint32_t connections;       /* its data connections; 0 while nobody is connected to a leased cache */
   uint32_t server_threads;    /* its s */
   uint32_t exclusive;         /* 1 when opened with RC_OPEN_EXCLUSIVE, else 0 */
 } rc_admin_cache;
@@ -95,6 +101,16 @@ RC_API rc_status rc_admin_list_caches(rc_admin* admin, rc_admin_cache* out, uint
  * manager"), and their memory is freed once those connections are gone. *out_dropped: how many
  * caches were dropped (0 when the server holds none with this id). */
 RC_API rc_status rc_admin_drop_cache(rc_admin* admin, uint64_t cache_id, uint32_t* out_dropped);
+
+/* Extends the lease of every cache with this id to lease_end_unix_ms (ms since 1970), connected to
+ * or not: the server keeps such a cache's memory until its lease ends, and a manager that renews a
+ * lease tells the servers here (a client's rc_cache_renew only reaches them while it is connected).
+ * A lease is only ever extended: a cache whose lease already ends later keeps it, and is counted.
+ * *out_caches: how many caches have the id (0 when the server holds none: nothing is created).
+ * RC_E_INVALID_ARGUMENT: lease_end_unix_ms is 0, or more than RC_MAX_LEASE_AHEAD_MS past this
+ * machine's clock or the server's (which refuses it, naming its own clock). */
+RC_API rc_status rc_admin_extend_lease(rc_admin* admin, uint64_t cache_id, uint64_t lease_end_unix_ms,
+                                       uint32_t* out_caches);
 
 /* A region pull (Redy §6.2): the server the handle is connected to (the target) copies regions of a
  * cache from another server (the source) into regions of its own cache with the same id. */

@@ -78,6 +78,20 @@ rc_status rc_admin_drop_cache(rc_admin* admin, uint64_t cache_id, uint32_t* out_
   return guarded([&] { return admin->impl->drop_cache(cache_id, *out_dropped); });
 }
 
+rc_status rc_admin_extend_lease(rc_admin* admin, uint64_t cache_id, uint64_t lease_end_unix_ms, uint32_t* out_caches) {
+  if (admin == nullptr) return null_argument("admin");
+  if (out_caches == nullptr) return null_argument("out_caches");
+  if (lease_end_unix_ms == 0) return rc::fail(RC_E_INVALID_ARGUMENT, "a lease end of 0 (no lease) cannot extend a lease");
+  // Checked here against this machine's clock too, so that an obvious mistake costs no round trip;
+  // the server checks against its own.
+  const uint64_t now = rc::capability::unix_now_ms();
+  if (lease_end_unix_ms > now && lease_end_unix_ms - now > RC_MAX_LEASE_AHEAD_MS)
+    return rc::fail(RC_E_INVALID_ARGUMENT, "lease end " + std::to_string(lease_end_unix_ms) + " is more than " +
+                                               std::to_string(RC_MAX_LEASE_AHEAD_MS) + " ms (RC_MAX_LEASE_AHEAD_MS) past now (" +
+                                               std::to_string(now) + ")");
+  return guarded([&] { return admin->impl->extend_lease(cache_id, lease_end_unix_ms, *out_caches); });
+}
+
 rc_status rc_admin_pull_region(rc_admin* admin, const rc_pull_request* request, rc_pull_result* out_result) {
   if (admin == nullptr) return null_argument("admin");
   if (request == nullptr) return null_argument("request");

@@ -191,6 +191,29 @@ Status AdminClient::drop_cache(uint64_t cache_id, uint32_t& dropped) {
   return RC_OK;
 }
 
+Status AdminClient::extend_lease(uint64_t cache_id, uint64_t lease_end_unix_ms, uint32_t& caches) {
+  std::lock_guard lock(mutex_);
+  wire::AdminRequest request{};
+  request.cache_id = cache_id;
+  request.lease_end_unix_ms = lease_end_unix_ms;
+  std::vector<std::byte> payload;
+  if (const Status st = call(wire::AdminOp::ExtendLease, request, deadline(), payload); st != RC_OK) return st;
+  wire::AdminExtendResult result{};
+  if (payload.size() != sizeof result)
+    return broken(RC_E_PROTOCOL, endpoint_ + " sent a lease extension result of the wrong size");
+  std::memcpy(&result, payload.data(), sizeof result);
+  result.message[sizeof result.message - 1] = '\0';
+  if (result.status == RC_OK) {
+    caches = result.caches;
+    return RC_OK;
+  }
+  // Range-check the peer's integer before it becomes an rc_status.
+  if (!is_known_status(result.status))
+    return broken(RC_E_PROTOCOL,
+                  endpoint_ + " answered a lease extension with an unknown status " + std::to_string(result.status));
+  return fail(static_cast<Status>(result.status), endpoint_ + " refused the lease extension: " + result.message);
+}
+
 Status AdminClient::pull_region(const wire::AdminPullRequest& request, rc_pull_result& out) {
   std::lock_guard lock(mutex_);
   const uint32_t pull_ms = request.timeout_ms != 0 ? request.timeout_ms : RC_DEFAULT_PULL_TIMEOUT_MS;

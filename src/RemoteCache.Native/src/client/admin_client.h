@@ -29,6 +29,9 @@ class AdminClient {
   Status stats(rc_server_stats& out);
   Status list_caches(rc_admin_cache* out, uint32_t max, uint32_t& count);
   Status drop_cache(uint64_t cache_id, uint32_t& dropped);
+  // A lease end the server refuses (RC_E_INVALID_ARGUMENT: past its clock's bound) is not a broken
+  // connection: the status and the server's reason come back.
+  Status extend_lease(uint64_t cache_id, uint64_t lease_end_unix_ms, uint32_t& caches);
   // Waits for the pull's own timeout (request.timeout_ms, resolved) plus the handle's. A pull that
   // fails is not a broken connection: its status and reason come back as the result.
   Status pull_region(const wire::AdminPullRequest& request, rc_pull_result& out);

@@ -192,7 +192,7 @@ static_assert(sizeof(ConnectReply) == 120);
 //
 // Request payloads: AdminRequest for every op but PullRegion, whose payload is an AdminPullRequest.
 // Reply payloads, by op: none (Ping), AdminStats, AdminListHead + entries, AdminDropResult,
-// AdminPullResult. A pull that fails (no such cache, a dead source, a refused capability...) is not a
+// AdminPullResult, AdminExtendResult. A pull that fails (no such cache, a dead source, a refused capability...) is not a
 // protocol fault: its reply carries the status and the reason, and the connection goes on.
 
 inline constexpr uint32_t kAdminVersion = 1;  // of the admin exchange, apart from kVersion
@@ -212,6 +212,11 @@ enum class AdminOp : uint16_t {
   // the source endpoint as a migration source (kConnectMigrationSource) and copies one region of the
   // source's cache into one of its own cache with the same id, within the request's deadline.
   PullRegion = 5,
+  // request: AdminRequest.cache_id / lease_end_unix_ms; reply: AdminExtendResult. Moves the lease end
+  // of the live caches with this id later (never earlier), so that the manager can keep a cache
+  // nobody is connected to (registry.h) for as long as it has promised. A server older than this op
+  // refuses it as unknown (a protocol fault that closes the connection), which the client reports.
+  ExtendLease = 6,
 };
 
 struct AdminHello {
@@ -231,8 +236,13 @@ static_assert(sizeof(AdminChallenge) == 136);
 
 // Payload of every AdminRequest but a PullRegion's (the fields its op does not use are 0).
 struct AdminRequest {
-  uint64_t cache_id;   // DropCache
-  uint64_t after;      // ListCaches: the serial of the last cache of the previous page; 0 = from the start
+  uint64_t cache_id;  // DropCache, ExtendLease
+  // The second word means what the op says: two names for one field, so that ExtendLease fit the
+  // version-1 layout (a server that does not know the op never reads it as a cursor).
+  union {
+    uint64_t after;              // ListCaches: the serial of the last cache of the previous page; 0 = from the start
+    uint64_t lease_end_unix_ms;  // ExtendLease: the new lease end, ms since 1970, at most RC_MAX_LEASE_AHEAD_MS ahead
+  };
   uint32_t max_count;  // ListCaches: caches wanted, at most kAdminListPage
   uint32_t reserved;
 };
@@ -277,6 +287,13 @@ struct AdminDropResult {
   uint32_t reserved;
 };
 static_assert(sizeof(AdminDropResult) == 8);
+
+struct AdminExtendResult {
+  int32_t status;    // RC_OK, or why the server refused the lease end (RC_E_INVALID_ARGUMENT: too far ahead)
+  uint32_t caches;   // live caches with the id, whose lease now ends no earlier than the one asked for
+  char message[96];  // why, when status is an error
+};
+static_assert(sizeof(AdminExtendResult) == 104);
 
 // A PullRegion's source endpoint: text, NUL-padded, with at least one NUL.
 inline constexpr std::size_t kAdminEndpointBytes = RC_MAX_PULL_ENDPOINT_BYTES + 1;

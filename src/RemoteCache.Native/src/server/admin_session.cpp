@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/capability.h"
 #include "common/clock.h"
 #include "common/crypto.h"
 #include "transport/connect_codec.h"
@@ -50,6 +51,28 @@ std::vector<std::byte> list_payload(const Registry& registry, const wire::AdminR
 std::vector<std::byte> drop_payload(const AdminContext& context, uint64_t cache_id) {
   const wire::AdminDropResult result{static_cast<uint32_t>(context.registry->drop(cache_id)), 0};
   if (result.dropped > 0 && context.caches_dropped) context.caches_dropped();
+  const auto bytes = admin::bytes_of(result);
+  return {bytes.begin(), bytes.end()};
+}
+
+// A lease end past RC_MAX_LEASE_AHEAD_MS is refused in the reply, not as a protocol fault: the
+// request is well formed, and the manager's clock may simply run ahead of this server's.
+std::vector<std::byte> extend_payload(Registry& registry, const wire::AdminRequest& request) {
+  wire::AdminExtendResult result{};
+  const uint64_t now = capability::unix_now_ms();
+  std::string why;
+  if (request.lease_end_unix_ms == 0) {
+    why = "a lease end of 0 (no lease) cannot extend a lease";
+  } else if (request.lease_end_unix_ms > now && request.lease_end_unix_ms - now > RC_MAX_LEASE_AHEAD_MS) {
+    why = "lease end " + std::to_string(request.lease_end_unix_ms) + " is over " + std::to_string(RC_MAX_LEASE_AHEAD_MS) +
+          " ms past this server's clock (" + std::to_string(now) + ")";
+  }
+  if (why.empty()) {
+    result.caches = static_cast<uint32_t>(registry.extend_lease(request.cache_id, request.lease_end_unix_ms));
+  } else {
+    result.status = RC_E_INVALID_ARGUMENT;
+    std::memcpy(result.message, why.data(), std::min(why.size(), sizeof result.message - 1));
+  }
   const auto bytes = admin::bytes_of(result);
   return {bytes.begin(), bytes.end()};
 }
@@ -141,6 +164,10 @@ Status AdminSession::execute(wire::AdminOp op, std::span<const std::byte> reques
     case wire::AdminOp::DropCache:
       if (r.after != 0 || r.max_count != 0) return unused_field("after or max_count");
       payload = drop_payload(context_, r.cache_id);
+      return RC_OK;
+    case wire::AdminOp::ExtendLease:
+      if (r.max_count != 0) return unused_field("max_count");
+      payload = extend_payload(*context_.registry, r);
       return RC_OK;
     case wire::AdminOp::PullRegion:
       break;  // taken above: its payload is its own

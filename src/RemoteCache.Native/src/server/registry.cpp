@@ -160,12 +160,22 @@ transport::Grant Registry::join(CacheState& cache, const wire::ConnectRequest& r
     return refuse(RC_E_INVALID_ARGUMENT, cache_name(cache.id) + " exists with " + std::to_string(cache.regions.size()) +
                                              " regions on this server, the Connect asks for " +
                                              std::to_string(request.regions));
-  const bool same_client = std::memcmp(cache.first_client.data(), request.client_id, sizeof request.client_id) == 0;
-  if (cache.exclusive && !same_client)
-    return refuse(RC_E_IN_USE, cache_name(cache.id) + " is open exclusively by another client");
-  if ((request.flags & wire::kConnectExclusive) != 0 && (cache.shared || !same_client))
-    return refuse(RC_E_IN_USE, cache_name(cache.id) + " is already open by another client, so it cannot be opened exclusively");
-  cache.shared = cache.shared || !same_client;
+  if (!cache.has_first_client) {
+    // An idle lease-lived cache: nobody is connected, so whoever opened it before has no claim on it.
+    std::memcpy(cache.first_client.data(), request.client_id, sizeof request.client_id);
+    cache.has_first_client = true;
+    cache.shared = false;
+    cache.exclusive = (request.flags & wire::kConnectExclusive) != 0;
+    RC_LOG_INFO("%s: reopened after being idle%s", cache_name(cache.id).c_str(), cache.exclusive ? ", exclusive" : "");
+  } else {
+    const bool same_client = std::memcmp(cache.first_client.data(), request.client_id, sizeof request.client_id) == 0;
+    if (cache.exclusive && !same_client)
+      return refuse(RC_E_IN_USE, cache_name(cache.id) + " is open exclusively by another client");
+    if ((request.flags & wire::kConnectExclusive) != 0 && (cache.shared || !same_client))
+      return refuse(RC_E_IN_USE,
+                    cache_name(cache.id) + " is already open by another client, so it cannot be opened exclusively");
+    cache.shared = cache.shared || !same_client;
+  }
   if (request.capability_length != 0 && !open_mode())
     cache.lease_end_ms = std::max(cache.lease_end_ms, request.capability.expires_unix_ms);
   return {};
@@ -228,6 +238,20 @@ void Registry::unref(const std::shared_ptr<CacheState>& cache) {
     std::lock_guard cache_lock(cache->mutex);
     if (--cache->connections > 0) return;
   }
+  if (cache->lease_end_ms != 0 && cache->dropped.load(std::memory_order_acquire) == DropCause::None) {
+    // Lease-lived: it keeps its memory until expire() or drop() (the header comment), and forgets its
+    // clients so that the next one may open it, exclusively or not.
+    cache->has_first_client = false;
+    cache->first_client = {};
+    cache->shared = false;
+    cache->exclusive = false;
+    RC_LOG_INFO("%s: no connection left; kept until its lease ends", cache_name(cache->id).c_str());
+    return;
+  }
+  free_cache(cache);
+}
+
+void Registry::free_cache(const std::shared_ptr<CacheState>& cache) {
   auto it = caches_.find(Key{cache->id, cache->token});
   if (it != caches_.end() && it->second == cache) caches_.erase(it);
   by_serial_.erase(cache->serial);  // a no-op for a dropped cache, which left it then
@@ -247,8 +271,9 @@ std::size_t Registry::expire(uint64_t now_unix_ms, uint64_t& next_end_ms) {
     CacheState& c = *it->second;
     if (c.lease_end_ms != 0 && c.lease_end_ms <= now_unix_ms) {
       RC_LOG_WARN("%s: its lease ended; dropping it", cache_name(c.id).c_str());
-      retire(it->second, DropCause::LeaseEnded);
+      const std::shared_ptr<CacheState> cache = it->second;
       it = caches_.erase(it);
+      retire(cache, DropCause::LeaseEnded);
       ++dropped;
       continue;
     }
@@ -267,16 +292,40 @@ std::size_t Registry::drop(uint64_t cache_id) {
       continue;
     }
     RC_LOG_WARN("%s: dropped by its manager", cache_name(cache_id).c_str());
-    retire(it->second, DropCause::ByManager);
+    const std::shared_ptr<CacheState> cache = it->second;
     it = caches_.erase(it);
+    retire(cache, DropCause::ByManager);
     ++dropped;
   }
   return dropped;
 }
 
+std::size_t Registry::extend_lease(uint64_t cache_id, uint64_t lease_end_unix_ms) {
+  std::lock_guard lock(mutex_);
+  std::size_t found = 0;
+  for (auto& [key, cache] : caches_) {
+    // An unmanaged cache (lease_end_ms == 0) has no lease to extend; it cannot exist beside an
+    // admission key anyway.
+    if (cache->id != cache_id || cache->lease_end_ms == 0) continue;
+    cache->lease_end_ms = std::max(cache->lease_end_ms, lease_end_unix_ms);
+    ++found;
+  }
+  if (found > 0)
+    RC_LOG_INFO("%s: lease extended to %llu (unix ms) for %zu caches", cache_name(cache_id).c_str(),
+                static_cast<unsigned long long>(lease_end_unix_ms), found);
+  return found;
+}
+
 void Registry::retire(const std::shared_ptr<CacheState>& cache, DropCause cause) {
   cache->dropped.store(cause, std::memory_order_release);
   by_serial_.erase(cache->serial);
+  bool idle = false;
+  {
+    std::lock_guard cache_lock(cache->mutex);
+    idle = cache->connections == 0;
+  }
+  // No connection will detach to free an idle lease-lived cache: free it now.
+  if (idle) free_cache(cache);
 }
 
 std::vector<CacheInfo> Registry::list(uint64_t after, uint32_t max, uint32_t& more) const {

@@ -1,9 +1,21 @@
 // The caches a server lends memory to. A cache is named by (cache id, token): the same id with
 // another token is another cache, so nobody can squat an id, lock its owner out or probe which ids
-// exist. A cache is created by its first Connect and freed when its last connection closes
-// (RemoteCache is a cache: a crashed client must not leak the memory it rented), or dropped when
-// its lease (the latest expiry of the capabilities it was opened with) ends or its manager drops it
-// through the admin interface.
+// exist. A cache is created by its first Connect. How long it keeps its memory depends on how it
+// was admitted; this is the one place that states the rule:
+//  - Lease-lived (the server has an admission key, so the cache was admitted by a capability and
+//    has lease_end_ms != 0): it keeps its regions, their contents and its share of memory_lent until
+//    its lease (the latest expiry of the capabilities it was opened with, or of an admin
+//    ExtendLease) ends or its manager drops it through the admin interface, whoever is connected.
+//    When its last connection (or migration hold) goes it stays, idle, joinable by the same (id,
+//    token) and listed with 0 connections: the manager allocated it for a duration (Redy's
+//    Create(capacity, SLO, duration)), so a client may fill it, close it and reopen it later.
+//  - Unmanaged (open mode, no admission key, lease_end_ms == 0): freed when its last connection
+//    closes, since nothing else would ever free it (RemoteCache is a cache: a crashed client must not
+//    leak the memory it rented).
+// A dropped or expired cache is freed with its last connection, or at once when none is connected.
+// When a cache's connections (clients, migration sources and holds) reach 0 it forgets its clients:
+// exclusivity (RC_OPEN_EXCLUSIVE) ends, and the next client to connect is its first client again,
+// free to open it exclusively.
 //
 // Admission: with an admission key, a Connect needs a capability signed by it for this server and
 // this cache id; the regions of all caches with that id stay within what the capability grants.
@@ -31,8 +43,8 @@
 
 namespace rc::server {
 
-// Why a cache was dropped before its last connection closed: its connections then close with a
-// Notice that says so (RC_E_EXPIRED either way).
+// Why a cache was dropped (its lease ended, or its manager dropped it): its connections then close
+// with a Notice that says so (RC_E_EXPIRED either way).
 enum class DropCause : uint8_t { None, LeaseEnded, ByManager };
 
 struct CacheState {
@@ -48,10 +60,12 @@ struct CacheState {
   std::mutex mutex;  // guards the counters below
   uint32_t connections = 0;
   uint32_t next_connection_index = 0;
-  // Guarded by the registry's mutex.
+  // Guarded by the registry's mutex. Reset when the connections reach 0 (an idle lease-lived cache):
+  // the next client to connect is then its first client again.
   bool exclusive = false;
   std::array<uint8_t, 16> first_client{};  // the client id of the first connection
   bool shared = false;                      // another client id has connected too
+  bool has_first_client = true;             // false while idle: the next Connect becomes first_client
   uint64_t lease_end_ms = 0;                // 0: no lease (open mode)
 };
 
@@ -68,8 +82,8 @@ struct CacheInfo {
 
 // What the admin interface reports of the registry as a whole, as one snapshot.
 struct RegistryStats {
-  uint64_t memory_lent;   // dropped caches included until their last connection closes
-  uint32_t caches;        // live ones (joinable: not dropped)
+  uint64_t memory_lent;   // idle lease-lived caches included; dropped ones until their last connection closes
+  uint32_t caches;        // live ones (joinable: not dropped), idle lease-lived ones included
   uint32_t connections;   // attached connections of every cache, dropped ones included
 };
 
@@ -86,7 +100,7 @@ class Registry {
 
   // Admits a connection: checks its capability, then creates its cache or joins the existing one.
   transport::Grant attach(const wire::ConnectRequest& request, std::shared_ptr<CacheState>& cache);
-  // Called once per attached connection when it closes.
+  // Called once per attached connection when it closes (the cache's lifetime rule: the header comment).
   void detach(const std::shared_ptr<CacheState>& cache);
 
   // Keeps the one live cache with this id from being freed while a region pull writes into it (as a
@@ -95,12 +109,17 @@ class Registry {
   std::shared_ptr<CacheState> hold(uint64_t cache_id);
   void release(const std::shared_ptr<CacheState>& cache);
 
-  // Drops every cache whose lease has ended by `now_unix_ms` (marks it, so its connections close;
-  // its memory is freed with the last of them). Returns how many, and the next lease end (or 0).
+  // Drops every cache whose lease has ended by `now_unix_ms`, idle ones included (marks it, so its
+  // connections close; its memory is freed with the last of them, or now when none is connected).
+  // Returns how many, and the next lease end (or 0).
   std::size_t expire(uint64_t now_unix_ms, uint64_t& next_end_ms);
 
   // Drops every live cache with this id, as expire() does for ended leases. Returns how many.
   std::size_t drop(uint64_t cache_id);
+  // Moves the lease end of every live lease-lived cache with this id to `lease_end_unix_ms` when that
+  // is later (a lease is only ever extended here, never shortened). Returns how many caches have the
+  // id, so a shorter request counts the caches whose later lease it kept.
+  std::size_t extend_lease(uint64_t cache_id, uint64_t lease_end_unix_ms);
   // Up to `max` live caches created after the one with serial `after`, in creation order; `more`:
   // how many live caches come after the last of them.
   std::vector<CacheInfo> list(uint64_t after, uint32_t max, uint32_t& more) const;
@@ -129,14 +148,18 @@ class Registry {
   transport::Grant attach_migration_source(const wire::ConnectRequest& request, std::shared_ptr<CacheState>& cache);
   // The one live cache with this id, or null with the refusal in `refused`. Called with mutex_ held.
   std::shared_ptr<CacheState> unique_live(uint64_t cache_id, transport::Grant& refused) const;
-  // Takes one reference (connection or hold) off a cache and frees it with the last. Called with mutex_ held.
+  // Takes one reference (connection or hold) off a cache; with the last it frees an unmanaged or
+  // dropped cache and leaves a lease-lived one idle (the header comment). Called with mutex_ held.
   void unref(const std::shared_ptr<CacheState>& cache);
+  // Gives a cache's memory back and forgets it. Called with mutex_ held, once nothing is connected.
+  void free_cache(const std::shared_ptr<CacheState>& cache);
   transport::Grant join(CacheState& cache, const wire::ConnectRequest& request);
   transport::Grant create(const Key& key, const wire::ConnectRequest& request, std::shared_ptr<CacheState>& cache);
   static void free_regions(CacheState& cache);
   // Marks a live cache dropped (its connections close) and takes it out of the listing; the caller,
-  // which iterates caches_, takes it out of there so that no Connect joins it. Its memory goes with
-  // its last connection. Called with mutex_ held.
+  // which iterates caches_, takes it out of there (before this call) so that no Connect joins it. Its
+  // memory goes with its last connection, or here when none is connected (an idle lease-lived
+  // cache). Called with mutex_ held.
   void retire(const std::shared_ptr<CacheState>& cache, DropCause cause);
 
   const uint64_t region_size_;
