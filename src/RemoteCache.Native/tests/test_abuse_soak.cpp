@@ -10,10 +10,15 @@
 //    and leases that end while the hostile tenant is connected;
 //  - exclusive squatting: opening the legitimate caches' ids (without their capabilities), and a
 //    second client on another tenant's exclusive cache.
-// Hostile tenants hold valid capabilities for their own caches. The soak passes only with 0 errors
+// Hostile tenants hold valid capabilities for their own caches, as a manager grants them: a bounded
+// set of caches each (a quota), since a cache admitted by a capability keeps its memory for its lease
+// whoever is connected; short-lived caches are deallocated by the soak after use (admin DropCache, as
+// the manager does) and leases end. The soak passes only with 0 errors
 // for the legitimate clients, every attack refused the way the contract says, the server alive, all
 // memory lent back (0) once attackers and legitimate clients are gone, and the server's RSS under
 // rss_bound() (128 MiB; more under a sanitizer) the whole time. It prints one summary line.
+#include <map>
+
 #include "attacks.h"
 #include "common/capability.h"
 
@@ -26,6 +31,10 @@ constexpr uint64_t kSoakMemoryLimit = 256 * MiB;
 // ~40 MiB at a time here, count in it: their pages are the server's shared memory). A sanitizer build
 // gets 3 x that plus ASan's quarantine of freed memory (256 MiB by default).
 inline uint64_t rss_bound() { return rctest::under_sanitizer() ? (3 * 128 + 256) * MiB : 128 * MiB; }
+
+// The lease of a short-lived cache (a library open, some use, a close, then its deallocation): long
+// enough for a loaded open, short enough that one whose deallocation failed goes soon.
+constexpr uint64_t kShortLeaseMs = 10'000;
 
 // Every hostile loop also stops after this many rounds, whatever the clock says.
 constexpr int kMaxRounds = 1'000'000;
@@ -110,14 +119,43 @@ class Soak {
   std::string cap(uint64_t id, uint32_t regions, uint64_t ttl_ms) {
     return mint(key_.key, id, server_id_, regions, unix_now_ms() + ttl_ms);
   }
+  // A Connect of a hostile tenant to one of its caches: the pool for its region count, a cache picked
+  // at random (several attackers may join one; none opens them exclusively).
   ConnectSpec hostile_spec(uint32_t regions, uint64_t ttl_ms = 600'000) {
+    uint64_t id = 0;
+    {
+      std::lock_guard lock(mu_);
+      auto& pool = hostile_pool_[regions];
+      if (pool.empty())
+        for (uint32_t i = 0; i < kHostilePool; ++i) pool.push_back(next_id());
+      id = pool[pool_rng_() % pool.size()];
+    }
+    return hostile_spec_for(id, regions, ttl_ms);
+  }
+  // A Connect of a hostile tenant to a cache of its own that no other attack touches.
+  ConnectSpec hostile_spec_for(uint64_t id, uint32_t regions, uint64_t ttl_ms = 600'000) {
     ConnectSpec s;
-    s.cache_id = next_id();
+    s.cache_id = id;
     s.regions = regions;
     s.token = "hostile-" + std::to_string(s.cache_id);
     const auto c = rc::capability::from_text(cap(s.cache_id, regions, ttl_ms));
     if (c) s.capability = *c;
     return s;
+  }
+  // The manager's Deallocate: drops the cache on the server. The lease is the backstop when this fails
+  // under load (an admin connection may be refused or time out), so a failure is only counted.
+  void deallocate(uint64_t id) {
+    rc_admin* admin = nullptr;
+    uint32_t dropped = 0;
+    if (rc_admin_connect(tcp_.c_str(), key_.key.data(), key_.key.size(), 5000, &admin) == RC_OK)
+      (void)rc_admin_drop_cache(admin, id, &dropped);
+    if (admin != nullptr) rc_admin_close(admin);
+    if (dropped == 0) missed_drops_.fetch_add(1, std::memory_order_relaxed);
+  }
+  void deallocate_hostile_pools() {
+    std::lock_guard lock(mu_);
+    for (const auto& [regions, pool] : hostile_pool_)
+      for (uint64_t id : pool) deallocate(id);
   }
   rc_cache_options open_options(uint64_t id, uint32_t regions, const char* token, rc_config cfg, const char* const* caps,
                                 uint32_t connect_ms = 5000) {
@@ -152,6 +190,11 @@ class Soak {
   std::atomic<uint64_t> legit_opens_{0};
   std::atomic<uint64_t> shm_lease_disconnected_{0};
   std::atomic<uint64_t> lost_{0};
+  std::atomic<uint64_t> missed_drops_{0};
+  // Caches of the hostile tenants by region count, created as the attacks first connect (under mu_).
+  static constexpr uint32_t kHostilePool = 8;
+  std::map<uint32_t, std::vector<uint64_t>> hostile_pool_;
+  std::mt19937_64 pool_rng_{11};
   std::mutex mu_;
   std::vector<std::string> anomalies_;
   uint64_t anomaly_count_ = 0;
@@ -218,15 +261,19 @@ void Soak::departed_attacker() {
   Clock::time_point left;
   for (int round = 0; running() && round < kMaxRounds; ++round) {
     if (last && Clock::now() - left > 3s) {
-      if (!last->zeroed()) anomaly("departed: a departed client's mapping still holds data 3 s after it left");
+      if (!last->zeroed()) anomaly("departed: a departed client's mapping still holds data 3 s after its cache was deallocated");
       last.reset();
     }
     if (!last) {
+      // Its own cache, deallocated once it left (a leased cache outlives its connections): the
+      // mapping it kept must then hold nothing.
+      const uint64_t id = next_id();
       last = std::make_unique<DepartedMapping>();
-      if (!last->start(shm_.substr(4), hostile_spec(1), wire::kVersion, kRegionSize, 3000)) {
+      if (!last->start(shm_.substr(4), hostile_spec_for(id, 1), wire::kVersion, kRegionSize, 3000)) {
         lost_handshake();
         last.reset();
       } else {
+        deallocate(id);
         left = Clock::now();
         count(kDeparted);
       }
@@ -273,8 +320,8 @@ void Soak::churn_attacker() {
         }
         break;
       }
-      default: {  // a library open and close with a valid capability
-        Admission a = admission(1, 600'000);
+      default: {  // a library open and close with a valid capability, then the manager deallocates it
+        Admission a = admission(1, kShortLeaseMs);
         const std::string& ep = rng() % 2 ? tcp_ : shm_;
         CacheHandle cache;
         const rc_status st = open_cache({ep}, open_options(a.id, 1, "churn", rc_config{0, 1, 1, 1}, a.caps()), &cache.c);
@@ -282,6 +329,8 @@ void Soak::churn_attacker() {
           cache.leak();
           lost_handshake();
         }
+        if (st == RC_OK) cache.close();
+        deallocate(a.id);
         break;
       }
     }
@@ -413,7 +462,7 @@ void Soak::lease_attacker() {
 // RC_E_IN_USE; a legitimate cache's id cannot be opened without its capability.
 void Soak::squatter() {
   for (int i = 0; running() && i < kMaxRounds; ++i) {
-    Admission a = admission(1, 600'000);
+    Admission a = admission(1, kShortLeaseMs);
     const std::string& ep = i % 2 ? shm_ : tcp_;
     rc_cache_options o = open_options(a.id, 1, "squat", rc_config{0, 1, 1, 1}, a.caps());
     o.flags = RC_OPEN_EXCLUSIVE;
@@ -447,6 +496,8 @@ void Soak::squatter() {
     } else {
       thief.leak();
     }
+    owner.close();
+    deallocate(a.id);
     pause(50ms);
   }
 }
@@ -455,7 +506,7 @@ void Soak::squatter() {
 // it while the herd and the churn go on.
 void Soak::legit_opener() {
   for (int i = 0; running() && i < kMaxRounds; ++i) {
-    Admission a = admission(1, 600'000);
+    Admission a = admission(1, kShortLeaseMs);
     const std::string& ep = i % 2 ? shm_ : tcp_;
     CacheHandle cache;
     const rc_status st = open_cache({ep}, open_options(a.id, 1, "legit-short", rc_config{0, 1, 4, 2}, a.caps(), 3000), &cache.c);
@@ -468,6 +519,7 @@ void Soak::legit_opener() {
       if (cache.close() != RC_OK) legit_error("short-lived cache close over " + ep);
       legit_opens_.fetch_add(1);
     }
+    deallocate(a.id);
     pause(500ms);
   }
 }
@@ -575,10 +627,13 @@ void Soak::run() {
   attacks_[kSilentReopen].n.store(herd.dropped());
   const bool alive = server_.alive();
 
-  // Attackers gone: only the legitimate caches are lent (3 x 4 regions).
+  // Attackers gone and their caches deallocated: only the legitimate caches are lent (3 x 4 regions),
+  // once the short-lived ones whose deallocation failed under load have seen their leases end.
   watchdog.phase("memory after the attackers left");
+  if (alive) deallocate_hostile_pools();
   const uint64_t legit_bytes = legit.size() * 4 * kRegionSize;
-  const uint64_t lent_with_legit = alive ? server_.wait_memory_in_use(legit_bytes, 5000) : ServerProcess::kNoAnswer;
+  const uint64_t lent_with_legit =
+      alive ? server_.wait_memory_in_use(legit_bytes, static_cast<int>(kShortLeaseMs) + 5000) : ServerProcess::kNoAnswer;
 
   watchdog.phase("stopping the legitimate client");
   uint64_t legit_ops = 0, legit_reads = 0, legit_failures = 0;
@@ -595,6 +650,8 @@ void Soak::run() {
       l->cache.leak();
     }
   }
+  if (alive)
+    for (uint64_t id : legit_ids_) deallocate(id);
   const uint64_t lent_after = alive ? server_.wait_memory_in_use(0, 5000) : ServerProcess::kNoAnswer;
   monitor_stop.store(true);
   monitor.join();
@@ -606,14 +663,15 @@ void Soak::run() {
     kinds << (kinds.tellp() > 0 ? ", " : "") << a.name << " " << a.n.load();
   }
   std::printf("[ soak     ] %d s: %llu attacks run (%s); legitimate: %llu ops, %llu reads verified, %llu short-lived "
-              "opens, %llu errors; hostile outcomes not as specified: %llu (hostile handshakes lost to load: %llu, one-sided shm lease ends seen as RC_E_DISCONNECTED: %llu); peak server RSS %.1f MiB (bound %llu MiB); "
+              "opens, %llu errors; hostile outcomes not as specified: %llu (hostile handshakes lost to load: %llu, one-sided shm lease ends seen as RC_E_DISCONNECTED: %llu, deallocations that found no cache: %llu); peak server RSS %.1f MiB (bound %llu MiB); "
               "lent after the attackers left %s, after all left %s\n",
               seconds, static_cast<unsigned long long>(attacks), kinds.str().c_str(),
               static_cast<unsigned long long>(legit_ops), static_cast<unsigned long long>(legit_reads),
               static_cast<unsigned long long>(legit_opens_.load()),
               static_cast<unsigned long long>(legit_error_count_ + legit_failures),
               static_cast<unsigned long long>(anomaly_count_), static_cast<unsigned long long>(lost_.load()),
-              static_cast<unsigned long long>(shm_lease_disconnected_.load()), static_cast<double>(peak_rss.load()) / MiB,
+              static_cast<unsigned long long>(shm_lease_disconnected_.load()),
+              static_cast<unsigned long long>(missed_drops_.load()), static_cast<double>(peak_rss.load()) / MiB,
               static_cast<unsigned long long>(rss_bound() / MiB),
               lent_text(lent_with_legit).c_str(), lent_text(lent_after).c_str());
   std::fflush(stdout);
