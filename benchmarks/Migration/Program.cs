@@ -406,6 +406,10 @@ internal sealed class Servers : IDisposable
 
     public async Task<RemoteCacheClient> OpenCacheAsync(int regions, CancellationToken ct)
     {
+        // A cache admitted by a capability keeps its memory for its lease, whoever is connected: the previous one is
+        // deallocated, as the manager would, before its memory can come back.
+        if (_previousCache is { } previous)
+            await DeallocateAsync(previous, ct);
         // The memory of the previous cache comes back once its connections have closed, and the target commits its
         // share again (its spares are what a move lands in).
         var deadline = Stopwatch.StartNew();
@@ -424,7 +428,20 @@ internal sealed class Servers : IDisposable
             Name = "migration-bench",
         };
         options.Capabilities = new[] { RemoteCacheCapability.Mint(_sourceKey, options.CacheId, Source.ServerId, regions, DateTimeOffset.UtcNow.AddHours(1)) };
+        _previousCache = options.CacheId;
         return await RemoteCacheClient.OpenAsync(new[] { Source.Endpoints[0] }, options, cancellationToken: ct);
+    }
+
+    private ulong? _previousCache;
+
+    // The manager's Deallocate: the cache is dropped on every server that may hold it.
+    private async Task DeallocateAsync(ulong cacheId, CancellationToken ct)
+    {
+        foreach (var (server, key) in new[] { (Source, _sourceKey), (Target, _targetKey) })
+        {
+            await using var admin = await CacheServerAdmin.ConnectAsync(server.Endpoints[0], key, TimeSpan.FromSeconds(30), ct);
+            await admin.DropCacheAsync(cacheId, ct);
+        }
     }
 
     public async Task<RegionPullResult> PullAsync(RemoteCacheServer target, RemoteCacheClient client, int region, int targetRegion, int? mibPerSecond,
