@@ -393,7 +393,8 @@ const std::vector<uint8_t>& admission_key() {
 }
 
 // A cache as the model sees it: it holds memory from its creation until its last connection
-// detaches; `listed` while a Connect can still join it (not dropped by expire()).
+// detaches — or, admitted by a capability, until its lease ends (expire()), whoever is connected;
+// `listed` while a Connect can still join it (not dropped by expire()).
 struct ModelCache {
   uint64_t id = 0;
   std::string token;
@@ -445,6 +446,12 @@ class RegistryRun {
     const bool has_cap = admission_ && r.capability_length != 0;
     if (migration) {  // joined as nobody's client: no sharing, no lease
       FUZZ_CHECK(cache.get() == target->real);
+    } else if (target != nullptr && target->connections == 0) {  // an idle lease-lived cache: its next first client
+      FUZZ_CHECK(cache.get() == target->real);
+      std::memcpy(target->first_client.data(), r.client_id, sizeof r.client_id);
+      target->exclusive = (r.flags & wire::kConnectExclusive) != 0;
+      target->shared = false;
+      if (has_cap) target->lease_end = std::max(target->lease_end, r.capability.expires_unix_ms);
     } else if (target != nullptr) {  // joined
       FUZZ_CHECK(cache.get() == target->real);
       const bool same_client = std::memcmp(target->first_client.data(), r.client_id, sizeof r.client_id) == 0;
@@ -485,11 +492,14 @@ class RegistryRun {
     conns_.erase(conns_.begin() + static_cast<std::ptrdiff_t>(i));
     registry_.detach(c.cache);
     ModelCache* m = c.model;
-    if (--m->connections == 0) {
+    if (--m->connections == 0 && m->lease_end != 0 && !m->dropped) {
+      // Lease-lived: kept, memory and all, until its lease ends; it forgets its clients.
+      FUZZ_CHECK(c.cache->regions.size() == m->regions);
+      m->exclusive = false;
+      m->shared = false;
+    } else if (m->connections == 0) {
       FUZZ_CHECK(c.cache->regions.empty() && c.cache->views.empty());  // freed with its last connection
-      in_use_ -= uint64_t{m->regions} * kRegionSize;
-      if ((by_id_[m->id] -= m->regions) == 0) by_id_.erase(m->id);
-      caches_.erase(std::find_if(caches_.begin(), caches_.end(), [&](const auto& p) { return p.get() == m; }));
+      forget(m);
     } else {
       FUZZ_CHECK(c.cache->regions.size() == m->regions);
     }
@@ -497,6 +507,7 @@ class RegistryRun {
   }
 
   void expire(uint64_t now) {
+    std::vector<ModelCache*> idle;  // dropped now; freed at once when nobody is connected
     std::size_t want_dropped = 0;
     uint64_t want_next = 0;
     for (auto& m : caches_) {
@@ -505,6 +516,7 @@ class RegistryRun {
         m->listed = false;
         m->dropped = true;
         ++want_dropped;
+        idle.push_back(m.get());
       } else if (want_next == 0 || m->lease_end < want_next) {
         want_next = m->lease_end;
       }
@@ -512,6 +524,8 @@ class RegistryRun {
     uint64_t next = 0;
     FUZZ_CHECK(registry_.expire(now, next) == want_dropped);
     FUZZ_CHECK(next == want_next);
+    for (ModelCache* m : idle)
+      if (m->connections == 0) forget(m);
     for (const auto& c : conns_)
       FUZZ_CHECK((c.cache->dropped.load() == rc::server::DropCause::LeaseEnded) == c.model->dropped);
     check_memory();
@@ -519,6 +533,8 @@ class RegistryRun {
 
   void finish() {
     while (!conns_.empty()) detach(conns_.size() - 1);
+    // What is left lives for its lease: every lease ending frees it all.
+    expire(UINT64_MAX);
     FUZZ_CHECK(caches_.empty() && by_id_.empty());
     FUZZ_CHECK(registry_.memory_in_use() == 0);
     uint64_t next = 1;
@@ -538,10 +554,13 @@ class RegistryRun {
     for (const auto& m : caches_) {
       if (!m->listed || m->id != r.cache_id || m->token != token) continue;
       if (m->regions != r.regions) return RC_E_INVALID_ARGUMENT;
-      const bool same_client = std::memcmp(m->first_client.data(), r.client_id, sizeof r.client_id) == 0;
-      if (m->exclusive && !same_client) return RC_E_IN_USE;
-      if ((r.flags & wire::kConnectExclusive) != 0 && (m->shared || !same_client)) return RC_E_IN_USE;
       target = m.get();
+      if (m->connections == 0) return RC_OK;  // idle and lease-lived: nobody has a claim on it
+      const bool same_client = std::memcmp(m->first_client.data(), r.client_id, sizeof r.client_id) == 0;
+      if ((m->exclusive && !same_client) || ((r.flags & wire::kConnectExclusive) != 0 && (m->shared || !same_client))) {
+        target = nullptr;
+        return RC_E_IN_USE;
+      }
       return RC_OK;
     }
     if (admission_) {
@@ -579,6 +598,13 @@ class RegistryRun {
     // reading cannot disagree with ours.
     return c.rights == rights && server == kRgServerId && c.cache_id == r.cache_id && c.expires_unix_ms > now &&
            r.regions <= c.regions;
+  }
+
+  // A cache the registry freed: its memory and its regions' count go.
+  void forget(ModelCache* m) {
+    in_use_ -= uint64_t{m->regions} * kRegionSize;
+    if ((by_id_[m->id] -= m->regions) == 0) by_id_.erase(m->id);
+    caches_.erase(std::find_if(caches_.begin(), caches_.end(), [&](const auto& p) { return p.get() == m; }));
   }
 
   void check_memory() const {
