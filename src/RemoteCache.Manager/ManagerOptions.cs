@@ -15,6 +15,21 @@ public sealed class ManagerOptions
     /// <summary>Where the manager keeps its database, admission key, generated API keys and local servers' files.</summary>
     public string StateDirectory { get; set; } = DefaultStateDirectory();
 
+    /// <summary><see cref="Store"/>: a SQLite file in the state directory (one manager).</summary>
+    public const string SqliteStore = "sqlite";
+
+    /// <summary><see cref="Store"/>: etcd v3 at <see cref="EtcdEndpoints"/> (managers that share their state).</summary>
+    public const string EtcdStore = "etcd";
+
+    /// <summary>Where the state is kept: <see cref="SqliteStore"/> or <see cref="EtcdStore"/>.</summary>
+    public string Store { get; set; } = SqliteStore;
+
+    /// <summary>The etcd members (comma-separated URLs) of the etcd store.</summary>
+    public string? EtcdEndpoints { get; set; }
+
+    /// <summary>The prefix of the etcd store's keys (several managers' states may share one etcd under different prefixes).</summary>
+    public string EtcdPrefix { get; set; } = RemoteCache.Manager.Store.EtcdManagerStore.DefaultPrefix;
+
     /// <summary>The VM catalogue (JSON); null: <see cref="Catalogue.VmCatalogue.LocalDefault"/>.</summary>
     public string? Catalogue { get; set; }
 

@@ -55,13 +55,16 @@ public static class Program
         var server = new Option<string?>("--server") { Description = "Local allocator: the remotecache-server to run [default: the one in the RemoteCache package]" };
         var probe = new Option<double>("--probe-period") { Description = "Seconds between probes of each server", DefaultValueFactory = _ => 2 };
         var failure = new Option<double>("--failure-timeout") { Description = "Seconds a server may miss every probe (over two probe periods at least) before it is declared failed", DefaultValueFactory = _ => 6 };
+        var storeKind = new Option<string>("--store") { Description = "Where the state is kept: sqlite (a file in the state directory) or etcd (--etcd-endpoints)", DefaultValueFactory = _ => ManagerOptions.SqliteStore };
+        var etcdEndpoints = new Option<string?>("--etcd-endpoints") { Description = "--store etcd: the etcd members, comma-separated URLs (http://HOST:2379,…)" };
+        var etcdPrefix = new Option<string>("--etcd-prefix") { Description = "--store etcd: the prefix of the manager's keys", DefaultValueFactory = _ => EtcdManagerStore.DefaultPrefix };
         var lease = new Option<double>("--default-lease") { Description = "Seconds of a lease when Allocate names none", DefaultValueFactory = _ => 600 };
         var replacementIdle = new Option<double>("--replacement-idle-timeout") { Description = "Seconds a pending replacement's mover may do nothing before the replacement is given back and the server's notice goes out again", DefaultValueFactory = _ => 120 };
         var certificate = new Option<string?>("--certificate") { Description = "PEM certificate: serve TLS (with --certificate-key)" };
         var certificateKey = new Option<string?>("--certificate-key") { Description = "PEM private key of --certificate" };
         var root = new RootCommand("remotecache-manager: allocates SLO-driven remote-memory caches over a priced VM catalogue, issues capabilities and leases, watches the servers")
         {
-            listen, state, catalogue, models, keys, admission, allocator, transports, warm, commit, verbs, server, probe, failure, lease, replacementIdle, certificate, certificateKey,
+            listen, state, catalogue, models, keys, admission, allocator, transports, warm, commit, verbs, server, probe, failure, storeKind, etcdEndpoints, etcdPrefix, lease, replacementIdle, certificate, certificateKey,
         };
         root.SetAction(async (parse, cancellationToken) =>
         {
@@ -80,6 +83,9 @@ public static class Program
                 ServerPath = parse.GetValue(server),
                 ProbePeriod = TimeSpan.FromSeconds(parse.GetValue(probe)),
                 FailureTimeout = TimeSpan.FromSeconds(parse.GetValue(failure)),
+                Store = parse.GetValue(storeKind)!,
+                EtcdEndpoints = parse.GetValue(etcdEndpoints),
+                EtcdPrefix = parse.GetValue(etcdPrefix)!,
                 DefaultLease = TimeSpan.FromSeconds(parse.GetValue(lease)),
                 ReplacementIdleTimeout = TimeSpan.FromSeconds(parse.GetValue(replacementIdle)),
                 Certificate = parse.GetValue(certificate),
@@ -152,7 +158,7 @@ public static class Program
         services.AddSingleton(keys);
         services.AddSingleton(TimeProvider.System);
         services.AddSingleton<ManagerMetrics>();
-        var store = await SqliteManagerStore.OpenAsync(Path.Combine(options.StateDirectory, "manager.db"), cancellationToken).ConfigureAwait(false);
+        var store = await OpenStoreAsync(options, cancellationToken).ConfigureAwait(false);
         services.AddSingleton<IManagerStore>(_ => store);  // a factory: the container disposes it (closing the database) with the app
         services.AddSingleton<IServerAdmin>(new NativeServerAdmin(admissionKey));
         services.AddSingleton<IServerAllocator>(sp => options.Allocator == StaticPoolAllocator.AllocatorName
@@ -169,7 +175,7 @@ public static class Program
             grpc.MaxReceiveMessageSize = InputBoundsInterceptor.MaxMessageBytes;
         });
         services.AddGrpcHealthChecks().AddAsyncCheck("store", async ct =>
-            await store.PingAsync(ct).ConfigureAwait(false) ? HealthCheckResult.Healthy() : HealthCheckResult.Unhealthy("the SQLite store does not answer"));
+            await store.PingAsync(ct).ConfigureAwait(false) ? HealthCheckResult.Healthy() : HealthCheckResult.Unhealthy($"the {options.Store} store does not answer"));
         services.AddAuthentication(ApiKeyAuthenticationHandler.SchemeName)
                 .AddScheme<AuthenticationSchemeOptions, ApiKeyAuthenticationHandler>(ApiKeyAuthenticationHandler.SchemeName, null);
         services.AddAuthorizationBuilder()
@@ -254,6 +260,28 @@ public static class Program
             kestrel.ListenLocalhost(listen.Port, Configure);
         else
             kestrel.Listen(address, listen.Port, Configure);
+    }
+
+    private static async Task<IManagerStore> OpenStoreAsync(ManagerOptions options, CancellationToken cancellationToken)
+    {
+        switch (options.Store)
+        {
+            case ManagerOptions.SqliteStore:
+                return await SqliteManagerStore.OpenAsync(Path.Combine(options.StateDirectory, "manager.db"), cancellationToken).ConfigureAwait(false);
+            case ManagerOptions.EtcdStore:
+                if (string.IsNullOrWhiteSpace(options.EtcdEndpoints))
+                    throw new StartupException("--store etcd needs --etcd-endpoints (comma-separated URLs, e.g. http://10.0.0.1:2379,http://10.0.0.2:2379)");
+                try
+                {
+                    return await EtcdManagerStore.OpenAsync(options.EtcdEndpoints, options.EtcdPrefix, cancellationToken).ConfigureAwait(false);
+                }
+                catch (Exception e) when (e is StoreUnavailableException or InvalidOperationException or ArgumentException or UriFormatException)
+                {
+                    throw new StartupException($"--store etcd: {e.Message}", e);
+                }
+            default:
+                throw new StartupException($"--store {options.Store}: '{ManagerOptions.SqliteStore}' or '{ManagerOptions.EtcdStore}'");
+        }
     }
 
     private static byte[] ReadAdmissionKey(string path)

@@ -1,0 +1,292 @@
+using System;
+using System.Collections.Generic;
+using System.Globalization;
+using System.Linq;
+using System.Text;
+using System.Text.Json;
+using System.Threading;
+using System.Threading.Tasks;
+using dotnet_etcd;
+using Etcdserverpb;
+using Google.Protobuf;
+using Grpc.Core;
+
+namespace RemoteCache.Manager.Store;
+
+/// <summary>
+/// <see cref="IManagerStore"/> on etcd v3, for managers that share their state (a cluster). Under a key prefix:
+/// <list type="bullet">
+/// <item><c>meta/schema</c>: the layout's version; <c>meta/sequence</c>: the last event sequence given;
+/// <c>meta/change</c>: the id of the last change committed.</item>
+/// <item><c>caches/&lt;id, 16 hex digits&gt;</c> and <c>servers/&lt;id&gt;</c>: the records, JSON as in SQLite.</item>
+/// <item><c>events/&lt;cache id, 16 hex&gt;/&lt;sequence, 19 digits&gt;</c>: an event (its tenant and payload).</item>
+/// </list>
+/// Every change is one etcd transaction that compares <c>meta/sequence</c>'s revision with the one read before it was
+/// built, and rewrites that key: a change made by another writer in between fails the comparison and this one is
+/// refused (<see cref="StoreConflictException"/>), never merged. A transaction whose answer is lost (a member died, a
+/// deadline passed) is resolved by reading <c>meta/change</c> back: committed or not, never both.
+/// </summary>
+public sealed class EtcdManagerStore : IManagerStore
+{
+    /// <summary>The layout version this manager reads and writes.</summary>
+    public const int SchemaVersion = 1;
+
+    /// <summary>The prefix of every key when none is given.</summary>
+    public const string DefaultPrefix = "/remotecache/";
+
+    /// <summary>Bounds each call to etcd: a member that does not answer fails the call, never hangs it.</summary>
+    public static readonly TimeSpan CallTimeout = TimeSpan.FromSeconds(5);
+
+    private readonly EtcdClient _client;
+    private readonly string _prefix;
+    private readonly string _endpoints;
+    private readonly SemaphoreSlim _gate = new(1, 1);
+
+    /// <summary>Tests: runs between a change's read of the state and its commit (another writer's turn).</summary>
+    internal Func<Task>? AfterRead { get; set; }
+
+    private EtcdManagerStore(EtcdClient client, string endpoints, string prefix)
+    {
+        _client = client;
+        _endpoints = endpoints;
+        _prefix = prefix;
+    }
+
+    /// <summary>
+    /// Connects to the etcd cluster at <paramref name="endpoints"/> (comma-separated URLs) and checks or writes the
+    /// layout version under <paramref name="prefix"/>.
+    /// </summary>
+    /// <exception cref="StoreUnavailableException">No member answered within <see cref="CallTimeout"/>.</exception>
+    /// <exception cref="InvalidOperationException">The prefix holds another layout version.</exception>
+    public static async Task<EtcdManagerStore> OpenAsync(string endpoints, string prefix, CancellationToken cancellationToken)
+    {
+        if (string.IsNullOrWhiteSpace(endpoints))
+            throw new ArgumentException("no etcd endpoints given", nameof(endpoints));
+        if (!prefix.StartsWith('/') || !prefix.EndsWith('/'))
+            throw new ArgumentException($"the etcd key prefix '{prefix}' must begin and end with '/'", nameof(prefix));
+        var client = new EtcdClient(endpoints, configureChannelOptions: options =>
+        {
+            // A dead member is noticed within seconds, not at the 30 s default ping (calls to it would hang until then).
+            options.HttpHandler = new System.Net.Http.SocketsHttpHandler
+            {
+                KeepAlivePingDelay = TimeSpan.FromSeconds(1),
+                KeepAlivePingTimeout = TimeSpan.FromSeconds(1),
+                KeepAlivePingPolicy = System.Net.Http.HttpKeepAlivePingPolicy.Always,
+                ConnectTimeout = CallTimeout,
+                EnableMultipleHttp2Connections = true,
+            };
+        });
+        var store = new EtcdManagerStore(client, endpoints, prefix);
+        try
+        {
+            var schema = store.Key("meta/schema");
+            var txn = new TxnRequest();
+            txn.Compare.Add(new Compare { Key = schema, Target = Compare.Types.CompareTarget.Create, Result = Compare.Types.CompareResult.Equal, CreateRevision = 0 });
+            txn.Success.Add(new RequestOp { RequestPut = new PutRequest { Key = schema, Value = ByteString.CopyFromUtf8(SchemaVersion.ToString(CultureInfo.InvariantCulture)) } });
+            txn.Failure.Add(new RequestOp { RequestRange = new RangeRequest { Key = schema } });
+            var response = await store.CallAsync((deadline, ct) => client.TransactionAsync(txn, null, deadline, ct), cancellationToken).ConfigureAwait(false);
+            if (!response.Succeeded)
+            {
+                string version = response.Responses[0].ResponseRange.Kvs[0].Value.ToStringUtf8();
+                if (version != SchemaVersion.ToString(CultureInfo.InvariantCulture))
+                    throw new InvalidOperationException($"etcd {endpoints} holds layout version {version} under '{prefix}'; this manager reads version {SchemaVersion}");
+            }
+            return store;
+        }
+        catch
+        {
+            await store.DisposeAsync().ConfigureAwait(false);
+            throw;
+        }
+    }
+
+    public async Task<StoreSnapshot> LoadAsync(CancellationToken cancellationToken)
+    {
+        var caches = (await RangeAsync("caches/", cancellationToken).ConfigureAwait(false))
+            .Select(kv => JsonSerializer.Deserialize<CacheRecord>(kv.Value.Span, RecordJson.Options)!).OrderBy(c => c.CacheId).ToList();
+        var servers = (await RangeAsync("servers/", cancellationToken).ConfigureAwait(false))
+            .Select(kv => JsonSerializer.Deserialize<ServerRecord>(kv.Value.Span, RecordJson.Options)!).OrderBy(s => s.ServerId, StringComparer.Ordinal).ToList();
+        var (last, _) = await SequenceAsync(cancellationToken).ConfigureAwait(false);
+        return new StoreSnapshot(caches, servers, last);
+    }
+
+    public async Task<IReadOnlyList<StoredEvent>> ApplyAsync(StoreChange change, CancellationToken cancellationToken)
+    {
+        await _gate.WaitAsync(cancellationToken).ConfigureAwait(false);
+        try
+        {
+            var (last, revision) = await SequenceAsync(cancellationToken).ConfigureAwait(false);
+            if (AfterRead is { } afterRead)
+                await afterRead().ConfigureAwait(false);
+            var sequenceKey = Key("meta/sequence");
+            var changeId = ByteString.CopyFromUtf8(Guid.NewGuid().ToString("N"));
+            var txn = new TxnRequest();
+            // Nothing changed since the sequence was read: a key that does not exist yet has create revision 0.
+            txn.Compare.Add(revision == 0
+                ? new Compare { Key = sequenceKey, Target = Compare.Types.CompareTarget.Create, Result = Compare.Types.CompareResult.Equal, CreateRevision = 0 }
+                : new Compare { Key = sequenceKey, Target = Compare.Types.CompareTarget.Mod, Result = Compare.Types.CompareResult.Equal, ModRevision = revision });
+            foreach (var cache in change.PutCaches)
+                txn.Success.Add(Put(CacheKey(cache.CacheId), JsonSerializer.SerializeToUtf8Bytes(cache, RecordJson.Options)));
+            foreach (ulong id in change.DeleteCaches)
+                txn.Success.Add(new RequestOp { RequestDeleteRange = new DeleteRangeRequest { Key = CacheKey(id) } });
+            foreach (var server in change.PutServers)
+                txn.Success.Add(Put(Key("servers/" + server.ServerId), JsonSerializer.SerializeToUtf8Bytes(server, RecordJson.Options)));
+            foreach (string id in change.DeleteServers)
+                txn.Success.Add(new RequestOp { RequestDeleteRange = new DeleteRangeRequest { Key = Key("servers/" + id) } });
+            var appended = new List<StoredEvent>();
+            foreach (var (cacheId, tenant, payload) in change.Events)
+            {
+                long sequence = last + appended.Count + 1;
+                byte[] bytes = payload(sequence);
+                txn.Success.Add(Put(EventKey(cacheId, sequence), JsonSerializer.SerializeToUtf8Bytes(new EventEnvelope(tenant, bytes), RecordJson.Options)));
+                appended.Add(new StoredEvent(sequence, cacheId, tenant, bytes));
+            }
+            txn.Success.Add(Put(sequenceKey, Encoding.UTF8.GetBytes((last + appended.Count).ToString(CultureInfo.InvariantCulture))));
+            txn.Success.Add(new RequestOp { RequestPut = new PutRequest { Key = Key("meta/change"), Value = changeId } });
+
+            bool committed;
+            try
+            {
+                committed = (await CallAsync((deadline, ct) => _client.TransactionAsync(txn, null, deadline, ct), cancellationToken).ConfigureAwait(false)).Succeeded;
+            }
+            catch (StoreUnavailableException lost)
+            {
+                // The answer was lost, not necessarily the change: it committed exactly when meta/change is its id.
+                committed = await CommittedAsync(changeId, lost).ConfigureAwait(false);
+            }
+            if (!committed)
+                throw new StoreConflictException(
+                    $"etcd {_endpoints}: the state under '{_prefix}' changed since it was read (another manager wrote it); the change was not made");
+            return appended;
+        }
+        finally
+        {
+            _gate.Release();
+        }
+    }
+
+    // Whether the change `changeId` committed, read back after its answer was lost (`lost`); asked a few times, since the
+    // member that lost it may be the one that died. An outcome that cannot be learnt is refused as unknown.
+    private async Task<bool> CommittedAsync(ByteString changeId, StoreUnavailableException lost)
+    {
+        for (int attempt = 0; ; attempt++)
+        {
+            try
+            {
+                return (await GetAsync("meta/change", CancellationToken.None).ConfigureAwait(false))?.Value == changeId;
+            }
+            catch (StoreUnavailableException) when (attempt < 2)
+            {
+                await Task.Delay(CallTimeout / 5).ConfigureAwait(false);
+            }
+            catch (StoreUnavailableException again)
+            {
+                throw new StoreUnavailableException($"{lost.Message}; whether the change was made is unknown: {again.Message}", lost);
+            }
+        }
+    }
+
+    public async Task<IReadOnlyList<StoredEvent>> EventsAsync(ulong cacheId, long fromSequence, CancellationToken cancellationToken)
+    {
+        string prefix = $"events/{cacheId:x16}/";
+        var request = new RangeRequest
+        {
+            Key = EventKey(cacheId, Math.Max(fromSequence, 0)),
+            RangeEnd = RangeEnd(Key(prefix)),
+            SortOrder = RangeRequest.Types.SortOrder.Ascend,
+            SortTarget = RangeRequest.Types.SortTarget.Key,
+        };
+        var response = await CallAsync((deadline, ct) => _client.GetAsync(request, null, deadline, ct), cancellationToken).ConfigureAwait(false);
+        return response.Kvs.Select(kv =>
+        {
+            long sequence = long.Parse(kv.Key.ToStringUtf8().AsSpan(_prefix.Length + prefix.Length), CultureInfo.InvariantCulture);
+            var envelope = JsonSerializer.Deserialize<EventEnvelope>(kv.Value.Span, RecordJson.Options)!;
+            return new StoredEvent(sequence, cacheId, envelope.Tenant, envelope.Payload);
+        }).ToList();
+    }
+
+    public async Task<bool> PingAsync(CancellationToken cancellationToken)
+    {
+        try
+        {
+            return await GetAsync("meta/schema", cancellationToken).ConfigureAwait(false) is not null;
+        }
+        catch (StoreUnavailableException)
+        {
+            return false;
+        }
+    }
+
+    public ValueTask DisposeAsync()
+    {
+        _client.Dispose();
+        _gate.Dispose();
+        return ValueTask.CompletedTask;
+    }
+
+    // An event as stored: the payload is a serialized CacheEvent, opaque here.
+    private sealed record EventEnvelope(string Tenant, byte[] Payload);
+
+    private async Task<(long Last, long Revision)> SequenceAsync(CancellationToken cancellationToken)
+    {
+        var kv = await GetAsync("meta/sequence", cancellationToken).ConfigureAwait(false);
+        return kv is null ? (0, 0) : (long.Parse(kv.Value.ToStringUtf8(), CultureInfo.InvariantCulture), kv.ModRevision);
+    }
+
+    private async Task<Mvccpb.KeyValue?> GetAsync(string key, CancellationToken cancellationToken)
+    {
+        var response = await CallAsync((deadline, ct) => _client.GetAsync(new RangeRequest { Key = Key(key) }, null, deadline, ct), cancellationToken).ConfigureAwait(false);
+        return response.Kvs.Count == 0 ? null : response.Kvs[0];
+    }
+
+    private async Task<IReadOnlyList<Mvccpb.KeyValue>> RangeAsync(string prefix, CancellationToken cancellationToken)
+    {
+        var request = new RangeRequest { Key = Key(prefix), RangeEnd = RangeEnd(Key(prefix)) };
+        return (await CallAsync((deadline, ct) => _client.GetAsync(request, null, deadline, ct), cancellationToken).ConfigureAwait(false)).Kvs;
+    }
+
+    // Runs one call with a deadline; etcd's failures become StoreUnavailableException naming the endpoints.
+    private async Task<T> CallAsync<T>(Func<DateTime, CancellationToken, Task<T>> call, CancellationToken cancellationToken)
+    {
+        try
+        {
+            return await call(DateTime.UtcNow + CallTimeout, cancellationToken).ConfigureAwait(false);
+        }
+        catch (RpcException e) when (e.StatusCode != StatusCode.Cancelled || !cancellationToken.IsCancellationRequested)
+        {
+            throw new StoreUnavailableException($"etcd {_endpoints} did not answer: {e.Status.StatusCode} {e.Status.Detail}", e);
+        }
+    }
+
+    private ByteString Key(string key) => ByteString.CopyFromUtf8(_prefix + key);
+
+    private ByteString CacheKey(ulong cacheId) => Key($"caches/{cacheId:x16}");
+
+    private ByteString EventKey(ulong cacheId, long sequence) => Key($"events/{cacheId:x16}/{sequence:D19}");
+
+    private static RequestOp Put(ByteString key, byte[] value) => new() { RequestPut = new PutRequest { Key = key, Value = ByteString.CopyFrom(value) } };
+
+    // The end of the range of every key that starts with `prefix`: the prefix with its last byte one higher.
+    private static ByteString RangeEnd(ByteString prefix)
+    {
+        byte[] end = prefix.ToByteArray();
+        end[^1]++;
+        return ByteString.CopyFrom(end);
+    }
+}
+
+/// <summary>The store did not answer (etcd unreachable, or no quorum); the message names the endpoints. Nothing was written.</summary>
+public sealed class StoreUnavailableException : Exception
+{
+    public StoreUnavailableException(string message, Exception inner) : base(message, inner)
+    {
+    }
+}
+
+/// <summary>Another writer changed the state after this one read it; the change was not made.</summary>
+public sealed class StoreConflictException : Exception
+{
+    public StoreConflictException(string message) : base(message)
+    {
+    }
+}

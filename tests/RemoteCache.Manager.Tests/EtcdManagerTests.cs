@@ -1,0 +1,73 @@
+using System;
+using System.IO;
+using System.Linq;
+using System.Threading;
+using System.Threading.Tasks;
+using Google.Protobuf.WellKnownTypes;
+using RemoteCache.Manager.V1;
+using Xunit;
+using static RemoteCache.Manager.Tests.TestManager;
+
+namespace RemoteCache.Manager.Tests;
+
+/// <summary>A manager whose state is on etcd (<c>--store etcd</c>): it serves, restarts and recovers as on SQLite.</summary>
+[Collection(nameof(ManagerServiceTests))]
+public sealed class EtcdManagerTests : IClassFixture<EtcdFixture>
+{
+    private readonly EtcdFixture _fixture;
+
+    public EtcdManagerTests(EtcdFixture fixture) => _fixture = fixture;
+
+    private TestManager OnEtcd()
+    {
+        var manager = new TestManager(warm: 0);
+        manager.Options.Store = ManagerOptions.EtcdStore;
+        manager.Options.EtcdEndpoints = _fixture.Etcd.Endpoint;
+        manager.Options.EtcdPrefix = $"/manager-{Guid.NewGuid():N}/";
+        return manager;
+    }
+
+    [Fact]
+    public async Task AllocatesAndAfterARestartFindsItsCachesServersAndEventsOnEtcd()
+    {
+        await using var manager = OnEtcd();
+        await manager.StartAsync();
+        var alice = manager.Tenant(AliceKey);
+        var allocated = await alice.AllocateAsync(new AllocateRequest
+        {
+            Capacity = (ulong)(64 * MiB), Transport = "tcp", RecordSize = 8, Name = "on-etcd",
+            Slo = new V1.Slo { ReadLatency = Duration.FromTimeSpan(TimeSpan.FromMicroseconds(50)) },
+        });
+        var data = new byte[] { 3, 1, 4, 1, 5 };
+        await using (var client = await OpenAsync(allocated.Cache))
+            await client.WriteAsync(4096, data);
+
+        await manager.StopAsync();
+        Assert.False(File.Exists(Path.Combine(manager.StateDirectory, "manager.db")));  // the state is on etcd only
+        await manager.StartAsync();
+        alice = manager.Tenant(AliceKey);
+        var cache = Assert.Single((await alice.ListCachesAsync(new ListCachesRequest())).Caches);
+        Assert.Equal(allocated.Cache.CacheId, cache.CacheId);
+        Assert.Equal(allocated.Cache.Servers.Single().ServerId, (await manager.Operator().ListServersAsync(new ListServersRequest())).Servers.Single().ServerId);
+        using var watch = alice.WatchEvents(new WatchEventsRequest { CacheId = cache.CacheId, FromSequence = 1 });
+        Assert.True(await watch.ResponseStream.MoveNext(CancellationToken.None));
+        Assert.Equal(allocated.EventSequence, watch.ResponseStream.Current.Sequence);
+        await using (var client = await OpenAsync(cache))
+        {
+            var back = new byte[data.Length];
+            await client.ReadAsync(4096, back);
+            Assert.Equal(data, back);
+        }
+        await alice.DeallocateAsync(new DeallocateRequest { CacheId = cache.CacheId });
+    }
+
+    [Fact]
+    public async Task AManagerWhoseEtcdDoesNotAnswerDoesNotStartAndSaysWhere()
+    {
+        await using var manager = new TestManager(warm: 0);
+        manager.Options.Store = ManagerOptions.EtcdStore;
+        manager.Options.EtcdEndpoints = "http://127.0.0.1:9";
+        var e = await Assert.ThrowsAsync<StartupException>(() => manager.StartAsync());
+        Assert.Contains("http://127.0.0.1:9", e.Message);
+    }
+}
