@@ -106,7 +106,57 @@ public static class Program
                 return 1;
             }
         });
+        root.Subcommands.Add(MigrateCommand(state, etcdEndpoints, etcdPrefix));
         return root;
+    }
+
+    // `remotecache-manager migrate-state`: the SQLite state of a state directory, copied into an empty etcd prefix.
+    private static Command MigrateCommand(Option<string?> state, Option<string?> etcdEndpoints, Option<string> etcdPrefix)
+    {
+        var command = new Command("migrate-state", "Copies the SQLite state of --state-dir (caches, servers, events) into an empty etcd prefix, for --store etcd")
+        {
+            state, etcdEndpoints, etcdPrefix,
+        };
+        command.SetAction(async (parse, cancellationToken) =>
+        {
+            try
+            {
+                string dir = parse.GetValue(state) ?? new ManagerOptions().StateDirectory;
+                var (caches, servers, events) = await MigrateAsync(dir, parse.GetValue(etcdEndpoints) ?? "", parse.GetValue(etcdPrefix)!, cancellationToken).ConfigureAwait(false);
+                await parse.InvocationConfiguration.Output.WriteLineAsync(string.Create(CultureInfo.InvariantCulture,
+                    $"migrated {caches} caches, {servers} servers and {events} events from {dir} to etcd; start the manager with --store etcd")).ConfigureAwait(false);
+                return 0;
+            }
+            catch (StartupException e)
+            {
+                await parse.InvocationConfiguration.Error.WriteLineAsync($"remotecache-manager migrate-state: {e.Message}").ConfigureAwait(false);
+                return 1;
+            }
+        });
+        return command;
+    }
+
+    /// <summary>Copies the SQLite state in <paramref name="stateDirectory"/> into an empty etcd prefix; returns what was copied.</summary>
+    /// <exception cref="StartupException">No SQLite state there, etcd unreachable, or the prefix holds a state already.</exception>
+    public static async Task<(int Caches, int Servers, int Events)> MigrateAsync(string stateDirectory, string etcdEndpoints, string etcdPrefix,
+                                                                                CancellationToken cancellationToken)
+    {
+        string path = Path.Combine(stateDirectory, "manager.db");
+        if (!File.Exists(path))
+            throw new StartupException($"{path} does not exist: no SQLite state to migrate");
+        await using var from = await SqliteManagerStore.OpenAsync(path, cancellationToken).ConfigureAwait(false);
+        var state = await from.LoadAsync(cancellationToken).ConfigureAwait(false);
+        var events = await from.AllEventsAsync(cancellationToken).ConfigureAwait(false);
+        try
+        {
+            await using var to = await EtcdManagerStore.OpenForImportAsync(etcdEndpoints, etcdPrefix, cancellationToken).ConfigureAwait(false);
+            await to.ImportAsync(state, events, cancellationToken).ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is StoreUnavailableException or InvalidOperationException or ArgumentException or UriFormatException)
+        {
+            throw new StartupException(e.Message, e);
+        }
+        return (state.Caches.Count, state.Servers.Count, events.Count);
     }
 
     /// <summary>The configured service, state recovered, not yet serving.</summary>

@@ -70,4 +70,72 @@ public sealed class EtcdManagerTests : IClassFixture<EtcdFixture>
         var e = await Assert.ThrowsAsync<StartupException>(() => manager.StartAsync());
         Assert.Contains("http://127.0.0.1:9", e.Message);
     }
+
+    [Fact]
+    public async Task MigratesASqliteStateIntoEtcdAndAManagerGoesOnFromIt()
+    {
+        await using var manager = new TestManager(warm: 0);
+        await manager.StartAsync();
+        var alice = manager.Tenant(AliceKey);
+        var allocated = await alice.AllocateAsync(new AllocateRequest
+        {
+            Capacity = (ulong)(64 * MiB), Transport = "tcp", RecordSize = 8, Name = "migrated",
+            Slo = new V1.Slo { ReadLatency = Duration.FromTimeSpan(TimeSpan.FromMicroseconds(50)) },
+        });
+        var renewed = await alice.RenewLeaseAsync(new RenewLeaseRequest { CacheId = allocated.Cache.CacheId });
+        await manager.StopAsync();
+
+        string prefix = $"/migrated-{Guid.NewGuid():N}/";
+        var (caches, servers, events) = await Program.MigrateAsync(manager.StateDirectory, _fixture.Etcd.Endpoint, prefix, CancellationToken.None);
+        Assert.Equal((1, 1, 2), (caches, servers, events));
+        // Into an empty prefix only.
+        var again = await Assert.ThrowsAsync<StartupException>(() => Program.MigrateAsync(manager.StateDirectory, _fixture.Etcd.Endpoint, prefix, CancellationToken.None));
+        Assert.Contains("already holds", again.Message);
+
+        manager.Options.Store = ManagerOptions.EtcdStore;
+        manager.Options.EtcdEndpoints = _fixture.Etcd.Endpoint;
+        manager.Options.EtcdPrefix = prefix;
+        await manager.StartAsync();
+        alice = manager.Tenant(AliceKey);
+        var cache = Assert.Single((await alice.ListCachesAsync(new ListCachesRequest())).Caches);
+        Assert.Equal(allocated.Cache.CacheId, cache.CacheId);
+        Assert.Equal(allocated.Cache.Token, cache.Token);
+        // The event log came along, and its sequence goes on where it stopped.
+        using (var watch = alice.WatchEvents(new WatchEventsRequest { CacheId = cache.CacheId, FromSequence = 1 }))
+        {
+            Assert.True(await watch.ResponseStream.MoveNext(CancellationToken.None));
+            Assert.Equal(allocated.EventSequence, watch.ResponseStream.Current.Sequence);
+        }
+        await alice.DeallocateAsync(new DeallocateRequest { CacheId = cache.CacheId });
+        using var deleted = alice.WatchEvents(new WatchEventsRequest { CacheId = cache.CacheId, FromSequence = allocated.EventSequence + 1 });
+        var sequences = new System.Collections.Generic.List<ulong>();
+        while (await deleted.ResponseStream.MoveNext(CancellationToken.None))
+            sequences.Add(deleted.ResponseStream.Current.Sequence);
+        Assert.Equal(2, sequences.Count);  // LeaseRenewed (migrated), then CacheDeleted (new, after it)
+        Assert.True(sequences[1] > sequences[0]);
+    }
+
+    [Fact]
+    public async Task AnImportThatDidNotFinishStopsManagersUntilItIsRunAgain()
+    {
+        await using var manager = new TestManager(warm: 0);
+        await manager.StartAsync();
+        await manager.StopAsync();
+        string prefix = $"/interrupted-{Guid.NewGuid():N}/";
+        using (var client = new dotnet_etcd.EtcdClient(_fixture.Etcd.Endpoint))
+        {
+            await client.PutAsync(prefix + "meta/schema", "1");
+            await client.PutAsync(prefix + "meta/migrating", "then the migrating process died");
+            await client.PutAsync(prefix + "caches/00000000000000aa", "{}");
+        }
+        manager.Options.Store = ManagerOptions.EtcdStore;
+        manager.Options.EtcdEndpoints = _fixture.Etcd.Endpoint;
+        manager.Options.EtcdPrefix = prefix;
+        var refused = await Assert.ThrowsAsync<StartupException>(() => manager.StartAsync());
+        Assert.Contains("did not finish", refused.Message);
+
+        await Program.MigrateAsync(manager.StateDirectory, _fixture.Etcd.Endpoint, prefix, CancellationToken.None);
+        await manager.StartAsync();
+        Assert.Empty((await manager.Tenant(AliceKey).ListCachesAsync(new ListCachesRequest())).Caches);  // the half-written record went
+    }
 }

@@ -31,6 +31,12 @@ public sealed class EtcdManagerStore : IManagerStore
     /// <summary>The layout version this manager reads and writes.</summary>
     public const int SchemaVersion = 1;
 
+    // Present while a state is being imported (ImportAsync): no manager starts on the prefix then.
+    private const string MigratingKey = "meta/migrating";
+
+    // Operations per import transaction, below etcd's default limit of 128.
+    private const int ImportBatch = 100;
+
     /// <summary>The prefix of every key when none is given.</summary>
     public const string DefaultPrefix = "/remotecache/";
 
@@ -58,7 +64,14 @@ public sealed class EtcdManagerStore : IManagerStore
     /// </summary>
     /// <exception cref="StoreUnavailableException">No member answered within <see cref="CallTimeout"/>.</exception>
     /// <exception cref="InvalidOperationException">The prefix holds another layout version.</exception>
-    public static async Task<EtcdManagerStore> OpenAsync(string endpoints, string prefix, CancellationToken cancellationToken)
+    public static Task<EtcdManagerStore> OpenAsync(string endpoints, string prefix, CancellationToken cancellationToken) =>
+        OpenAsync(endpoints, prefix, forImport: false, cancellationToken);
+
+    /// <summary>As <see cref="OpenAsync(string, string, CancellationToken)"/>, also over an import that did not finish (to run it again).</summary>
+    public static Task<EtcdManagerStore> OpenForImportAsync(string endpoints, string prefix, CancellationToken cancellationToken) =>
+        OpenAsync(endpoints, prefix, forImport: true, cancellationToken);
+
+    private static async Task<EtcdManagerStore> OpenAsync(string endpoints, string prefix, bool forImport, CancellationToken cancellationToken)
     {
         if (string.IsNullOrWhiteSpace(endpoints))
             throw new ArgumentException("no etcd endpoints given", nameof(endpoints));
@@ -91,6 +104,8 @@ public sealed class EtcdManagerStore : IManagerStore
                 if (version != SchemaVersion.ToString(CultureInfo.InvariantCulture))
                     throw new InvalidOperationException($"etcd {endpoints} holds layout version {version} under '{prefix}'; this manager reads version {SchemaVersion}");
             }
+            if (!forImport && await store.GetAsync(MigratingKey, cancellationToken).ConfigureAwait(false) is not null)
+                throw new InvalidOperationException($"a migration into etcd {endpoints} under '{prefix}' did not finish: run migrate-state again");
             return store;
         }
         catch
@@ -183,6 +198,70 @@ public sealed class EtcdManagerStore : IManagerStore
             {
                 throw new StoreUnavailableException($"{lost.Message}; whether the change was made is unknown: {again.Message}", lost);
             }
+        }
+    }
+
+    /// <summary>
+    /// Copies a whole state (another store's) into this prefix, which must hold none: records and events keep their
+    /// ids and sequences, and the next event continues after <see cref="StoreSnapshot.LastSequence"/>. A state too large
+    /// for one etcd transaction is written in several, between a marker that a manager refuses to start on and the
+    /// last transaction, which writes the sequence and removes the marker: an import that is interrupted leaves a prefix
+    /// no manager uses, and an import run again over it starts over.
+    /// </summary>
+    /// <exception cref="InvalidOperationException">The prefix already holds a state.</exception>
+    public async Task ImportAsync(StoreSnapshot state, IReadOnlyList<StoredEvent> events, CancellationToken cancellationToken)
+    {
+        await _gate.WaitAsync(cancellationToken).ConfigureAwait(false);
+        try
+        {
+            var marker = Key(MigratingKey);
+            if (await GetAsync(MigratingKey, cancellationToken).ConfigureAwait(false) is null)
+            {
+                // Only an empty state is written over: no sequence, no record, no event.
+                var begin = new TxnRequest();
+                begin.Compare.Add(new Compare { Key = Key("meta/sequence"), Target = Compare.Types.CompareTarget.Create, Result = Compare.Types.CompareResult.Equal, CreateRevision = 0 });
+                foreach (string part in new[] { "caches/", "servers/", "events/" })
+                    begin.Compare.Add(new Compare
+                    {
+                        Key = Key(part), RangeEnd = RangeEnd(Key(part)), Target = Compare.Types.CompareTarget.Create,
+                        Result = Compare.Types.CompareResult.Equal, CreateRevision = 0,
+                    });
+                begin.Success.Add(Put(marker, Encoding.UTF8.GetBytes(DateTimeOffset.UtcNow.ToString("O", CultureInfo.InvariantCulture))));
+                if (!(await CallAsync((deadline, ct) => _client.TransactionAsync(begin, null, deadline, ct), cancellationToken).ConfigureAwait(false)).Succeeded)
+                    throw new InvalidOperationException($"etcd {_endpoints} already holds a manager's state under '{_prefix}': a state is imported into an empty prefix only");
+            }
+            else
+            {
+                // An import that did not finish: what it wrote goes, the marker stays.
+                foreach (string part in new[] { "caches/", "servers/", "events/", "meta/sequence", "meta/change" })
+                {
+                    var range = new DeleteRangeRequest { Key = Key(part) };
+                    if (part.EndsWith('/'))
+                        range.RangeEnd = RangeEnd(Key(part));
+                    await CallAsync((deadline, ct) => _client.DeleteAsync(range, null, deadline, ct), cancellationToken).ConfigureAwait(false);
+                }
+            }
+            var puts = state.Caches.Select(c => Put(CacheKey(c.CacheId), JsonSerializer.SerializeToUtf8Bytes(c, RecordJson.Options)))
+                .Concat(state.Servers.Select(s => Put(Key("servers/" + s.ServerId), JsonSerializer.SerializeToUtf8Bytes(s, RecordJson.Options))))
+                .Concat(events.Select(e => Put(EventKey(e.CacheId, e.Sequence), JsonSerializer.SerializeToUtf8Bytes(new EventEnvelope(e.Tenant, e.Payload), RecordJson.Options))));
+            foreach (var batch in puts.Chunk(ImportBatch))
+            {
+                var txn = new TxnRequest();
+                txn.Compare.Add(new Compare { Key = marker, Target = Compare.Types.CompareTarget.Create, Result = Compare.Types.CompareResult.Greater, CreateRevision = 0 });
+                txn.Success.AddRange(batch);
+                if (!(await CallAsync((deadline, ct) => _client.TransactionAsync(txn, null, deadline, ct), cancellationToken).ConfigureAwait(false)).Succeeded)
+                    throw new InvalidOperationException($"the import into etcd {_endpoints} under '{_prefix}' was interrupted by another (its marker went)");
+            }
+            var finish = new TxnRequest();
+            finish.Compare.Add(new Compare { Key = marker, Target = Compare.Types.CompareTarget.Create, Result = Compare.Types.CompareResult.Greater, CreateRevision = 0 });
+            finish.Success.Add(Put(Key("meta/sequence"), Encoding.UTF8.GetBytes(Math.Max(state.LastSequence, events.Count == 0 ? 0 : events.Max(e => e.Sequence)).ToString(CultureInfo.InvariantCulture))));
+            finish.Success.Add(new RequestOp { RequestDeleteRange = new DeleteRangeRequest { Key = marker } });
+            if (!(await CallAsync((deadline, ct) => _client.TransactionAsync(finish, null, deadline, ct), cancellationToken).ConfigureAwait(false)).Succeeded)
+                throw new InvalidOperationException($"the import into etcd {_endpoints} under '{_prefix}' was interrupted by another (its marker went)");
+        }
+        finally
+        {
+            _gate.Release();
         }
     }
 

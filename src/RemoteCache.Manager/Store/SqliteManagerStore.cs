@@ -138,6 +138,26 @@ public sealed class SqliteManagerStore : IManagerStore
         }
     }
 
+    /// <summary>Every event of every cache, in sequence order (what a migration to another store copies).</summary>
+    public async Task<IReadOnlyList<StoredEvent>> AllEventsAsync(CancellationToken cancellationToken)
+    {
+        await _gate.WaitAsync(cancellationToken).ConfigureAwait(false);
+        try
+        {
+            using var command = _connection.CreateCommand();
+            command.CommandText = "SELECT sequence, cache_id, tenant, payload FROM events ORDER BY sequence";
+            using var reader = command.ExecuteReader();
+            var events = new List<StoredEvent>();
+            while (reader.Read())
+                events.Add(new StoredEvent(reader.GetInt64(0), (ulong)reader.GetInt64(1), reader.GetString(2), (byte[])reader.GetValue(3)));
+            return events;
+        }
+        finally
+        {
+            _gate.Release();
+        }
+    }
+
     public async Task<bool> PingAsync(CancellationToken cancellationToken)
     {
         await _gate.WaitAsync(cancellationToken).ConfigureAwait(false);
