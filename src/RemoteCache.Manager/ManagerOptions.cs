@@ -27,6 +27,27 @@ public sealed class ManagerOptions
     /// <summary>The etcd members (comma-separated URLs) of the etcd store.</summary>
     public string? EtcdEndpoints { get; set; }
 
+    /// <summary>The etcd store: the CA of the members' certificates (PEM; https endpoints).</summary>
+    public string? EtcdCaFile { get; set; }
+
+    /// <summary>The etcd store: this manager's client certificate and key (PEM), for members that check clients' certificates.</summary>
+    public string? EtcdCertFile { get; set; }
+
+    /// <inheritdoc cref="EtcdCertFile"/>
+    public string? EtcdKeyFile { get; set; }
+
+    /// <summary>The etcd store: the etcd user (members with auth enabled) and the file holding its password.</summary>
+    public string? EtcdUser { get; set; }
+
+    /// <inheritdoc cref="EtcdUser"/>
+    public string? EtcdPasswordFile { get; set; }
+
+    /// <summary>How the etcd store reaches etcd.</summary>
+    public Store.EtcdConnection EtcdConnection => new(EtcdEndpoints ?? "")
+    {
+        CaFile = EtcdCaFile, CertFile = EtcdCertFile, KeyFile = EtcdKeyFile, User = EtcdUser, PasswordFile = EtcdPasswordFile,
+    };
+
     /// <summary>The prefix of the etcd store's keys (several managers' states may share one etcd under different prefixes).</summary>
     public string EtcdPrefix { get; set; } = RemoteCache.Manager.Store.EtcdManagerStore.DefaultPrefix;
 

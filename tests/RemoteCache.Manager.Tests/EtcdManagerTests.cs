@@ -18,13 +18,43 @@ public sealed class EtcdManagerTests : IClassFixture<EtcdFixture>
 
     public EtcdManagerTests(EtcdFixture fixture) => _fixture = fixture;
 
-    private TestManager OnEtcd()
+    private TestManager OnEtcd(string? prefix = null, TimeSpan? failureTimeout = null)
     {
-        var manager = new TestManager(warm: 0);
+        var manager = new TestManager(warm: 0, failureTimeout: failureTimeout);
         manager.Options.Store = ManagerOptions.EtcdStore;
         manager.Options.EtcdEndpoints = _fixture.Etcd.Endpoint;
-        manager.Options.EtcdPrefix = $"/manager-{Guid.NewGuid():N}/";
+        manager.Options.EtcdPrefix = prefix ?? $"/manager-{Guid.NewGuid():N}/";
         return manager;
+    }
+
+    private static AllocateRequest Small(string name) => new()
+    {
+        Capacity = (ulong)(64 * MiB), Transport = "tcp", RecordSize = 8, Name = name,
+        Slo = new V1.Slo { ReadLatency = Duration.FromTimeSpan(TimeSpan.FromMicroseconds(50)) },
+    };
+
+    [Fact]
+    public async Task AWriteBuiltOnStaleStateIsRefusedAbortedAndTheManagerTakesTheStoresStateAgain()
+    {
+        // Two managers on one prefix (no leader yet): each start writes (its recovery), so the one started first has a stale
+        // view once the other has started. Neither probes the other's servers to failure within the test (a long failure
+        // timeout).
+        string prefix = $"/shared-{Guid.NewGuid():N}/";
+        await using var stale = OnEtcd(prefix, TimeSpan.FromMinutes(5));
+        await using var fresh = OnEtcd(prefix, TimeSpan.FromMinutes(5));
+        await stale.StartAsync();
+        await fresh.StartAsync();
+        var placed = (await fresh.Tenant(AliceKey).AllocateAsync(Small("fresh"))).Cache;
+
+        var refused = await Assert.ThrowsAsync<Grpc.Core.RpcException>(() => stale.Tenant(AliceKey).AllocateAsync(Small("stale")).ResponseAsync);
+        Assert.Equal(Grpc.Core.StatusCode.Aborted, refused.StatusCode);
+        Assert.Contains("another manager", refused.Status.Detail);
+        // Nothing of the refused Allocate is in the store, and the manager refused took the store's state again: it sees
+        // the other's cache and server, and its next change goes through.
+        Assert.Equal(placed.CacheId, Assert.Single((await stale.Tenant(AliceKey).ListCachesAsync(new ListCachesRequest())).Caches).CacheId);
+        Assert.Equal(placed.Servers.Single().ServerId, Assert.Single((await stale.Operator().ListServersAsync(new ListServersRequest())).Servers).ServerId);
+        var renewed = await stale.Tenant(AliceKey).RenewLeaseAsync(new RenewLeaseRequest { CacheId = placed.CacheId });
+        Assert.True(renewed.Lease.Expires.ToDateTimeOffset() > placed.Lease.Expires.ToDateTimeOffset());
     }
 
     [Fact]
@@ -86,10 +116,10 @@ public sealed class EtcdManagerTests : IClassFixture<EtcdFixture>
         await manager.StopAsync();
 
         string prefix = $"/migrated-{Guid.NewGuid():N}/";
-        var (caches, servers, events) = await Program.MigrateAsync(manager.StateDirectory, _fixture.Etcd.Endpoint, prefix, CancellationToken.None);
+        var (caches, servers, events) = await Program.MigrateAsync(manager.StateDirectory, new Store.EtcdConnection(_fixture.Etcd.Endpoint), prefix, CancellationToken.None);
         Assert.Equal((1, 1, 2), (caches, servers, events));
         // Into an empty prefix only.
-        var again = await Assert.ThrowsAsync<StartupException>(() => Program.MigrateAsync(manager.StateDirectory, _fixture.Etcd.Endpoint, prefix, CancellationToken.None));
+        var again = await Assert.ThrowsAsync<StartupException>(() => Program.MigrateAsync(manager.StateDirectory, new Store.EtcdConnection(_fixture.Etcd.Endpoint), prefix, CancellationToken.None));
         Assert.Contains("already holds", again.Message);
 
         manager.Options.Store = ManagerOptions.EtcdStore;
@@ -134,7 +164,7 @@ public sealed class EtcdManagerTests : IClassFixture<EtcdFixture>
         var refused = await Assert.ThrowsAsync<StartupException>(() => manager.StartAsync());
         Assert.Contains("did not finish", refused.Message);
 
-        await Program.MigrateAsync(manager.StateDirectory, _fixture.Etcd.Endpoint, prefix, CancellationToken.None);
+        await Program.MigrateAsync(manager.StateDirectory, new Store.EtcdConnection(_fixture.Etcd.Endpoint), prefix, CancellationToken.None);
         await manager.StartAsync();
         Assert.Empty((await manager.Tenant(AliceKey).ListCachesAsync(new ListCachesRequest())).Caches);  // the half-written record went
     }

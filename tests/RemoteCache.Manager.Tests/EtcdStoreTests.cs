@@ -29,29 +29,26 @@ public sealed class EtcdStoreTests : StoreContract, IClassFixture<EtcdFixture>
 
     protected override async Task<IManagerStore> OpenAsync() => await OpenEtcdAsync();
 
-    private Task<EtcdManagerStore> OpenEtcdAsync() => EtcdManagerStore.OpenAsync(_fixture.Etcd.Endpoint, _prefix, CancellationToken.None);
+    private Task<EtcdManagerStore> OpenEtcdAsync() => EtcdManagerStore.OpenAsync(new EtcdConnection(_fixture.Etcd.Endpoint), _prefix, CancellationToken.None);
 
     [Fact]
     public async Task AChangeBuiltOnStateAnotherWriterChangedIsRefusedNotMerged()
     {
         await using var first = await OpenEtcdAsync();
         await using var second = await OpenEtcdAsync();
+        // Both have seen the same (empty) state; the second writes first.
         var theirs = new StoreChange();
         theirs.PutCaches.Add(Cache(2, "b"));
         theirs.Events.Add((2, "b", seq => Encoding.UTF8.GetBytes($"theirs {seq}")));
-        first.AfterRead = async () =>
-        {
-            first.AfterRead = null;
-            await second.ApplyAsync(theirs, CancellationToken.None);
-        };
+        await second.ApplyAsync(theirs, CancellationToken.None);
         var mine = new StoreChange();
         mine.PutCaches.Add(Cache(1, "a"));
         mine.Events.Add((1, "a", seq => Encoding.UTF8.GetBytes($"mine {seq}")));
         var e = await Assert.ThrowsAsync<StoreConflictException>(() => first.ApplyAsync(mine, CancellationToken.None));
         Assert.Contains("another manager", e.Message);
 
-        // Only the other writer's change is there, with sequence 1; the refused one left nothing, and a retry built on
-        // what is there now goes through with the next sequence.
+        // Only the other writer's change is there, with sequence 1; the refused one left nothing, and a retry once the
+        // state is loaded again goes through with the next sequence.
         var snapshot = await first.LoadAsync(CancellationToken.None);
         Assert.Equal(2UL, Assert.Single(snapshot.Caches).CacheId);
         Assert.Equal(1, snapshot.LastSequence);
@@ -63,7 +60,7 @@ public sealed class EtcdStoreTests : StoreContract, IClassFixture<EtcdFixture>
     public async Task AnEtcdThatDoesNotAnswerIsRefusedNamingItsEndpoints()
     {
         const string nobody = "http://127.0.0.1:9";
-        var e = await Assert.ThrowsAsync<StoreUnavailableException>(() => EtcdManagerStore.OpenAsync(nobody, _prefix, CancellationToken.None));
+        var e = await Assert.ThrowsAsync<StoreUnavailableException>(() => EtcdManagerStore.OpenAsync(new EtcdConnection(nobody), _prefix, CancellationToken.None));
         Assert.Contains(nobody, e.Message);
     }
 

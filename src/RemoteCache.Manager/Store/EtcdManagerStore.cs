@@ -21,9 +21,10 @@ namespace RemoteCache.Manager.Store;
 /// <item><c>caches/&lt;id, 16 hex digits&gt;</c> and <c>servers/&lt;id&gt;</c>: the records, JSON as in SQLite.</item>
 /// <item><c>events/&lt;cache id, 16 hex&gt;/&lt;sequence, 19 digits&gt;</c>: an event (its tenant and payload).</item>
 /// </list>
-/// Every change is one etcd transaction that compares <c>meta/sequence</c>'s revision with the one read before it was
-/// built, and rewrites that key: a change made by another writer in between fails the comparison and this one is
-/// refused (<see cref="StoreConflictException"/>), never merged. A transaction whose answer is lost (a member died, a
+/// Every change is one etcd transaction that compares <c>meta/sequence</c>'s revision with the one of the state its
+/// user last loaded or committed (the state the change was built on), and rewrites that key: a change made by another
+/// writer since fails the comparison and this one is refused (<see cref="StoreConflictException"/>), never merged; the
+/// user loads the state again before its next change. A transaction whose answer is lost (a member died, a
 /// deadline passed) is resolved by reading <c>meta/change</c> back: committed or not, never both.
 /// </summary>
 public sealed class EtcdManagerStore : IManagerStore
@@ -34,7 +35,10 @@ public sealed class EtcdManagerStore : IManagerStore
     // Present while a state is being imported (ImportAsync): no manager starts on the prefix then.
     private const string MigratingKey = "meta/migrating";
 
-    // Operations per import transaction, below etcd's default limit of 128.
+    // etcd's default limit of operations in one transaction (its --max-txn-ops).
+    private const int MaxTxnOps = 128;
+
+    // Operations per import transaction, below that limit.
     private const int ImportBatch = 100;
 
     /// <summary>The prefix of every key when none is given.</summary>
@@ -48,8 +52,10 @@ public sealed class EtcdManagerStore : IManagerStore
     private readonly string _endpoints;
     private readonly SemaphoreSlim _gate = new(1, 1);
 
-    /// <summary>Tests: runs between a change's read of the state and its commit (another writer's turn).</summary>
-    internal Func<Task>? AfterRead { get; set; }
+    // The state this store's user has seen: the last sequence and meta/sequence's revision as of the last load or of this
+    // store's own last commit (under _gate). A change is built on that state, so it commits only if nothing else has since.
+    private long _last;
+    private long _revision;
 
     private EtcdManagerStore(EtcdClient client, string endpoints, string prefix)
     {
@@ -59,37 +65,24 @@ public sealed class EtcdManagerStore : IManagerStore
     }
 
     /// <summary>
-    /// Connects to the etcd cluster at <paramref name="endpoints"/> (comma-separated URLs) and checks or writes the
-    /// layout version under <paramref name="prefix"/>.
+    /// Connects to the etcd cluster <paramref name="connection"/> names and checks or writes the layout version under
+    /// <paramref name="prefix"/>.
     /// </summary>
     /// <exception cref="StoreUnavailableException">No member answered within <see cref="CallTimeout"/>.</exception>
     /// <exception cref="InvalidOperationException">The prefix holds another layout version.</exception>
-    public static Task<EtcdManagerStore> OpenAsync(string endpoints, string prefix, CancellationToken cancellationToken) =>
-        OpenAsync(endpoints, prefix, forImport: false, cancellationToken);
+    public static Task<EtcdManagerStore> OpenAsync(EtcdConnection connection, string prefix, CancellationToken cancellationToken) =>
+        OpenAsync(connection, prefix, forImport: false, cancellationToken);
 
-    /// <summary>As <see cref="OpenAsync(string, string, CancellationToken)"/>, also over an import that did not finish (to run it again).</summary>
-    public static Task<EtcdManagerStore> OpenForImportAsync(string endpoints, string prefix, CancellationToken cancellationToken) =>
-        OpenAsync(endpoints, prefix, forImport: true, cancellationToken);
+    /// <summary>As <see cref="OpenAsync(EtcdConnection, string, CancellationToken)"/>, also over an import that did not finish (to run it again).</summary>
+    public static Task<EtcdManagerStore> OpenForImportAsync(EtcdConnection connection, string prefix, CancellationToken cancellationToken) =>
+        OpenAsync(connection, prefix, forImport: true, cancellationToken);
 
-    private static async Task<EtcdManagerStore> OpenAsync(string endpoints, string prefix, bool forImport, CancellationToken cancellationToken)
+    private static async Task<EtcdManagerStore> OpenAsync(EtcdConnection connection, string prefix, bool forImport, CancellationToken cancellationToken)
     {
-        if (string.IsNullOrWhiteSpace(endpoints))
-            throw new ArgumentException("no etcd endpoints given", nameof(endpoints));
         if (!prefix.StartsWith('/') || !prefix.EndsWith('/'))
             throw new ArgumentException($"the etcd key prefix '{prefix}' must begin and end with '/'", nameof(prefix));
-        var client = new EtcdClient(endpoints, configureChannelOptions: options =>
-        {
-            // A dead member is noticed within seconds, not at the 30 s default ping (calls to it would hang until then).
-            options.HttpHandler = new System.Net.Http.SocketsHttpHandler
-            {
-                KeepAlivePingDelay = TimeSpan.FromSeconds(1),
-                KeepAlivePingTimeout = TimeSpan.FromSeconds(1),
-                KeepAlivePingPolicy = System.Net.Http.HttpKeepAlivePingPolicy.Always,
-                ConnectTimeout = CallTimeout,
-                EnableMultipleHttp2Connections = true,
-            };
-        });
-        var store = new EtcdManagerStore(client, endpoints, prefix);
+        string endpoints = connection.Endpoints;
+        var store = new EtcdManagerStore(connection.CreateClient(), endpoints, prefix);
         try
         {
             var schema = store.Key("meta/schema");
@@ -97,7 +90,7 @@ public sealed class EtcdManagerStore : IManagerStore
             txn.Compare.Add(new Compare { Key = schema, Target = Compare.Types.CompareTarget.Create, Result = Compare.Types.CompareResult.Equal, CreateRevision = 0 });
             txn.Success.Add(new RequestOp { RequestPut = new PutRequest { Key = schema, Value = ByteString.CopyFromUtf8(SchemaVersion.ToString(CultureInfo.InvariantCulture)) } });
             txn.Failure.Add(new RequestOp { RequestRange = new RangeRequest { Key = schema } });
-            var response = await store.CallAsync((deadline, ct) => client.TransactionAsync(txn, null, deadline, ct), cancellationToken).ConfigureAwait(false);
+            var response = await store.CallAsync((deadline, ct) => store._client.TransactionAsync(txn, null, deadline, ct), cancellationToken).ConfigureAwait(false);
             if (!response.Succeeded)
             {
                 string version = response.Responses[0].ResponseRange.Kvs[0].Value.ToStringUtf8();
@@ -106,6 +99,8 @@ public sealed class EtcdManagerStore : IManagerStore
             }
             if (!forImport && await store.GetAsync(MigratingKey, cancellationToken).ConfigureAwait(false) is not null)
                 throw new InvalidOperationException($"a migration into etcd {endpoints} under '{prefix}' did not finish: run migrate-state again");
+            if (!forImport)
+                await store.LoadAsync(cancellationToken).ConfigureAwait(false);  // the state the first change is built on
             return store;
         }
         catch
@@ -117,12 +112,33 @@ public sealed class EtcdManagerStore : IManagerStore
 
     public async Task<StoreSnapshot> LoadAsync(CancellationToken cancellationToken)
     {
-        var caches = (await RangeAsync("caches/", cancellationToken).ConfigureAwait(false))
+        await _gate.WaitAsync(cancellationToken).ConfigureAwait(false);
+        try
+        {
+            return await LoadLockedAsync(cancellationToken).ConfigureAwait(false);
+        }
+        finally
+        {
+            _gate.Release();
+        }
+    }
+
+    // Under _gate: the state, which becomes the one the next change is built on.
+    private async Task<StoreSnapshot> LoadLockedAsync(CancellationToken cancellationToken)
+    {
+        // One transaction of three reads: the records and the sequence as of one revision.
+        var read = new TxnRequest();
+        foreach (string part in new[] { "caches/", "servers/" })
+            read.Success.Add(new RequestOp { RequestRange = new RangeRequest { Key = Key(part), RangeEnd = RangeEnd(Key(part)) } });
+        read.Success.Add(new RequestOp { RequestRange = new RangeRequest { Key = Key("meta/sequence") } });
+        var response = await CallAsync((deadline, ct) => _client.TransactionAsync(read, null, deadline, ct), cancellationToken).ConfigureAwait(false);
+        var caches = response.Responses[0].ResponseRange.Kvs
             .Select(kv => JsonSerializer.Deserialize<CacheRecord>(kv.Value.Span, RecordJson.Options)!).OrderBy(c => c.CacheId).ToList();
-        var servers = (await RangeAsync("servers/", cancellationToken).ConfigureAwait(false))
+        var servers = response.Responses[1].ResponseRange.Kvs
             .Select(kv => JsonSerializer.Deserialize<ServerRecord>(kv.Value.Span, RecordJson.Options)!).OrderBy(s => s.ServerId, StringComparer.Ordinal).ToList();
-        var (last, _) = await SequenceAsync(cancellationToken).ConfigureAwait(false);
-        return new StoreSnapshot(caches, servers, last);
+        var sequence = response.Responses[2].ResponseRange.Kvs;
+        (_last, _revision) = sequence.Count == 0 ? (0, 0) : (long.Parse(sequence[0].Value.ToStringUtf8(), CultureInfo.InvariantCulture), sequence[0].ModRevision);
+        return new StoreSnapshot(caches, servers, _last);
     }
 
     public async Task<IReadOnlyList<StoredEvent>> ApplyAsync(StoreChange change, CancellationToken cancellationToken)
@@ -130,13 +146,11 @@ public sealed class EtcdManagerStore : IManagerStore
         await _gate.WaitAsync(cancellationToken).ConfigureAwait(false);
         try
         {
-            var (last, revision) = await SequenceAsync(cancellationToken).ConfigureAwait(false);
-            if (AfterRead is { } afterRead)
-                await afterRead().ConfigureAwait(false);
+            long last = _last, revision = _revision;
             var sequenceKey = Key("meta/sequence");
             var changeId = ByteString.CopyFromUtf8(Guid.NewGuid().ToString("N"));
             var txn = new TxnRequest();
-            // Nothing changed since the sequence was read: a key that does not exist yet has create revision 0.
+            // Nothing changed since the state the change was built on (a key that does not exist yet has create revision 0).
             txn.Compare.Add(revision == 0
                 ? new Compare { Key = sequenceKey, Target = Compare.Types.CompareTarget.Create, Result = Compare.Types.CompareResult.Equal, CreateRevision = 0 }
                 : new Compare { Key = sequenceKey, Target = Compare.Types.CompareTarget.Mod, Result = Compare.Types.CompareResult.Equal, ModRevision = revision });
@@ -158,20 +172,25 @@ public sealed class EtcdManagerStore : IManagerStore
             }
             txn.Success.Add(Put(sequenceKey, Encoding.UTF8.GetBytes((last + appended.Count).ToString(CultureInfo.InvariantCulture))));
             txn.Success.Add(new RequestOp { RequestPut = new PutRequest { Key = Key("meta/change"), Value = changeId } });
+            if (txn.Success.Count > MaxTxnOps)
+                throw new InvalidOperationException(
+                    $"a change of {txn.Success.Count} writes is more than etcd takes in one transaction by default ({MaxTxnOps}; etcd's --max-txn-ops); it was not made");
 
-            bool committed;
+            long? committed;
             try
             {
-                committed = (await CallAsync((deadline, ct) => _client.TransactionAsync(txn, null, deadline, ct), cancellationToken).ConfigureAwait(false)).Succeeded;
+                var response = await CallAsync((deadline, ct) => _client.TransactionAsync(txn, null, deadline, ct), cancellationToken).ConfigureAwait(false);
+                committed = response.Succeeded ? response.Header.Revision : null;
             }
             catch (StoreUnavailableException lost)
             {
                 // The answer was lost, not necessarily the change: it committed exactly when meta/change is its id.
                 committed = await CommittedAsync(changeId, lost).ConfigureAwait(false);
             }
-            if (!committed)
+            if (committed is not { } at)
                 throw new StoreConflictException(
                     $"etcd {_endpoints}: the state under '{_prefix}' changed since it was read (another manager wrote it); the change was not made");
+            (_last, _revision) = (last + appended.Count, at);
             return appended;
         }
         finally
@@ -180,15 +199,22 @@ public sealed class EtcdManagerStore : IManagerStore
         }
     }
 
-    // Whether the change `changeId` committed, read back after its answer was lost (`lost`); asked a few times, since the
-    // member that lost it may be the one that died. An outcome that cannot be learnt is refused as unknown.
-    private async Task<bool> CommittedAsync(ByteString changeId, StoreUnavailableException lost)
+    // The revision at which the change `changeId` committed, or null when it did not, read back after its answer was lost
+    // (`lost`); asked a few times, since the member that lost it may be the one that died. An outcome that cannot be
+    // learnt is refused as unknown.
+    private async Task<long?> CommittedAsync(ByteString changeId, StoreUnavailableException lost)
     {
+        var read = new TxnRequest();
+        read.Success.Add(new RequestOp { RequestRange = new RangeRequest { Key = Key("meta/change") } });
+        read.Success.Add(new RequestOp { RequestRange = new RangeRequest { Key = Key("meta/sequence") } });
         for (int attempt = 0; ; attempt++)
         {
             try
             {
-                return (await GetAsync("meta/change", CancellationToken.None).ConfigureAwait(false))?.Value == changeId;
+                var response = await CallAsync((deadline, ct) => _client.TransactionAsync(read, null, deadline, ct), CancellationToken.None).ConfigureAwait(false);
+                var change = response.Responses[0].ResponseRange.Kvs;
+                // Every change rewrites both keys: when meta/change is this one's, meta/sequence was last written by it too.
+                return change.Count == 1 && change[0].Value == changeId ? response.Responses[1].ResponseRange.Kvs[0].ModRevision : null;
             }
             catch (StoreUnavailableException) when (attempt < 2)
             {
@@ -196,7 +222,7 @@ public sealed class EtcdManagerStore : IManagerStore
             }
             catch (StoreUnavailableException again)
             {
-                throw new StoreUnavailableException($"{lost.Message}; whether the change was made is unknown: {again.Message}", lost);
+                throw new StoreUnavailableException($"{lost.Message}; whether the change was made is unknown: {again.Message}", lost) { OutcomeUnknown = true };
             }
         }
     }
@@ -306,22 +332,10 @@ public sealed class EtcdManagerStore : IManagerStore
     // An event as stored: the payload is a serialized CacheEvent, opaque here.
     private sealed record EventEnvelope(string Tenant, byte[] Payload);
 
-    private async Task<(long Last, long Revision)> SequenceAsync(CancellationToken cancellationToken)
-    {
-        var kv = await GetAsync("meta/sequence", cancellationToken).ConfigureAwait(false);
-        return kv is null ? (0, 0) : (long.Parse(kv.Value.ToStringUtf8(), CultureInfo.InvariantCulture), kv.ModRevision);
-    }
-
     private async Task<Mvccpb.KeyValue?> GetAsync(string key, CancellationToken cancellationToken)
     {
         var response = await CallAsync((deadline, ct) => _client.GetAsync(new RangeRequest { Key = Key(key) }, null, deadline, ct), cancellationToken).ConfigureAwait(false);
         return response.Kvs.Count == 0 ? null : response.Kvs[0];
-    }
-
-    private async Task<IReadOnlyList<Mvccpb.KeyValue>> RangeAsync(string prefix, CancellationToken cancellationToken)
-    {
-        var request = new RangeRequest { Key = Key(prefix), RangeEnd = RangeEnd(Key(prefix)) };
-        return (await CallAsync((deadline, ct) => _client.GetAsync(request, null, deadline, ct), cancellationToken).ConfigureAwait(false)).Kvs;
     }
 
     // Runs one call with a deadline; etcd's failures become StoreUnavailableException naming the endpoints.
@@ -333,7 +347,7 @@ public sealed class EtcdManagerStore : IManagerStore
         }
         catch (RpcException e) when (e.StatusCode != StatusCode.Cancelled || !cancellationToken.IsCancellationRequested)
         {
-            throw new StoreUnavailableException($"etcd {_endpoints} did not answer: {e.Status.StatusCode} {e.Status.Detail}", e);
+            throw new StoreUnavailableException($"etcd {_endpoints} did not answer or refused: {e.Status.StatusCode} {e.Status.Detail}", e);
         }
     }
 
@@ -354,12 +368,18 @@ public sealed class EtcdManagerStore : IManagerStore
     }
 }
 
-/// <summary>The store did not answer (etcd unreachable, or no quorum); the message names the endpoints. Nothing was written.</summary>
+/// <summary>
+/// The store did not answer (etcd unreachable, or no quorum); the message names the endpoints. Nothing was written,
+/// unless <see cref="OutcomeUnknown"/>: a commit's answer was lost and could not be learnt after.
+/// </summary>
 public sealed class StoreUnavailableException : Exception
 {
     public StoreUnavailableException(string message, Exception inner) : base(message, inner)
     {
     }
+
+    /// <summary>The change may or may not have been made.</summary>
+    public bool OutcomeUnknown { get; init; }
 }
 
 /// <summary>Another writer changed the state after this one read it; the change was not made.</summary>
