@@ -43,7 +43,8 @@ CTEST_TIMEOUT=300
 # The C compiler of the clang presets (CMakePresets.json), for the sanitizer probe below.
 CLANG_C=clang-14
 
-PACKAGES=("${NATIVE_PACKAGES[@]}" "${YCSB_PACKAGES[@]}" clang-14 libclang-rt-14-dev llvm-14 redis-server)
+# etcd-server: the manager's etcd store is tested against a real etcd member.
+PACKAGES=("${NATIVE_PACKAGES[@]}" "${YCSB_PACKAGES[@]}" clang-14 libclang-rt-14-dev llvm-14 redis-server etcd-server)
 if (( QUICK )); then
   PACKAGES=("${NATIVE_PACKAGES[@]}" "${YCSB_PACKAGES[@]}")
 fi

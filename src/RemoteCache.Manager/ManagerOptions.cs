@@ -15,6 +15,42 @@ public sealed class ManagerOptions
     /// <summary>Where the manager keeps its database, admission key, generated API keys and local servers' files.</summary>
     public string StateDirectory { get; set; } = DefaultStateDirectory();
 
+    /// <summary><see cref="Store"/>: a SQLite file in the state directory (one manager).</summary>
+    public const string SqliteStore = "sqlite";
+
+    /// <summary><see cref="Store"/>: etcd v3 at <see cref="EtcdEndpoints"/> (managers that share their state).</summary>
+    public const string EtcdStore = "etcd";
+
+    /// <summary>Where the state is kept: <see cref="SqliteStore"/> or <see cref="EtcdStore"/>.</summary>
+    public string Store { get; set; } = SqliteStore;
+
+    /// <summary>The etcd members (comma-separated URLs) of the etcd store.</summary>
+    public string? EtcdEndpoints { get; set; }
+
+    /// <summary>The etcd store: the CA of the members' certificates (PEM; https endpoints).</summary>
+    public string? EtcdCaFile { get; set; }
+
+    /// <summary>The etcd store: this manager's client certificate and key (PEM), for members that check clients' certificates.</summary>
+    public string? EtcdCertFile { get; set; }
+
+    /// <inheritdoc cref="EtcdCertFile"/>
+    public string? EtcdKeyFile { get; set; }
+
+    /// <summary>The etcd store: the etcd user (members with auth enabled) and the file holding its password.</summary>
+    public string? EtcdUser { get; set; }
+
+    /// <inheritdoc cref="EtcdUser"/>
+    public string? EtcdPasswordFile { get; set; }
+
+    /// <summary>How the etcd store reaches etcd.</summary>
+    public Store.EtcdConnection EtcdConnection => new(EtcdEndpoints ?? "")
+    {
+        CaFile = EtcdCaFile, CertFile = EtcdCertFile, KeyFile = EtcdKeyFile, User = EtcdUser, PasswordFile = EtcdPasswordFile,
+    };
+
+    /// <summary>The prefix of the etcd store's keys (several managers' states may share one etcd under different prefixes).</summary>
+    public string EtcdPrefix { get; set; } = RemoteCache.Manager.Store.EtcdManagerStore.DefaultPrefix;
+
     /// <summary>The VM catalogue (JSON); null: <see cref="Catalogue.VmCatalogue.LocalDefault"/>.</summary>
     public string? Catalogue { get; set; }
 

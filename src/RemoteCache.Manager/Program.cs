@@ -55,13 +55,15 @@ public static class Program
         var server = new Option<string?>("--server") { Description = "Local allocator: the remotecache-server to run [default: the one in the RemoteCache package]" };
         var probe = new Option<double>("--probe-period") { Description = "Seconds between probes of each server", DefaultValueFactory = _ => 2 };
         var failure = new Option<double>("--failure-timeout") { Description = "Seconds a server may miss every probe (over two probe periods at least) before it is declared failed", DefaultValueFactory = _ => 6 };
+        var storeKind = new Option<string>("--store") { Description = "Where the state is kept: sqlite (a file in the state directory) or etcd (--etcd-endpoints)", DefaultValueFactory = _ => ManagerOptions.SqliteStore };
+        var etcd = new EtcdOptions();
         var lease = new Option<double>("--default-lease") { Description = "Seconds of a lease when Allocate names none", DefaultValueFactory = _ => 600 };
         var replacementIdle = new Option<double>("--replacement-idle-timeout") { Description = "Seconds a pending replacement's mover may do nothing before the replacement is given back and the server's notice goes out again", DefaultValueFactory = _ => 120 };
         var certificate = new Option<string?>("--certificate") { Description = "PEM certificate: serve TLS (with --certificate-key)" };
         var certificateKey = new Option<string?>("--certificate-key") { Description = "PEM private key of --certificate" };
         var root = new RootCommand("remotecache-manager: allocates SLO-driven remote-memory caches over a priced VM catalogue, issues capabilities and leases, watches the servers")
         {
-            listen, state, catalogue, models, keys, admission, allocator, transports, warm, commit, verbs, server, probe, failure, lease, replacementIdle, certificate, certificateKey,
+            listen, state, catalogue, models, keys, admission, allocator, transports, warm, commit, verbs, server, probe, failure, storeKind, lease, replacementIdle, certificate, certificateKey,
         };
         root.SetAction(async (parse, cancellationToken) =>
         {
@@ -80,6 +82,14 @@ public static class Program
                 ServerPath = parse.GetValue(server),
                 ProbePeriod = TimeSpan.FromSeconds(parse.GetValue(probe)),
                 FailureTimeout = TimeSpan.FromSeconds(parse.GetValue(failure)),
+                Store = parse.GetValue(storeKind)!,
+                EtcdEndpoints = parse.GetValue(etcd.Endpoints),
+                EtcdPrefix = parse.GetValue(etcd.Prefix)!,
+                EtcdCaFile = parse.GetValue(etcd.Ca),
+                EtcdCertFile = parse.GetValue(etcd.Cert),
+                EtcdKeyFile = parse.GetValue(etcd.Key),
+                EtcdUser = parse.GetValue(etcd.User),
+                EtcdPasswordFile = parse.GetValue(etcd.PasswordFile),
                 DefaultLease = TimeSpan.FromSeconds(parse.GetValue(lease)),
                 ReplacementIdleTimeout = TimeSpan.FromSeconds(parse.GetValue(replacementIdle)),
                 Certificate = parse.GetValue(certificate),
@@ -100,7 +110,82 @@ public static class Program
                 return 1;
             }
         });
+        etcd.AddTo(root);
+        root.Subcommands.Add(MigrateCommand(state, etcd));
         return root;
+    }
+
+    // `remotecache-manager migrate-state`: the SQLite state of a state directory, copied into an empty etcd prefix.
+    private static Command MigrateCommand(Option<string?> state, EtcdOptions etcd)
+    {
+        var command = new Command("migrate-state", "Copies the SQLite state of --state-dir (caches, servers, events) into an empty etcd prefix, for --store etcd")
+        {
+            state,
+        };
+        etcd.AddTo(command);
+        command.SetAction(async (parse, cancellationToken) =>
+        {
+            try
+            {
+                string dir = parse.GetValue(state) ?? new ManagerOptions().StateDirectory;
+                var connection = new EtcdConnection(parse.GetValue(etcd.Endpoints) ?? "")
+                {
+                    CaFile = parse.GetValue(etcd.Ca), CertFile = parse.GetValue(etcd.Cert), KeyFile = parse.GetValue(etcd.Key),
+                    User = parse.GetValue(etcd.User), PasswordFile = parse.GetValue(etcd.PasswordFile),
+                };
+                var (caches, servers, events) = await MigrateAsync(dir, connection, parse.GetValue(etcd.Prefix)!, cancellationToken).ConfigureAwait(false);
+                await parse.InvocationConfiguration.Output.WriteLineAsync(string.Create(CultureInfo.InvariantCulture,
+                    $"migrated {caches} caches, {servers} servers and {events} events from {dir} to etcd; start the manager with --store etcd")).ConfigureAwait(false);
+                return 0;
+            }
+            catch (StartupException e)
+            {
+                await parse.InvocationConfiguration.Error.WriteLineAsync($"remotecache-manager migrate-state: {e.Message}").ConfigureAwait(false);
+                return 1;
+            }
+        });
+        return command;
+    }
+
+    /// <summary>Copies the SQLite state in <paramref name="stateDirectory"/> into an empty etcd prefix; returns what was copied.</summary>
+    /// <exception cref="StartupException">No SQLite state there, etcd unreachable, or the prefix holds a state already.</exception>
+    public static async Task<(int Caches, int Servers, int Events)> MigrateAsync(string stateDirectory, EtcdConnection etcd, string etcdPrefix,
+                                                                                CancellationToken cancellationToken)
+    {
+        string path = Path.Combine(stateDirectory, "manager.db");
+        if (!File.Exists(path))
+            throw new StartupException($"{path} does not exist: no SQLite state to migrate");
+        await using var from = await SqliteManagerStore.OpenAsync(path, cancellationToken).ConfigureAwait(false);
+        var state = await from.LoadAsync(cancellationToken).ConfigureAwait(false);
+        var events = await from.AllEventsAsync(cancellationToken).ConfigureAwait(false);
+        try
+        {
+            await using var to = await EtcdManagerStore.OpenForImportAsync(etcd, etcdPrefix, cancellationToken).ConfigureAwait(false);
+            await to.ImportAsync(state, events, cancellationToken).ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is StoreUnavailableException or InvalidOperationException or ArgumentException or UriFormatException)
+        {
+            throw new StartupException(e.Message, e);
+        }
+        return (state.Caches.Count, state.Servers.Count, events.Count);
+    }
+
+    // The etcd store's flags, shared by the manager and migrate-state.
+    private sealed class EtcdOptions
+    {
+        public Option<string?> Endpoints { get; } = new("--etcd-endpoints") { Description = "--store etcd: the etcd members, comma-separated URLs (http://HOST:2379,…)" };
+        public Option<string?> Ca { get; } = new("--etcd-ca") { Description = "--store etcd: PEM file of the CA that signed the members' certificates (https endpoints)" };
+        public Option<string?> Cert { get; } = new("--etcd-cert") { Description = "--store etcd: PEM client certificate (with --etcd-key) for members that check clients' certificates" };
+        public Option<string?> Key { get; } = new("--etcd-key") { Description = "--store etcd: PEM private key of --etcd-cert" };
+        public Option<string?> User { get; } = new("--etcd-user") { Description = "--store etcd: the etcd user, for members with auth enabled (with --etcd-password-file)" };
+        public Option<string?> PasswordFile { get; } = new("--etcd-password-file") { Description = "--store etcd: a file (mode 600) whose first line is --etcd-user's password" };
+        public Option<string> Prefix { get; } = new("--etcd-prefix") { Description = "--store etcd: the prefix of the manager's keys", DefaultValueFactory = _ => EtcdManagerStore.DefaultPrefix };
+
+        public void AddTo(Command command)
+        {
+            foreach (Option option in new Option[] { Endpoints, Ca, Cert, Key, User, PasswordFile, Prefix })
+                command.Options.Add(option);
+        }
     }
 
     /// <summary>The configured service, state recovered, not yet serving.</summary>
@@ -152,7 +237,7 @@ public static class Program
         services.AddSingleton(keys);
         services.AddSingleton(TimeProvider.System);
         services.AddSingleton<ManagerMetrics>();
-        var store = await SqliteManagerStore.OpenAsync(Path.Combine(options.StateDirectory, "manager.db"), cancellationToken).ConfigureAwait(false);
+        var store = await OpenStoreAsync(options, cancellationToken).ConfigureAwait(false);
         services.AddSingleton<IManagerStore>(_ => store);  // a factory: the container disposes it (closing the database) with the app
         services.AddSingleton<IServerAdmin>(new NativeServerAdmin(admissionKey));
         services.AddSingleton<IServerAllocator>(sp => options.Allocator == StaticPoolAllocator.AllocatorName
@@ -169,7 +254,7 @@ public static class Program
             grpc.MaxReceiveMessageSize = InputBoundsInterceptor.MaxMessageBytes;
         });
         services.AddGrpcHealthChecks().AddAsyncCheck("store", async ct =>
-            await store.PingAsync(ct).ConfigureAwait(false) ? HealthCheckResult.Healthy() : HealthCheckResult.Unhealthy("the SQLite store does not answer"));
+            await store.PingAsync(ct).ConfigureAwait(false) ? HealthCheckResult.Healthy() : HealthCheckResult.Unhealthy($"the {options.Store} store does not answer"));
         services.AddAuthentication(ApiKeyAuthenticationHandler.SchemeName)
                 .AddScheme<AuthenticationSchemeOptions, ApiKeyAuthenticationHandler>(ApiKeyAuthenticationHandler.SchemeName, null);
         services.AddAuthorizationBuilder()
@@ -254,6 +339,26 @@ public static class Program
             kestrel.ListenLocalhost(listen.Port, Configure);
         else
             kestrel.Listen(address, listen.Port, Configure);
+    }
+
+    private static async Task<IManagerStore> OpenStoreAsync(ManagerOptions options, CancellationToken cancellationToken)
+    {
+        switch (options.Store)
+        {
+            case ManagerOptions.SqliteStore:
+                return await SqliteManagerStore.OpenAsync(Path.Combine(options.StateDirectory, "manager.db"), cancellationToken).ConfigureAwait(false);
+            case ManagerOptions.EtcdStore:
+                try
+                {
+                    return await EtcdManagerStore.OpenAsync(options.EtcdConnection, options.EtcdPrefix, cancellationToken).ConfigureAwait(false);
+                }
+                catch (Exception e) when (e is StoreUnavailableException or InvalidOperationException or ArgumentException or UriFormatException)
+                {
+                    throw new StartupException($"--store etcd: {e.Message}", e);
+                }
+            default:
+                throw new StartupException($"--store {options.Store}: '{ManagerOptions.SqliteStore}' or '{ManagerOptions.EtcdStore}'");
+        }
     }
 
     private static byte[] ReadAdmissionKey(string path)

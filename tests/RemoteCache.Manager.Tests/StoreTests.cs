@@ -10,13 +10,13 @@ using Xunit;
 
 namespace RemoteCache.Manager.Tests;
 
-public sealed class StoreTests : IDisposable
+/// <summary>What every <see cref="IManagerStore"/> must do; each store's tests derive from it.</summary>
+public abstract class StoreContract
 {
-    private readonly string _dir = Directory.CreateTempSubdirectory("manager-store-").FullName;
+    /// <summary>Opens the store under test: the same state each time within one test.</summary>
+    protected abstract Task<IManagerStore> OpenAsync();
 
-    public void Dispose() => Directory.Delete(_dir, recursive: true);
-
-    private static CacheRecord Cache(ulong id, string tenant) => new()
+    internal static CacheRecord Cache(ulong id, string tenant) => new()
     {
         CacheId = id, Tenant = tenant, Name = "c" + id, Token = "t", RequestedBytes = 100, Slo = new SloRecord(10, null, 1e6),
         Config = new CacheConfig(0, 1, 8, 4), Transport = "tcp", RecordSize = 8, Servers = new[] { "s1", "s2" }, RegionsPerServer = 2,
@@ -27,9 +27,8 @@ public sealed class StoreTests : IDisposable
     [Fact]
     public async Task ChangesSurviveReopeningAndSequencesAreNeverReused()
     {
-        string path = Path.Combine(_dir, "m.db");
         var server = new ServerRecord("s1", new Dictionary<string, string> { ["tcp"] = "tcp:127.0.0.1:1" }, "local-small", true, "local") { CacheId = 5, ProcessId = 42 };
-        await using (var store = await SqliteManagerStore.OpenAsync(path, CancellationToken.None))
+        await using (var store = await OpenAsync())
         {
             var change = new StoreChange();
             change.PutCaches.Add(Cache(5, "a") with
@@ -47,7 +46,7 @@ public sealed class StoreTests : IDisposable
             delete.DeleteCaches.Add(6);
             await store.ApplyAsync(delete, CancellationToken.None);
         }
-        await using (var store = await SqliteManagerStore.OpenAsync(path, CancellationToken.None))
+        await using (var store = await OpenAsync())
         {
             var snapshot = await store.LoadAsync(CancellationToken.None);
             var cache = Assert.Single(snapshot.Caches);
@@ -74,7 +73,7 @@ public sealed class StoreTests : IDisposable
     [Fact]
     public async Task AFailedChangeWritesNothing()
     {
-        await using var store = await SqliteManagerStore.OpenAsync(Path.Combine(_dir, "m.db"), CancellationToken.None);
+        await using var store = await OpenAsync();
         var change = new StoreChange();
         change.PutCaches.Add(Cache(1, "a"));
         change.Events.Add((1, "a", _ => throw new InvalidOperationException("payload failed")));
@@ -83,6 +82,17 @@ public sealed class StoreTests : IDisposable
         Assert.Empty(snapshot.Caches);
         Assert.Empty(await store.EventsAsync(1, 1, CancellationToken.None));
     }
+
+}
+
+/// <summary>The SQLite store: the contract, and what is its own (old records, schema versions).</summary>
+public sealed class StoreTests : StoreContract, IDisposable
+{
+    private readonly string _dir = Directory.CreateTempSubdirectory("manager-store-").FullName;
+
+    public void Dispose() => Directory.Delete(_dir, recursive: true);
+
+    protected override async Task<IManagerStore> OpenAsync() => await SqliteManagerStore.OpenAsync(Path.Combine(_dir, "m.db"), CancellationToken.None);
 
     [Fact]
     public async Task ACacheRecordWrittenBeforeRequestIdsExistedStillLoads()

@@ -1229,7 +1229,18 @@ public sealed class ManagerCore : IAsyncDisposable
     // Commits, then makes the change visible and tells watchers. Called under the lock (or before serving).
     private async Task<IReadOnlyList<StoredEvent>> CommitAsync(StoreChange change, CancellationToken cancellationToken)
     {
-        var events = await _store.ApplyAsync(change, cancellationToken).ConfigureAwait(false);
+        IReadOnlyList<StoredEvent> events;
+        try
+        {
+            events = await _store.ApplyAsync(change, cancellationToken).ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is StoreConflictException || e is StoreUnavailableException { OutcomeUnknown: true })
+        {
+            // What this manager holds is no longer what the store holds: it takes the store's state again, so that its next
+            // change is built on it (rather than failing the same way forever).
+            await ReloadQuietlyAsync().ConfigureAwait(false);
+            throw;
+        }
         lock (_caches)
         {
             foreach (ulong id in change.DeleteCaches)
@@ -1247,6 +1258,28 @@ public sealed class ManagerCore : IAsyncDisposable
         }
         Events.Publish(events);
         return events;
+    }
+
+    private async Task ReloadQuietlyAsync()
+    {
+        try
+        {
+            var snapshot = await _store.LoadAsync(CancellationToken.None).ConfigureAwait(false);
+            lock (_caches)
+            {
+                _caches.Clear();
+                foreach (var cache in snapshot.Caches)
+                    _caches[cache.CacheId] = cache;
+                _servers.Clear();
+                foreach (var server in snapshot.Servers)
+                    _servers[server.ServerId] = server;
+            }
+            _logger.LogWarning("Reloaded the state from the store after a change it did not take: {Caches} caches, {Servers} servers", snapshot.Caches.Count, snapshot.Servers.Count);
+        }
+        catch (StoreUnavailableException e)
+        {
+            _logger.LogError("Could not reload the state from the store after a change it did not take: {Reason}", e.Message);
+        }
     }
 
     private void AddEvent(StoreChange change, CacheRecord cache, Action<CacheEvent> fill)

@@ -9,6 +9,7 @@ using Microsoft.AspNetCore.Authorization;
 using Microsoft.Extensions.Hosting;
 using RemoteCache.Manager.Core;
 using RemoteCache.Manager.Security;
+using RemoteCache.Manager.Store;
 using RemoteCache.Manager.V1;
 
 namespace RemoteCache.Manager.Services;
@@ -157,6 +158,14 @@ public sealed class CacheManagerService : CacheManager.CacheManagerBase
         catch (ManagerException e)
         {
             throw e.ToRpc();
+        }
+        catch (StoreUnavailableException e)
+        {
+            throw new RpcException(new Status(StatusCode.Unavailable, $"the manager's store is unavailable; nothing was changed unless the message says otherwise: {e.Message}"));
+        }
+        catch (StoreConflictException e)
+        {
+            throw new RpcException(new Status(StatusCode.Aborted, e.Message));
         }
     }
 }

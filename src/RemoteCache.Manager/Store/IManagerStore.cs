@@ -6,8 +6,11 @@ using System.Threading.Tasks;
 namespace RemoteCache.Manager.Store;
 
 /// <summary>
-/// The manager's durable state: caches, servers and the event log. One implementation today (SQLite); a replicated
-/// store is a later step, so nothing outside the store knows SQL.
+/// The manager's durable state: caches, servers and the event log, in SQLite (<see cref="SqliteManagerStore"/>, one
+/// manager) or etcd (<see cref="EtcdManagerStore"/>, shared); nothing outside a store knows its engine. A store that
+/// cannot be reached throws <see cref="StoreUnavailableException"/>, one that another writer changed under a change
+/// throws <see cref="StoreConflictException"/>; either way the change was not made (unless the message says its outcome
+/// is unknown: the answer of a commit was lost and could not be learnt after).
 /// </summary>
 public interface IManagerStore : IAsyncDisposable
 {

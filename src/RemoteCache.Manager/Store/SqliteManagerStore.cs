@@ -16,8 +16,6 @@ public sealed class SqliteManagerStore : IManagerStore
 {
     private const int SchemaVersion = 1;
 
-    private static readonly JsonSerializerOptions s_json = new() { PropertyNamingPolicy = JsonNamingPolicy.CamelCase };
-
     private readonly SqliteConnection _connection;
     private readonly SemaphoreSlim _gate = new(1, 1);
 
@@ -64,10 +62,10 @@ public sealed class SqliteManagerStore : IManagerStore
         {
             var caches = new List<CacheRecord>();
             foreach (string json in Column("SELECT record FROM caches ORDER BY cache_id"))
-                caches.Add(JsonSerializer.Deserialize<CacheRecord>(json, s_json)!);
+                caches.Add(JsonSerializer.Deserialize<CacheRecord>(json, RecordJson.Options)!);
             var servers = new List<ServerRecord>();
             foreach (string json in Column("SELECT record FROM servers ORDER BY server_id"))
-                servers.Add(JsonSerializer.Deserialize<ServerRecord>(json, s_json)!);
+                servers.Add(JsonSerializer.Deserialize<ServerRecord>(json, RecordJson.Options)!);
             using var command = _connection.CreateCommand();
             // The last sequence ever given, even if its event was deleted: sqlite_sequence keeps AUTOINCREMENT's high mark.
             command.CommandText = "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0)";
@@ -88,12 +86,12 @@ public sealed class SqliteManagerStore : IManagerStore
             using var transaction = _connection.BeginTransaction();
             foreach (var cache in change.PutCaches)
                 Run(transaction, "INSERT OR REPLACE INTO caches (cache_id, tenant, record) VALUES ($id, $tenant, $record)",
-                    ("$id", (long)cache.CacheId), ("$tenant", cache.Tenant), ("$record", JsonSerializer.Serialize(cache, s_json)));
+                    ("$id", (long)cache.CacheId), ("$tenant", cache.Tenant), ("$record", JsonSerializer.Serialize(cache, RecordJson.Options)));
             foreach (ulong id in change.DeleteCaches)
                 Run(transaction, "DELETE FROM caches WHERE cache_id = $id", ("$id", (long)id));
             foreach (var server in change.PutServers)
                 Run(transaction, "INSERT OR REPLACE INTO servers (server_id, record) VALUES ($id, $record)",
-                    ("$id", server.ServerId), ("$record", JsonSerializer.Serialize(server, s_json)));
+                    ("$id", server.ServerId), ("$record", JsonSerializer.Serialize(server, RecordJson.Options)));
             foreach (string id in change.DeleteServers)
                 Run(transaction, "DELETE FROM servers WHERE server_id = $id", ("$id", id));
             var appended = new List<StoredEvent>();
@@ -132,6 +130,26 @@ public sealed class SqliteManagerStore : IManagerStore
             var events = new List<StoredEvent>();
             while (reader.Read())
                 events.Add(new StoredEvent(reader.GetInt64(0), cacheId, reader.GetString(1), (byte[])reader.GetValue(2)));
+            return events;
+        }
+        finally
+        {
+            _gate.Release();
+        }
+    }
+
+    /// <summary>Every event of every cache, in sequence order (what a migration to another store copies).</summary>
+    public async Task<IReadOnlyList<StoredEvent>> AllEventsAsync(CancellationToken cancellationToken)
+    {
+        await _gate.WaitAsync(cancellationToken).ConfigureAwait(false);
+        try
+        {
+            using var command = _connection.CreateCommand();
+            command.CommandText = "SELECT sequence, cache_id, tenant, payload FROM events ORDER BY sequence";
+            using var reader = command.ExecuteReader();
+            var events = new List<StoredEvent>();
+            while (reader.Read())
+                events.Add(new StoredEvent(reader.GetInt64(0), (ulong)reader.GetInt64(1), reader.GetString(2), (byte[])reader.GetValue(3)));
             return events;
         }
         finally

@@ -1,0 +1,391 @@
+using System;
+using System.Collections.Generic;
+using System.Globalization;
+using System.Linq;
+using System.Text;
+using System.Text.Json;
+using System.Threading;
+using System.Threading.Tasks;
+using dotnet_etcd;
+using Etcdserverpb;
+using Google.Protobuf;
+using Grpc.Core;
+
+namespace RemoteCache.Manager.Store;
+
+/// <summary>
+/// <see cref="IManagerStore"/> on etcd v3, for managers that share their state (a cluster). Under a key prefix:
+/// <list type="bullet">
+/// <item><c>meta/schema</c>: the layout's version; <c>meta/sequence</c>: the last event sequence given;
+/// <c>meta/change</c>: the id of the last change committed.</item>
+/// <item><c>caches/&lt;id, 16 hex digits&gt;</c> and <c>servers/&lt;id&gt;</c>: the records, JSON as in SQLite.</item>
+/// <item><c>events/&lt;cache id, 16 hex&gt;/&lt;sequence, 19 digits&gt;</c>: an event (its tenant and payload).</item>
+/// </list>
+/// Every change is one etcd transaction that compares <c>meta/sequence</c>'s revision with the one of the state its
+/// user last loaded or committed (the state the change was built on), and rewrites that key: a change made by another
+/// writer since fails the comparison and this one is refused (<see cref="StoreConflictException"/>), never merged; the
+/// user loads the state again before its next change. A transaction whose answer is lost (a member died, a
+/// deadline passed) is resolved by reading <c>meta/change</c> back: committed or not, never both.
+/// </summary>
+public sealed class EtcdManagerStore : IManagerStore
+{
+    /// <summary>The layout version this manager reads and writes.</summary>
+    public const int SchemaVersion = 1;
+
+    // Present while a state is being imported (ImportAsync): no manager starts on the prefix then.
+    private const string MigratingKey = "meta/migrating";
+
+    // etcd's default limit of operations in one transaction (its --max-txn-ops).
+    private const int MaxTxnOps = 128;
+
+    // Operations per import transaction, below that limit.
+    private const int ImportBatch = 100;
+
+    /// <summary>The prefix of every key when none is given.</summary>
+    public const string DefaultPrefix = "/remotecache/";
+
+    /// <summary>Bounds each call to etcd: a member that does not answer fails the call, never hangs it.</summary>
+    public static readonly TimeSpan CallTimeout = TimeSpan.FromSeconds(5);
+
+    private readonly EtcdClient _client;
+    private readonly string _prefix;
+    private readonly string _endpoints;
+    private readonly SemaphoreSlim _gate = new(1, 1);
+
+    // The state this store's user has seen: the last sequence and meta/sequence's revision as of the last load or of this
+    // store's own last commit (under _gate). A change is built on that state, so it commits only if nothing else has since.
+    private long _last;
+    private long _revision;
+
+    private EtcdManagerStore(EtcdClient client, string endpoints, string prefix)
+    {
+        _client = client;
+        _endpoints = endpoints;
+        _prefix = prefix;
+    }
+
+    /// <summary>
+    /// Connects to the etcd cluster <paramref name="connection"/> names and checks or writes the layout version under
+    /// <paramref name="prefix"/>.
+    /// </summary>
+    /// <exception cref="StoreUnavailableException">No member answered within <see cref="CallTimeout"/>.</exception>
+    /// <exception cref="InvalidOperationException">The prefix holds another layout version.</exception>
+    public static Task<EtcdManagerStore> OpenAsync(EtcdConnection connection, string prefix, CancellationToken cancellationToken) =>
+        OpenAsync(connection, prefix, forImport: false, cancellationToken);
+
+    /// <summary>As <see cref="OpenAsync(EtcdConnection, string, CancellationToken)"/>, also over an import that did not finish (to run it again).</summary>
+    public static Task<EtcdManagerStore> OpenForImportAsync(EtcdConnection connection, string prefix, CancellationToken cancellationToken) =>
+        OpenAsync(connection, prefix, forImport: true, cancellationToken);
+
+    private static async Task<EtcdManagerStore> OpenAsync(EtcdConnection connection, string prefix, bool forImport, CancellationToken cancellationToken)
+    {
+        if (!prefix.StartsWith('/') || !prefix.EndsWith('/'))
+            throw new ArgumentException($"the etcd key prefix '{prefix}' must begin and end with '/'", nameof(prefix));
+        string endpoints = connection.Endpoints;
+        var store = new EtcdManagerStore(connection.CreateClient(), endpoints, prefix);
+        try
+        {
+            var schema = store.Key("meta/schema");
+            var txn = new TxnRequest();
+            txn.Compare.Add(new Compare { Key = schema, Target = Compare.Types.CompareTarget.Create, Result = Compare.Types.CompareResult.Equal, CreateRevision = 0 });
+            txn.Success.Add(new RequestOp { RequestPut = new PutRequest { Key = schema, Value = ByteString.CopyFromUtf8(SchemaVersion.ToString(CultureInfo.InvariantCulture)) } });
+            txn.Failure.Add(new RequestOp { RequestRange = new RangeRequest { Key = schema } });
+            var response = await store.CallAsync((deadline, ct) => store._client.TransactionAsync(txn, null, deadline, ct), cancellationToken).ConfigureAwait(false);
+            if (!response.Succeeded)
+            {
+                string version = response.Responses[0].ResponseRange.Kvs[0].Value.ToStringUtf8();
+                if (version != SchemaVersion.ToString(CultureInfo.InvariantCulture))
+                    throw new InvalidOperationException($"etcd {endpoints} holds layout version {version} under '{prefix}'; this manager reads version {SchemaVersion}");
+            }
+            if (!forImport && await store.GetAsync(MigratingKey, cancellationToken).ConfigureAwait(false) is not null)
+                throw new InvalidOperationException($"a migration into etcd {endpoints} under '{prefix}' did not finish: run migrate-state again");
+            if (!forImport)
+                await store.LoadAsync(cancellationToken).ConfigureAwait(false);  // the state the first change is built on
+            return store;
+        }
+        catch
+        {
+            await store.DisposeAsync().ConfigureAwait(false);
+            throw;
+        }
+    }
+
+    public async Task<StoreSnapshot> LoadAsync(CancellationToken cancellationToken)
+    {
+        await _gate.WaitAsync(cancellationToken).ConfigureAwait(false);
+        try
+        {
+            return await LoadLockedAsync(cancellationToken).ConfigureAwait(false);
+        }
+        finally
+        {
+            _gate.Release();
+        }
+    }
+
+    // Under _gate: the state, which becomes the one the next change is built on.
+    private async Task<StoreSnapshot> LoadLockedAsync(CancellationToken cancellationToken)
+    {
+        // One transaction of three reads: the records and the sequence as of one revision.
+        var read = new TxnRequest();
+        foreach (string part in new[] { "caches/", "servers/" })
+            read.Success.Add(new RequestOp { RequestRange = new RangeRequest { Key = Key(part), RangeEnd = RangeEnd(Key(part)) } });
+        read.Success.Add(new RequestOp { RequestRange = new RangeRequest { Key = Key("meta/sequence") } });
+        var response = await CallAsync((deadline, ct) => _client.TransactionAsync(read, null, deadline, ct), cancellationToken).ConfigureAwait(false);
+        var caches = response.Responses[0].ResponseRange.Kvs
+            .Select(kv => JsonSerializer.Deserialize<CacheRecord>(kv.Value.Span, RecordJson.Options)!).OrderBy(c => c.CacheId).ToList();
+        var servers = response.Responses[1].ResponseRange.Kvs
+            .Select(kv => JsonSerializer.Deserialize<ServerRecord>(kv.Value.Span, RecordJson.Options)!).OrderBy(s => s.ServerId, StringComparer.Ordinal).ToList();
+        var sequence = response.Responses[2].ResponseRange.Kvs;
+        (_last, _revision) = sequence.Count == 0 ? (0, 0) : (long.Parse(sequence[0].Value.ToStringUtf8(), CultureInfo.InvariantCulture), sequence[0].ModRevision);
+        return new StoreSnapshot(caches, servers, _last);
+    }
+
+    public async Task<IReadOnlyList<StoredEvent>> ApplyAsync(StoreChange change, CancellationToken cancellationToken)
+    {
+        await _gate.WaitAsync(cancellationToken).ConfigureAwait(false);
+        try
+        {
+            long last = _last, revision = _revision;
+            var sequenceKey = Key("meta/sequence");
+            var changeId = ByteString.CopyFromUtf8(Guid.NewGuid().ToString("N"));
+            var txn = new TxnRequest();
+            // Nothing changed since the state the change was built on (a key that does not exist yet has create revision 0).
+            txn.Compare.Add(revision == 0
+                ? new Compare { Key = sequenceKey, Target = Compare.Types.CompareTarget.Create, Result = Compare.Types.CompareResult.Equal, CreateRevision = 0 }
+                : new Compare { Key = sequenceKey, Target = Compare.Types.CompareTarget.Mod, Result = Compare.Types.CompareResult.Equal, ModRevision = revision });
+            foreach (var cache in change.PutCaches)
+                txn.Success.Add(Put(CacheKey(cache.CacheId), JsonSerializer.SerializeToUtf8Bytes(cache, RecordJson.Options)));
+            foreach (ulong id in change.DeleteCaches)
+                txn.Success.Add(new RequestOp { RequestDeleteRange = new DeleteRangeRequest { Key = CacheKey(id) } });
+            foreach (var server in change.PutServers)
+                txn.Success.Add(Put(Key("servers/" + server.ServerId), JsonSerializer.SerializeToUtf8Bytes(server, RecordJson.Options)));
+            foreach (string id in change.DeleteServers)
+                txn.Success.Add(new RequestOp { RequestDeleteRange = new DeleteRangeRequest { Key = Key("servers/" + id) } });
+            var appended = new List<StoredEvent>();
+            foreach (var (cacheId, tenant, payload) in change.Events)
+            {
+                long sequence = last + appended.Count + 1;
+                byte[] bytes = payload(sequence);
+                txn.Success.Add(Put(EventKey(cacheId, sequence), JsonSerializer.SerializeToUtf8Bytes(new EventEnvelope(tenant, bytes), RecordJson.Options)));
+                appended.Add(new StoredEvent(sequence, cacheId, tenant, bytes));
+            }
+            txn.Success.Add(Put(sequenceKey, Encoding.UTF8.GetBytes((last + appended.Count).ToString(CultureInfo.InvariantCulture))));
+            txn.Success.Add(new RequestOp { RequestPut = new PutRequest { Key = Key("meta/change"), Value = changeId } });
+            if (txn.Success.Count > MaxTxnOps)
+                throw new InvalidOperationException(
+                    $"a change of {txn.Success.Count} writes is more than etcd takes in one transaction by default ({MaxTxnOps}; etcd's --max-txn-ops); it was not made");
+
+            long? committed;
+            try
+            {
+                var response = await CallAsync((deadline, ct) => _client.TransactionAsync(txn, null, deadline, ct), cancellationToken).ConfigureAwait(false);
+                committed = response.Succeeded ? response.Header.Revision : null;
+            }
+            catch (StoreUnavailableException lost)
+            {
+                // The answer was lost, not necessarily the change: it committed exactly when meta/change is its id.
+                committed = await CommittedAsync(changeId, lost).ConfigureAwait(false);
+            }
+            if (committed is not { } at)
+                throw new StoreConflictException(
+                    $"etcd {_endpoints}: the state under '{_prefix}' changed since it was read (another manager wrote it); the change was not made");
+            (_last, _revision) = (last + appended.Count, at);
+            return appended;
+        }
+        finally
+        {
+            _gate.Release();
+        }
+    }
+
+    // The revision at which the change `changeId` committed, or null when it did not, read back after its answer was lost
+    // (`lost`); asked a few times, since the member that lost it may be the one that died. An outcome that cannot be
+    // learnt is refused as unknown.
+    private async Task<long?> CommittedAsync(ByteString changeId, StoreUnavailableException lost)
+    {
+        var read = new TxnRequest();
+        read.Success.Add(new RequestOp { RequestRange = new RangeRequest { Key = Key("meta/change") } });
+        read.Success.Add(new RequestOp { RequestRange = new RangeRequest { Key = Key("meta/sequence") } });
+        for (int attempt = 0; ; attempt++)
+        {
+            try
+            {
+                var response = await CallAsync((deadline, ct) => _client.TransactionAsync(read, null, deadline, ct), CancellationToken.None).ConfigureAwait(false);
+                var change = response.Responses[0].ResponseRange.Kvs;
+                // Every change rewrites both keys: when meta/change is this one's, meta/sequence was last written by it too.
+                return change.Count == 1 && change[0].Value == changeId ? response.Responses[1].ResponseRange.Kvs[0].ModRevision : null;
+            }
+            catch (StoreUnavailableException) when (attempt < 2)
+            {
+                await Task.Delay(CallTimeout / 5).ConfigureAwait(false);
+            }
+            catch (StoreUnavailableException again)
+            {
+                throw new StoreUnavailableException($"{lost.Message}; whether the change was made is unknown: {again.Message}", lost) { OutcomeUnknown = true };
+            }
+        }
+    }
+
+    /// <summary>
+    /// Copies a whole state (another store's) into this prefix, which must hold none: records and events keep their
+    /// ids and sequences, and the next event continues after <see cref="StoreSnapshot.LastSequence"/>. A state too large
+    /// for one etcd transaction is written in several, between a marker that a manager refuses to start on and the
+    /// last transaction, which writes the sequence and removes the marker: an import that is interrupted leaves a prefix
+    /// no manager uses, and an import run again over it starts over.
+    /// </summary>
+    /// <exception cref="InvalidOperationException">The prefix already holds a state.</exception>
+    public async Task ImportAsync(StoreSnapshot state, IReadOnlyList<StoredEvent> events, CancellationToken cancellationToken)
+    {
+        await _gate.WaitAsync(cancellationToken).ConfigureAwait(false);
+        try
+        {
+            var marker = Key(MigratingKey);
+            if (await GetAsync(MigratingKey, cancellationToken).ConfigureAwait(false) is null)
+            {
+                // Only an empty state is written over: no sequence, no record, no event.
+                var begin = new TxnRequest();
+                begin.Compare.Add(new Compare { Key = Key("meta/sequence"), Target = Compare.Types.CompareTarget.Create, Result = Compare.Types.CompareResult.Equal, CreateRevision = 0 });
+                foreach (string part in new[] { "caches/", "servers/", "events/" })
+                    begin.Compare.Add(new Compare
+                    {
+                        Key = Key(part), RangeEnd = RangeEnd(Key(part)), Target = Compare.Types.CompareTarget.Create,
+                        Result = Compare.Types.CompareResult.Equal, CreateRevision = 0,
+                    });
+                begin.Success.Add(Put(marker, Encoding.UTF8.GetBytes(DateTimeOffset.UtcNow.ToString("O", CultureInfo.InvariantCulture))));
+                if (!(await CallAsync((deadline, ct) => _client.TransactionAsync(begin, null, deadline, ct), cancellationToken).ConfigureAwait(false)).Succeeded)
+                    throw new InvalidOperationException($"etcd {_endpoints} already holds a manager's state under '{_prefix}': a state is imported into an empty prefix only");
+            }
+            else
+            {
+                // An import that did not finish: what it wrote goes, the marker stays.
+                foreach (string part in new[] { "caches/", "servers/", "events/", "meta/sequence", "meta/change" })
+                {
+                    var range = new DeleteRangeRequest { Key = Key(part) };
+                    if (part.EndsWith('/'))
+                        range.RangeEnd = RangeEnd(Key(part));
+                    await CallAsync((deadline, ct) => _client.DeleteAsync(range, null, deadline, ct), cancellationToken).ConfigureAwait(false);
+                }
+            }
+            var puts = state.Caches.Select(c => Put(CacheKey(c.CacheId), JsonSerializer.SerializeToUtf8Bytes(c, RecordJson.Options)))
+                .Concat(state.Servers.Select(s => Put(Key("servers/" + s.ServerId), JsonSerializer.SerializeToUtf8Bytes(s, RecordJson.Options))))
+                .Concat(events.Select(e => Put(EventKey(e.CacheId, e.Sequence), JsonSerializer.SerializeToUtf8Bytes(new EventEnvelope(e.Tenant, e.Payload), RecordJson.Options))));
+            foreach (var batch in puts.Chunk(ImportBatch))
+            {
+                var txn = new TxnRequest();
+                txn.Compare.Add(new Compare { Key = marker, Target = Compare.Types.CompareTarget.Create, Result = Compare.Types.CompareResult.Greater, CreateRevision = 0 });
+                txn.Success.AddRange(batch);
+                if (!(await CallAsync((deadline, ct) => _client.TransactionAsync(txn, null, deadline, ct), cancellationToken).ConfigureAwait(false)).Succeeded)
+                    throw new InvalidOperationException($"the import into etcd {_endpoints} under '{_prefix}' was interrupted by another (its marker went)");
+            }
+            var finish = new TxnRequest();
+            finish.Compare.Add(new Compare { Key = marker, Target = Compare.Types.CompareTarget.Create, Result = Compare.Types.CompareResult.Greater, CreateRevision = 0 });
+            finish.Success.Add(Put(Key("meta/sequence"), Encoding.UTF8.GetBytes(Math.Max(state.LastSequence, events.Count == 0 ? 0 : events.Max(e => e.Sequence)).ToString(CultureInfo.InvariantCulture))));
+            finish.Success.Add(new RequestOp { RequestDeleteRange = new DeleteRangeRequest { Key = marker } });
+            if (!(await CallAsync((deadline, ct) => _client.TransactionAsync(finish, null, deadline, ct), cancellationToken).ConfigureAwait(false)).Succeeded)
+                throw new InvalidOperationException($"the import into etcd {_endpoints} under '{_prefix}' was interrupted by another (its marker went)");
+        }
+        finally
+        {
+            _gate.Release();
+        }
+    }
+
+    public async Task<IReadOnlyList<StoredEvent>> EventsAsync(ulong cacheId, long fromSequence, CancellationToken cancellationToken)
+    {
+        string prefix = $"events/{cacheId:x16}/";
+        var request = new RangeRequest
+        {
+            Key = EventKey(cacheId, Math.Max(fromSequence, 0)),
+            RangeEnd = RangeEnd(Key(prefix)),
+            SortOrder = RangeRequest.Types.SortOrder.Ascend,
+            SortTarget = RangeRequest.Types.SortTarget.Key,
+        };
+        var response = await CallAsync((deadline, ct) => _client.GetAsync(request, null, deadline, ct), cancellationToken).ConfigureAwait(false);
+        return response.Kvs.Select(kv =>
+        {
+            long sequence = long.Parse(kv.Key.ToStringUtf8().AsSpan(_prefix.Length + prefix.Length), CultureInfo.InvariantCulture);
+            var envelope = JsonSerializer.Deserialize<EventEnvelope>(kv.Value.Span, RecordJson.Options)!;
+            return new StoredEvent(sequence, cacheId, envelope.Tenant, envelope.Payload);
+        }).ToList();
+    }
+
+    public async Task<bool> PingAsync(CancellationToken cancellationToken)
+    {
+        try
+        {
+            return await GetAsync("meta/schema", cancellationToken).ConfigureAwait(false) is not null;
+        }
+        catch (StoreUnavailableException)
+        {
+            return false;
+        }
+    }
+
+    public ValueTask DisposeAsync()
+    {
+        _client.Dispose();
+        _gate.Dispose();
+        return ValueTask.CompletedTask;
+    }
+
+    // An event as stored: the payload is a serialized CacheEvent, opaque here.
+    private sealed record EventEnvelope(string Tenant, byte[] Payload);
+
+    private async Task<Mvccpb.KeyValue?> GetAsync(string key, CancellationToken cancellationToken)
+    {
+        var response = await CallAsync((deadline, ct) => _client.GetAsync(new RangeRequest { Key = Key(key) }, null, deadline, ct), cancellationToken).ConfigureAwait(false);
+        return response.Kvs.Count == 0 ? null : response.Kvs[0];
+    }
+
+    // Runs one call with a deadline; etcd's failures become StoreUnavailableException naming the endpoints.
+    private async Task<T> CallAsync<T>(Func<DateTime, CancellationToken, Task<T>> call, CancellationToken cancellationToken)
+    {
+        try
+        {
+            return await call(DateTime.UtcNow + CallTimeout, cancellationToken).ConfigureAwait(false);
+        }
+        catch (RpcException e) when (e.StatusCode != StatusCode.Cancelled || !cancellationToken.IsCancellationRequested)
+        {
+            throw new StoreUnavailableException($"etcd {_endpoints} did not answer or refused: {e.Status.StatusCode} {e.Status.Detail}", e);
+        }
+    }
+
+    private ByteString Key(string key) => ByteString.CopyFromUtf8(_prefix + key);
+
+    private ByteString CacheKey(ulong cacheId) => Key($"caches/{cacheId:x16}");
+
+    private ByteString EventKey(ulong cacheId, long sequence) => Key($"events/{cacheId:x16}/{sequence:D19}");
+
+    private static RequestOp Put(ByteString key, byte[] value) => new() { RequestPut = new PutRequest { Key = key, Value = ByteString.CopyFrom(value) } };
+
+    // The end of the range of every key that starts with `prefix`: the prefix with its last byte one higher.
+    private static ByteString RangeEnd(ByteString prefix)
+    {
+        byte[] end = prefix.ToByteArray();
+        end[^1]++;
+        return ByteString.CopyFrom(end);
+    }
+}
+
+/// <summary>
+/// The store did not answer (etcd unreachable, or no quorum); the message names the endpoints. Nothing was written,
+/// unless <see cref="OutcomeUnknown"/>: a commit's answer was lost and could not be learnt after.
+/// </summary>
+public sealed class StoreUnavailableException : Exception
+{
+    public StoreUnavailableException(string message, Exception inner) : base(message, inner)
+    {
+    }
+
+    /// <summary>The change may or may not have been made.</summary>
+    public bool OutcomeUnknown { get; init; }
+}
+
+/// <summary>Another writer changed the state after this one read it; the change was not made.</summary>
+public sealed class StoreConflictException : Exception
+{
+    public StoreConflictException(string message) : base(message)
+    {
+    }
+}

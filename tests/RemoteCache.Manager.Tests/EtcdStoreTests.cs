@@ -1,0 +1,75 @@
+using System;
+using System.Linq;
+using System.Text;
+using System.Threading;
+using System.Threading.Tasks;
+using dotnet_etcd;
+using RemoteCache.Manager.Store;
+using Xunit;
+
+namespace RemoteCache.Manager.Tests;
+
+/// <summary>One etcd member for a test class (each test works under a prefix of its own).</summary>
+public sealed class EtcdFixture : IAsyncLifetime
+{
+    public EtcdProcess Etcd { get; private set; } = null!;
+
+    public async Task InitializeAsync() => Etcd = await EtcdProcess.StartAsync();
+
+    public async Task DisposeAsync() => await Etcd.DisposeAsync();
+}
+
+/// <summary>The etcd store: the contract, optimistic concurrency, and its refusals.</summary>
+public sealed class EtcdStoreTests : StoreContract, IClassFixture<EtcdFixture>
+{
+    private readonly EtcdFixture _fixture;
+    private readonly string _prefix = $"/test-{Guid.NewGuid():N}/";
+
+    public EtcdStoreTests(EtcdFixture fixture) => _fixture = fixture;
+
+    protected override async Task<IManagerStore> OpenAsync() => await OpenEtcdAsync();
+
+    private Task<EtcdManagerStore> OpenEtcdAsync() => EtcdManagerStore.OpenAsync(new EtcdConnection(_fixture.Etcd.Endpoint), _prefix, CancellationToken.None);
+
+    [Fact]
+    public async Task AChangeBuiltOnStateAnotherWriterChangedIsRefusedNotMerged()
+    {
+        await using var first = await OpenEtcdAsync();
+        await using var second = await OpenEtcdAsync();
+        // Both have seen the same (empty) state; the second writes first.
+        var theirs = new StoreChange();
+        theirs.PutCaches.Add(Cache(2, "b"));
+        theirs.Events.Add((2, "b", seq => Encoding.UTF8.GetBytes($"theirs {seq}")));
+        await second.ApplyAsync(theirs, CancellationToken.None);
+        var mine = new StoreChange();
+        mine.PutCaches.Add(Cache(1, "a"));
+        mine.Events.Add((1, "a", seq => Encoding.UTF8.GetBytes($"mine {seq}")));
+        var e = await Assert.ThrowsAsync<StoreConflictException>(() => first.ApplyAsync(mine, CancellationToken.None));
+        Assert.Contains("another manager", e.Message);
+
+        // Only the other writer's change is there, with sequence 1; the refused one left nothing, and a retry once the
+        // state is loaded again goes through with the next sequence.
+        var snapshot = await first.LoadAsync(CancellationToken.None);
+        Assert.Equal(2UL, Assert.Single(snapshot.Caches).CacheId);
+        Assert.Equal(1, snapshot.LastSequence);
+        Assert.Empty(await first.EventsAsync(1, 0, CancellationToken.None));
+        Assert.Equal(2, (await first.ApplyAsync(mine, CancellationToken.None)).Single().Sequence);
+    }
+
+    [Fact]
+    public async Task AnEtcdThatDoesNotAnswerIsRefusedNamingItsEndpoints()
+    {
+        const string nobody = "http://127.0.0.1:9";
+        var e = await Assert.ThrowsAsync<StoreUnavailableException>(() => EtcdManagerStore.OpenAsync(new EtcdConnection(nobody), _prefix, CancellationToken.None));
+        Assert.Contains(nobody, e.Message);
+    }
+
+    [Fact]
+    public async Task AnotherLayoutVersionIsRefused()
+    {
+        using (var client = new EtcdClient(_fixture.Etcd.Endpoint))
+            await client.PutAsync(_prefix + "meta/schema", "99");
+        var e = await Assert.ThrowsAsync<InvalidOperationException>(() => OpenEtcdAsync());
+        Assert.Contains("layout version 99", e.Message);
+    }
+}
