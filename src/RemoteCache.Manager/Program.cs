@@ -237,7 +237,7 @@ public static class Program
         services.AddSingleton(keys);
         services.AddSingleton(TimeProvider.System);
         services.AddSingleton<ManagerMetrics>();
-        var store = await OpenStoreAsync(options, cancellationToken).ConfigureAwait(false);
+        var store = await OpenStoreAsync(options, new StoreIdentity(admissionKey, catalogue.ToJson()), cancellationToken).ConfigureAwait(false);
         services.AddSingleton<IManagerStore>(_ => store);  // a factory: the container disposes it (closing the database) with the app
         services.AddSingleton<IServerAdmin>(new NativeServerAdmin(admissionKey));
         services.AddSingleton<IServerAllocator>(sp => options.Allocator == StaticPoolAllocator.AllocatorName
@@ -341,19 +341,24 @@ public static class Program
             kestrel.Listen(address, listen.Port, Configure);
     }
 
-    private static async Task<IManagerStore> OpenStoreAsync(ManagerOptions options, CancellationToken cancellationToken)
+    private static async Task<IManagerStore> OpenStoreAsync(ManagerOptions options, StoreIdentity identity, CancellationToken cancellationToken)
     {
         switch (options.Store)
         {
             case ManagerOptions.SqliteStore:
                 return await SqliteManagerStore.OpenAsync(Path.Combine(options.StateDirectory, "manager.db"), cancellationToken).ConfigureAwait(false);
             case ManagerOptions.EtcdStore:
+                EtcdManagerStore? etcd = null;
                 try
                 {
-                    return await EtcdManagerStore.OpenAsync(options.EtcdConnection, options.EtcdPrefix, cancellationToken).ConfigureAwait(false);
+                    etcd = await EtcdManagerStore.OpenAsync(options.EtcdConnection, options.EtcdPrefix, cancellationToken).ConfigureAwait(false);
+                    await etcd.ClaimAsync(identity, cancellationToken).ConfigureAwait(false);
+                    return etcd;
                 }
                 catch (Exception e) when (e is StoreUnavailableException or InvalidOperationException or ArgumentException or UriFormatException)
                 {
+                    if (etcd is not null)
+                        await etcd.DisposeAsync().ConfigureAwait(false);
                     throw new StartupException($"--store etcd: {e.Message}", e);
                 }
             default:

@@ -43,6 +43,7 @@ public sealed class EtcdManagerTests : IClassFixture<EtcdFixture>
         await using var stale = OnEtcd(prefix, TimeSpan.FromMinutes(5));
         await using var fresh = OnEtcd(prefix, TimeSpan.FromMinutes(5));
         await stale.StartAsync();
+        fresh.Options.AdmissionKey = Path.Combine(stale.StateDirectory, "admission.key");  // managers of one state share it
         await fresh.StartAsync();
         var placed = (await fresh.Tenant(AliceKey).AllocateAsync(Small("fresh"))).Cache;
 
@@ -89,6 +90,32 @@ public sealed class EtcdManagerTests : IClassFixture<EtcdFixture>
             Assert.Equal(data, back);
         }
         await alice.DeallocateAsync(new DeallocateRequest { CacheId = cache.CacheId });
+    }
+
+    [Fact]
+    public async Task AManagerWithAnotherAdmissionKeyOrCatalogueDoesNotStartOnAClaimedPrefix()
+    {
+        string prefix = $"/claimed-{Guid.NewGuid():N}/";
+        await using var first = OnEtcd(prefix);
+        await first.StartAsync();
+
+        await using var otherKey = OnEtcd(prefix);  // its own admission key
+        var e = await Assert.ThrowsAsync<StartupException>(() => otherKey.StartAsync());
+        Assert.Contains("another admission key", e.Message);
+        Assert.DoesNotContain("another catalogue", e.Message);
+
+        await using var otherCatalogue = OnEtcd(prefix);
+        otherCatalogue.Options.AdmissionKey = Path.Combine(first.StateDirectory, "admission.key");
+        var cheaper = new Catalogue.VmCatalogue { RegionBytes = TestManager.Catalogue.RegionBytes, VmTypes = new[] { new Catalogue.VmType("small", 256 * MiB, 1, 0.01, null, 4, 0) } };
+        await File.WriteAllTextAsync(otherCatalogue.Options.Catalogue!, cheaper.ToJson());
+        e = await Assert.ThrowsAsync<StartupException>(() => otherCatalogue.StartAsync());
+        Assert.Contains("another catalogue", e.Message);
+        Assert.DoesNotContain("another admission key", e.Message);
+
+        // The same key and catalogue: a second manager of the state starts.
+        await using var same = OnEtcd(prefix);
+        same.Options.AdmissionKey = Path.Combine(first.StateDirectory, "admission.key");
+        await same.StartAsync();
     }
 
     [Fact]

@@ -228,6 +228,30 @@ public sealed class EtcdManagerStore : IManagerStore
     }
 
     /// <summary>
+    /// Claims the prefix for managers of <paramref name="identity"/>: the first to start writes it (<c>meta/identity</c>),
+    /// every later one must match it, so that managers that would mint capabilities the servers refuse, or place caches
+    /// by another catalogue, never share a state.
+    /// </summary>
+    /// <exception cref="InvalidOperationException">The prefix was claimed with another admission key or catalogue (the message says which).</exception>
+    public async Task ClaimAsync(StoreIdentity identity, CancellationToken cancellationToken)
+    {
+        var key = Key("meta/identity");
+        var txn = new TxnRequest();
+        txn.Compare.Add(new Compare { Key = key, Target = Compare.Types.CompareTarget.Create, Result = Compare.Types.CompareResult.Equal, CreateRevision = 0 });
+        txn.Success.Add(Put(key, JsonSerializer.SerializeToUtf8Bytes(identity.Fingerprint, RecordJson.Options)));
+        txn.Failure.Add(new RequestOp { RequestRange = new RangeRequest { Key = key } });
+        var response = await CallAsync((deadline, ct) => _client.TransactionAsync(txn, null, deadline, ct), cancellationToken).ConfigureAwait(false);
+        if (response.Succeeded)
+            return;
+        var claimed = JsonSerializer.Deserialize<StoreIdentity.Prints>(response.Responses[0].ResponseRange.Kvs[0].Value.Span, RecordJson.Options)!;
+        var differ = identity.Fingerprint.Differences(claimed);
+        if (differ.Count > 0)
+            throw new InvalidOperationException(
+                $"etcd {_endpoints} under '{_prefix}' holds the state of managers with another {string.Join(" and another ", differ)}: " +
+                "managers that share a state share their admission key and catalogue");
+    }
+
+    /// <summary>
     /// Copies a whole state (another store's) into this prefix, which must hold none: records and events keep their
     /// ids and sequences, and the next event continues after <see cref="StoreSnapshot.LastSequence"/>. A state too large
     /// for one etcd transaction is written in several, between a marker that a manager refuses to start on and the
