@@ -71,8 +71,11 @@ public static class Input
             : throw new ManagerException(StatusCode.InvalidArgument, $"{field} {Text(duration)} must be positive");
 
     /// <summary>A duration whose unset or zero value means <paramref name="otherwise"/>; else it must be positive.</summary>
-    public static TimeSpan PositiveOr(Duration? duration, string field, TimeSpan otherwise) =>
-        duration is null || (duration.Seconds == 0 && duration.Nanos == 0) ? otherwise : Positive(duration, field);
+    public static TimeSpan PositiveOr(Duration? duration, string field, TimeSpan otherwise) => PositiveOrDefault(duration, field) ?? otherwise;
+
+    /// <summary>A duration whose unset or zero value means the default (null); else it must be positive.</summary>
+    public static TimeSpan? PositiveOrDefault(Duration? duration, string field) =>
+        duration is null || (duration.Seconds == 0 && duration.Nanos == 0) ? null : Positive(duration, field);
 
     /// <summary>A duration as the client sent it, in seconds (protobuf's JSON form): "-0.000000001s".</summary>
     public static string Text(Duration duration)

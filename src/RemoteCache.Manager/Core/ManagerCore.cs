@@ -317,7 +317,7 @@ public sealed class ManagerCore : IAsyncDisposable
 
     public async Task<CacheRecord> RenewLeaseAsync(string tenant, ulong cacheId, Duration? extendBy, CancellationToken cancellationToken)
     {
-        TimeSpan? by = extendBy is null || (extendBy.Seconds == 0 && extendBy.Nanos == 0) ? null : Input.Positive(extendBy, "extend_by");
+        TimeSpan? by = Input.PositiveOrDefault(extendBy, "extend_by");
         await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
         try
         {
