@@ -14,4 +14,13 @@ public static class Refusals
 
     /// <summary>Another client of the cache is moving the server's regions (BeginReplacement): follow its ServerReplaced.</summary>
     public const string MovedElsewhere = "moved-elsewhere";
+
+    /// <summary>
+    /// This manager is a replica that is not the leader (status UNAVAILABLE; the call was not carried out): call the leader,
+    /// whose address is in the <see cref="LeaderTrailer"/> trailer when one is known.
+    /// </summary>
+    public const string NotLeader = "not-leader";
+
+    /// <summary>The trailer that names the leader's address (as it advertises it, http://HOST:PORT) beside <see cref="NotLeader"/>.</summary>
+    public const string LeaderTrailer = "remotecache-leader";
 }
