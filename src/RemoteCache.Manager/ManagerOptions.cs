@@ -51,6 +51,19 @@ public sealed class ManagerOptions
     /// <summary>The prefix of the etcd store's keys (several managers' states may share one etcd under different prefixes).</summary>
     public string EtcdPrefix { get; set; } = RemoteCache.Manager.Store.EtcdManagerStore.DefaultPrefix;
 
+    /// <summary>
+    /// The etcd store: the lease of a leader among the managers sharing the prefix. A leader that dies is replaced about
+    /// this long after (etcd ends its lease); one cut off from etcd steps down after three quarters of it. etcd grants no
+    /// lease below 2 s with its default timing.
+    /// </summary>
+    public TimeSpan LeaderLease { get; set; } = TimeSpan.FromSeconds(2);
+
+    /// <summary>
+    /// The etcd store: the address clients reach this manager at (http://HOST:PORT), which followers name when they refer
+    /// clients to the leader; null: the address it listens on (which must then not be a wildcard like 0.0.0.0).
+    /// </summary>
+    public string? Advertise { get; set; }
+
     /// <summary>The VM catalogue (JSON); null: <see cref="Catalogue.VmCatalogue.LocalDefault"/>.</summary>
     public string? Catalogue { get; set; }
 

@@ -22,6 +22,7 @@ using Microsoft.Extensions.Options;
 using RemoteCache.Manager.Admin;
 using RemoteCache.Manager.Allocators;
 using RemoteCache.Manager.Catalogue;
+using RemoteCache.Manager.Cluster;
 using RemoteCache.Manager.Core;
 using RemoteCache.Manager.Security;
 using RemoteCache.Manager.Services;
@@ -57,13 +58,16 @@ public static class Program
         var failure = new Option<double>("--failure-timeout") { Description = "Seconds a server may miss every probe (over two probe periods at least) before it is declared failed", DefaultValueFactory = _ => 6 };
         var storeKind = new Option<string>("--store") { Description = "Where the state is kept: sqlite (a file in the state directory) or etcd (--etcd-endpoints)", DefaultValueFactory = _ => ManagerOptions.SqliteStore };
         var etcd = new EtcdOptions();
+        var leaderLease = new Option<double>("--leader-lease") { Description = "--store etcd: seconds of the leader's etcd lease; a dead leader is replaced about this long after", DefaultValueFactory = _ => 2 };
+        var advertise = new Option<string?>("--advertise") { Description = "--store etcd: the address clients reach this manager at (http://HOST:PORT), named by followers when they refer clients to the leader [default: --listen]" };
         var lease = new Option<double>("--default-lease") { Description = "Seconds of a lease when Allocate names none", DefaultValueFactory = _ => 600 };
         var replacementIdle = new Option<double>("--replacement-idle-timeout") { Description = "Seconds a pending replacement's mover may do nothing before the replacement is given back and the server's notice goes out again", DefaultValueFactory = _ => 120 };
         var certificate = new Option<string?>("--certificate") { Description = "PEM certificate: serve TLS (with --certificate-key)" };
         var certificateKey = new Option<string?>("--certificate-key") { Description = "PEM private key of --certificate" };
         var root = new RootCommand("remotecache-manager: allocates SLO-driven remote-memory caches over a priced VM catalogue, issues capabilities and leases, watches the servers")
         {
-            listen, state, catalogue, models, keys, admission, allocator, transports, warm, commit, verbs, server, probe, failure, storeKind, lease, replacementIdle, certificate, certificateKey,
+            listen, state, catalogue, models, keys, admission, allocator, transports, warm, commit, verbs, server, probe, failure, storeKind, leaderLease, advertise, lease,
+            replacementIdle, certificate, certificateKey,
         };
         root.SetAction(async (parse, cancellationToken) =>
         {
@@ -90,6 +94,8 @@ public static class Program
                 EtcdKeyFile = parse.GetValue(etcd.Key),
                 EtcdUser = parse.GetValue(etcd.User),
                 EtcdPasswordFile = parse.GetValue(etcd.PasswordFile),
+                LeaderLease = TimeSpan.FromSeconds(parse.GetValue(leaderLease)),
+                Advertise = parse.GetValue(advertise),
                 DefaultLease = TimeSpan.FromSeconds(parse.GetValue(lease)),
                 ReplacementIdleTimeout = TimeSpan.FromSeconds(parse.GetValue(replacementIdle)),
                 Certificate = parse.GetValue(certificate),
@@ -201,6 +207,7 @@ public static class Program
             throw new StartupException($"--replacement-idle-timeout must be positive, not {options.ReplacementIdleTimeout.TotalSeconds} s");
         CheckVerbs(options);
         var endpoint = CheckListen(listen, options);
+        CheckReplicas(options, listen);
         Directory.CreateDirectory(options.StateDirectory);
         var catalogue = Load(() => options.Catalogue is null ? VmCatalogue.LocalDefault : VmCatalogue.Load(options.Catalogue));
         string modelsDir = options.Models ?? Path.Combine(AppContext.BaseDirectory, "models");
@@ -239,6 +246,18 @@ public static class Program
         services.AddSingleton<ManagerMetrics>();
         var store = await OpenStoreAsync(options, new StoreIdentity(admissionKey, catalogue.ToJson()), cancellationToken).ConfigureAwait(false);
         services.AddSingleton<IManagerStore>(_ => store);  // a factory: the container disposes it (closing the database) with the app
+        if (store is EtcdManagerStore etcd)
+        {
+            // Registered before the worker, so that it stops after it: the duties end, then the lead is handed over.
+            services.AddSingleton(sp => new EtcdLeadership(etcd, () => options.Advertise ?? AddressOf(sp.GetRequiredService<IServer>()), options.Allocator,
+                                                           options.LeaderLease, sp.GetRequiredService<ILogger<EtcdLeadership>>()));
+            services.AddSingleton<ILeadership>(sp => sp.GetRequiredService<EtcdLeadership>());
+            services.AddHostedService(sp => sp.GetRequiredService<EtcdLeadership>());
+        }
+        else
+        {
+            services.AddSingleton<ILeadership, SoleLeadership>();
+        }
         services.AddSingleton<IServerAdmin>(new NativeServerAdmin(admissionKey));
         services.AddSingleton<IServerAllocator>(sp => options.Allocator == StaticPoolAllocator.AllocatorName
             ? new StaticPoolAllocator(catalogue)
@@ -246,15 +265,16 @@ public static class Program
                                                                            admissionPath, options.Warm, options.CommitMemory, options.VerbsAddress),
                                         sp.GetRequiredService<ILoggerFactory>().CreateLogger<LocalProcessAllocator>()));
         services.AddSingleton(sp => new ManagerCore(sp.GetRequiredService<IManagerStore>(), sp.GetRequiredService<IServerAllocator>(), sp.GetRequiredService<IServerAdmin>(), catalogue, models,
-            options, admissionKey, keys, TimeProvider.System, sp.GetRequiredService<ILogger<ManagerCore>>(), sp.GetRequiredService<ManagerMetrics>()));
+            options, admissionKey, keys, TimeProvider.System, sp.GetRequiredService<ILogger<ManagerCore>>(), sp.GetRequiredService<ManagerMetrics>(),
+            sp.GetRequiredService<ILeadership>()));
         services.AddHostedService<ManagerWorker>();
         services.AddGrpc(grpc =>
         {
             grpc.Interceptors.Add<InputBoundsInterceptor>();
+            grpc.Interceptors.Add<LeaderGateInterceptor>();
             grpc.MaxReceiveMessageSize = InputBoundsInterceptor.MaxMessageBytes;
         });
-        services.AddGrpcHealthChecks().AddAsyncCheck("store", async ct =>
-            await store.PingAsync(ct).ConfigureAwait(false) ? HealthCheckResult.Healthy() : HealthCheckResult.Unhealthy($"the {options.Store} store does not answer"));
+        ManagerHealth.Add(services, store, options.Store);
         services.AddAuthentication(ApiKeyAuthenticationHandler.SchemeName)
                 .AddScheme<AuthenticationSchemeOptions, ApiKeyAuthenticationHandler>(ApiKeyAuthenticationHandler.SchemeName, null);
         services.AddAuthorizationBuilder()
@@ -270,7 +290,17 @@ public static class Program
         app.MapGrpcHealthChecksService().AllowAnonymous();
 
         var core = app.Services.GetRequiredService<ManagerCore>();
-        await core.StartAsync(cancellationToken).ConfigureAwait(false);
+        if (app.Services.GetRequiredService<ILeadership>() is EtcdLeadership replica)
+        {
+            await JoinAsync(replica, cancellationToken).ConfigureAwait(false);
+            await core.RefreshAsync(cancellationToken).ConfigureAwait(false);  // what it serves until it leads, if ever
+        }
+        else
+        {
+            // The sole manager takes its state over before it serves, so that a failure to is a failure to start.
+            await core.TakeOverAsync(cancellationToken).ConfigureAwait(false);
+            app.Services.GetRequiredService<ILeadership>().Serve(CancellationToken.None);
+        }
         if (app.Services.GetRequiredService<IServerAllocator>() is LocalProcessAllocator local)
             local.ServerExited += id => _ = core.ServerFailedAsync(id, "its process ended", CancellationToken.None);
         app.Lifetime.ApplicationStarted.Register(() => console.WriteLine(string.Create(CultureInfo.InvariantCulture,
@@ -281,6 +311,44 @@ public static class Program
     /// <summary>Where a started manager serves (with port 0 in --listen, the port the system chose).</summary>
     public static Uri ListenAddress(WebApplication app) =>
         new(app.Services.GetRequiredService<IServer>().Features.Get<IServerAddressesFeature>()!.Addresses.First());
+
+    // The address a started server listens on, or null before it listens.
+    private static string? AddressOf(IServer server) =>
+        server.Features.Get<IServerAddressesFeature>()?.Addresses.FirstOrDefault();
+
+    private static async Task JoinAsync(EtcdLeadership replica, CancellationToken cancellationToken)
+    {
+        try
+        {
+            await replica.CheckJoinAsync(cancellationToken).ConfigureAwait(false);
+        }
+        catch (InvalidOperationException e)
+        {
+            throw new StartupException($"--store etcd: {e.Message}", e);
+        }
+        catch (Grpc.Core.RpcException e)
+        {
+            throw new StartupException($"--store etcd: etcd did not answer: {e.Status.Detail}", e);
+        }
+    }
+
+    // Replicas name each other to clients: an address a client can reach.
+    private static void CheckReplicas(ManagerOptions options, Uri listen)
+    {
+        if (options.Store != ManagerOptions.EtcdStore)
+            return;
+        if (options.LeaderLease < TimeSpan.FromSeconds(2))
+            throw new StartupException($"--leader-lease {options.LeaderLease.TotalSeconds} s: etcd grants no lease below 2 s");
+        if (options.Advertise is { } advertise)
+        {
+            if (!Uri.TryCreate(advertise, UriKind.Absolute, out var uri) || uri.Scheme is not ("http" or "https") || uri.PathAndQuery != "/")
+                throw new StartupException($"--advertise {Input.Quote(advertise)}: not an address (http://HOST:PORT or https://HOST:PORT)");
+        }
+        else if (IPAddress.TryParse(listen.Host, out var ip) && (ip.Equals(IPAddress.Any) || ip.Equals(IPAddress.IPv6Any)))
+        {
+            throw new StartupException($"--listen {listen} is on every interface: with --store etcd, say with --advertise where clients reach this manager");
+        }
+    }
 
     // Verbs caches need servers that listen for verbs: the local allocator's, given an RDMA device's address; a static
     // pool's servers are registered with the endpoints they have.

@@ -163,10 +163,16 @@ public sealed class EtcdProcess : IAsyncDisposable
         return (caPath, server.Cert, server.Key, client.Cert, client.Key);
     }
 
+    /// <summary>Sends the member a signal (STOP freezes it: a member that does not answer; CONT thaws it).</summary>
+    public void Signal(string signal) => TestManager.Signal(_process.Id, signal);
+
     public async ValueTask DisposeAsync()
     {
         if (!_process.HasExited)
+        {
+            Signal("CONT");
             _process.Kill();
+        }
         await _process.WaitForExitAsync();
         _process.Dispose();
         Directory.Delete(_dir, recursive: true);

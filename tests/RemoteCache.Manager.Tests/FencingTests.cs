@@ -147,7 +147,7 @@ public sealed class FencingTests
     }
 
     /// <summary>A remotecache-server process of the test's own (a static pool's server), which it can stop and continue.</summary>
-    private sealed class StaticServer : IAsyncDisposable
+    internal sealed class StaticServer : IAsyncDisposable
     {
         private readonly Process _process;
 

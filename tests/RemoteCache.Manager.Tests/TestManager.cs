@@ -14,6 +14,7 @@ using Microsoft.AspNetCore.Builder;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Logging;
 using RemoteCache.Manager.Catalogue;
+using RemoteCache.Manager.Cluster;
 using RemoteCache.Manager.Security;
 using RemoteCache.Manager.V1;
 using RemoteCache.Slo;
@@ -124,10 +125,33 @@ public sealed class TestManager : IAsyncDisposable
                                         });
         await _app.StartAsync();
         Address = Program.ListenAddress(_app);
+        if (Options.Store == ManagerOptions.EtcdStore)
+            await SettledAsync();
         var handler = new System.Net.Http.SocketsHttpHandler();
         if (_trusted is { } trusted)
             handler.SslOptions.RemoteCertificateValidationCallback = (_, presented, _, _) => presented is not null && presented.GetCertHashString() == trusted.GetCertHashString();
         _channel = GrpcChannel.ForAddress(Address, new GrpcChannelOptions { HttpHandler = handler });
+    }
+
+    /// <summary>Who leads, as this manager sees it.</summary>
+    public ILeadership Leadership => App.Services.GetRequiredService<ILeadership>();
+
+    /// <summary>Waits (10 s at most) until this replica leads or follows a leader it knows: an election among replicas has settled.</summary>
+    public Task SettledAsync() => RoleAsync(ManagerRole.Leader, ManagerRole.Follower);
+
+    /// <summary>Waits (<paramref name="seconds"/> at most) until this replica's role is one of <paramref name="roles"/>; returns it.</summary>
+    public async Task<ManagerRole> RoleAsync(ManagerRole role, ManagerRole? or = null, double seconds = 10)
+    {
+        var until = DateTime.UtcNow.AddSeconds(seconds);
+        while (true)
+        {
+            var now = Leadership.Role;
+            if (now == role || now == or)
+                return now;
+            if (DateTime.UtcNow > until)
+                throw new TimeoutException($"the manager at {Address} is still {now} after {seconds} s, not {role}{(or is null ? "" : $" or {or}")}");
+            await Task.Delay(20);
+        }
     }
 
     public async Task StopAsync()

@@ -13,6 +13,7 @@ using RemoteCache.Admin;
 using RemoteCache.Manager.Admin;
 using RemoteCache.Manager.Allocators;
 using RemoteCache.Manager.Catalogue;
+using RemoteCache.Manager.Cluster;
 using RemoteCache.Manager.Placement;
 using RemoteCache.Manager.Security;
 using RemoteCache.Manager.Slo;
@@ -50,11 +51,14 @@ public sealed class ManagerCore : IAsyncDisposable
     // What each pending replacement's mover last did (under the _caches monitor), by cache and replaced server; one
     // recovered from the store counts from the manager's start.
     private readonly Dictionary<(ulong CacheId, string ServerId), MoverActivity> _movers = new();
-    private readonly DateTimeOffset _started;
+    private readonly ILeadership _leadership;
+    private DateTimeOffset _started;
 
     public ManagerCore(IManagerStore store, IServerAllocator allocator, IServerAdmin admin, VmCatalogue catalogue, ModelLibrary models,
-                       ManagerOptions options, byte[] admissionKey, ApiKeyStore keys, TimeProvider time, ILogger<ManagerCore> logger, ManagerMetrics metrics)
+                       ManagerOptions options, byte[] admissionKey, ApiKeyStore keys, TimeProvider time, ILogger<ManagerCore> logger, ManagerMetrics metrics,
+                       ILeadership leadership)
     {
+        _leadership = leadership;
         _store = store;
         _allocator = allocator;
         _admin = admin;
@@ -86,27 +90,75 @@ public sealed class ManagerCore : IAsyncDisposable
         }
     }
 
-    /// <summary>Loads the state of the last run, adopts its servers, and tells the watchers of caches that lost a server meanwhile.</summary>
-    public async Task StartAsync(CancellationToken cancellationToken)
+    /// <summary>
+    /// Takes the state over as its (new) leader: loads it as last committed, adopts its servers, and tells the watchers of
+    /// caches that lost a server meanwhile. A pending replacement's mover counts as active from now, and every server's
+    /// failure detection starts over.
+    /// </summary>
+    public async Task TakeOverAsync(CancellationToken cancellationToken)
     {
-        var snapshot = await _store.LoadAsync(cancellationToken).ConfigureAwait(false);
-        var recovered = await _allocator.RecoverAsync(snapshot.Servers, cancellationToken).ConfigureAwait(false);
-        var change = new StoreChange();
-        foreach (var old in snapshot.Servers.Where(o => recovered.All(r => r.ServerId != o.ServerId)))
-            change.DeleteServers.Add(old.ServerId);
-        foreach (var cache in snapshot.Caches)
-            _caches[cache.CacheId] = cache;
-        foreach (var server in recovered)
+        await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
+        try
         {
-            _servers[server.ServerId] = server;
-            var before = snapshot.Servers.First(s => s.ServerId == server.ServerId);
-            if (before != server)
-                change.PutServers.Add(server);
-            if (server.Status == ServerStatus.Failed && before.Status != ServerStatus.Failed && _caches.TryGetValue(server.CacheId, out var cache))
-                AddFailureEvent(change, cache, server, server.FailureReason ?? "failed");
+            var snapshot = await _store.LoadAsync(cancellationToken).ConfigureAwait(false);
+            var recovered = await _allocator.RecoverAsync(snapshot.Servers, cancellationToken).ConfigureAwait(false);
+            var change = new StoreChange();
+            foreach (var old in snapshot.Servers.Where(o => recovered.All(r => r.ServerId != o.ServerId)))
+                change.DeleteServers.Add(old.ServerId);
+            lock (_caches)
+            {
+                _started = _time.GetUtcNow();
+                _movers.Clear();
+                _probes.Clear();
+                _silences.Clear();
+                Replace(snapshot.Caches, recovered);
+            }
+            foreach (var server in recovered)
+            {
+                var before = snapshot.Servers.First(s => s.ServerId == server.ServerId);
+                if (before != server)
+                    change.PutServers.Add(server);
+                if (server.Status == ServerStatus.Failed && before.Status != ServerStatus.Failed && _caches.TryGetValue(server.CacheId, out var cache))
+                    AddFailureEvent(change, cache, server, server.FailureReason ?? "failed");
+            }
+            await CommitAsync(change, cancellationToken).ConfigureAwait(false);
+            _logger.LogInformation("Took over {Caches} caches and {Servers} servers; last event sequence {Sequence}", _caches.Count, _servers.Count, snapshot.LastSequence);
         }
-        await CommitAsync(change, cancellationToken).ConfigureAwait(false);
-        _logger.LogInformation("Recovered {Caches} caches and {Servers} servers; last event sequence {Sequence}", _caches.Count, _servers.Count, snapshot.LastSequence);
+        finally
+        {
+            _lock.Release();
+        }
+    }
+
+    /// <summary>
+    /// A follower's view: the state as the store holds it now (a follower changes nothing, so what it holds is only ever
+    /// what it read last).
+    /// </summary>
+    /// <exception cref="StoreUnavailableException">The store did not answer.</exception>
+    public async Task RefreshAsync(CancellationToken cancellationToken)
+    {
+        await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
+        try
+        {
+            var snapshot = await _store.LoadAsync(cancellationToken).ConfigureAwait(false);
+            lock (_caches)
+                Replace(snapshot.Caches, snapshot.Servers);
+        }
+        finally
+        {
+            _lock.Release();
+        }
+    }
+
+    // Under both locks: what the maps hold becomes these.
+    private void Replace(IEnumerable<CacheRecord> caches, IEnumerable<ServerRecord> servers)
+    {
+        _caches.Clear();
+        foreach (var cache in caches)
+            _caches[cache.CacheId] = cache;
+        _servers.Clear();
+        foreach (var server in servers)
+            _servers[server.ServerId] = server;
     }
 
     // ---- tenants ---------------------------------------------------------------------------------------------
@@ -1234,6 +1286,12 @@ public sealed class ManagerCore : IAsyncDisposable
         {
             events = await _store.ApplyAsync(change, cancellationToken).ConfigureAwait(false);
         }
+        catch (StoreFencedException e)
+        {
+            // Another manager leads now: this one's term is over (its watchdog would see it too, later).
+            _leadership.StepDown(e.Message);
+            throw;
+        }
         catch (Exception e) when (e is StoreConflictException || e is StoreUnavailableException { OutcomeUnknown: true })
         {
             // What this manager holds is no longer what the store holds: it takes the store's state again, so that its next
@@ -1266,14 +1324,7 @@ public sealed class ManagerCore : IAsyncDisposable
         {
             var snapshot = await _store.LoadAsync(CancellationToken.None).ConfigureAwait(false);
             lock (_caches)
-            {
-                _caches.Clear();
-                foreach (var cache in snapshot.Caches)
-                    _caches[cache.CacheId] = cache;
-                _servers.Clear();
-                foreach (var server in snapshot.Servers)
-                    _servers[server.ServerId] = server;
-            }
+                Replace(snapshot.Caches, snapshot.Servers);
             _logger.LogWarning("Reloaded the state from the store after a change it did not take: {Caches} caches, {Servers} servers", snapshot.Caches.Count, snapshot.Servers.Count);
         }
         catch (StoreUnavailableException e)

@@ -4,30 +4,73 @@ using System.Threading.Tasks;
 using Microsoft.Extensions.Hosting;
 using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Options;
+using RemoteCache.Manager.Cluster;
+using RemoteCache.Manager.Store;
 
 namespace RemoteCache.Manager.Core;
 
-/// <summary>The manager's clockwork: probes every server each probe period; ends and warns leases and retires reclaimed servers every quarter second.</summary>
+/// <summary>
+/// The leader's clockwork: in each term of this manager as leader, takes the state over, then probes every server each
+/// probe period and ends and warns leases and retires reclaimed servers every quarter second, until the term ends.
+/// A follower runs none of it.
+/// </summary>
 public sealed class ManagerWorker : BackgroundService
 {
     private static readonly TimeSpan s_tick = TimeSpan.FromMilliseconds(250);
 
     private readonly ManagerCore _core;
+    private readonly ILeadership _leadership;
     private readonly ManagerOptions _options;
     private readonly ILogger<ManagerWorker> _logger;
 
-    public ManagerWorker(ManagerCore core, IOptions<ManagerOptions> options, ILogger<ManagerWorker> logger)
+    public ManagerWorker(ManagerCore core, ILeadership leadership, IOptions<ManagerOptions> options, ILogger<ManagerWorker> logger)
     {
         _core = core;
+        _leadership = leadership;
         _options = options.Value;
         _logger = logger;
     }
 
-    protected override Task ExecuteAsync(CancellationToken stoppingToken) =>
-        Task.WhenAll(Loop(_options.ProbePeriod, _core.ProbeAllAsync, "probing servers", stoppingToken),
-                     Loop(s_tick, _core.TickAsync, "leases and reclaims", stoppingToken));
+    protected override async Task ExecuteAsync(CancellationToken stoppingToken)
+    {
+        try
+        {
+            while (true)
+            {
+                stoppingToken.ThrowIfCancellationRequested();  // a term that outlives the stop is not served again
+                var term = await _leadership.ElectedAsync(stoppingToken).ConfigureAwait(false);
+                using var duty = CancellationTokenSource.CreateLinkedTokenSource(term, stoppingToken);
+                if (_leadership.Role != ManagerRole.Leader && !await TakeOverAsync(term, duty.Token).ConfigureAwait(false))
+                    continue;
+                await Task.WhenAll(Loop(_options.ProbePeriod, _core.ProbeAllAsync, "probing servers", duty.Token),
+                                   Loop(s_tick, _core.TickAsync, "leases and reclaims", duty.Token)).ConfigureAwait(false);
+            }
+        }
+        catch (OperationCanceledException) when (stoppingToken.IsCancellationRequested)
+        {
+        }
+    }
 
-    private async Task Loop(TimeSpan period, Func<CancellationToken, Task> step, string what, CancellationToken stoppingToken)
+    // The state as the store holds it becomes this leader's; a takeover that fails ends the term (it is tried again if
+    // this manager is elected again).
+    private async Task<bool> TakeOverAsync(CancellationToken term, CancellationToken duty)
+    {
+        try
+        {
+            await _core.TakeOverAsync(duty).ConfigureAwait(false);
+            _leadership.Serve(term);
+            return true;
+        }
+        catch (Exception e) when (!duty.IsCancellationRequested || term.IsCancellationRequested)
+        {
+            if (e is not (StoreUnavailableException or StoreConflictException or StoreFencedException or OperationCanceledException))
+                _logger.LogError(e, "Taking the state over failed");
+            _leadership.StepDown($"it could not take the state over: {e.Message}");
+            return false;
+        }
+    }
+
+    private async Task Loop(TimeSpan period, Func<CancellationToken, Task> step, string what, CancellationToken duty)
     {
         using var timer = new PeriodicTimer(period);
         try
@@ -36,16 +79,16 @@ public sealed class ManagerWorker : BackgroundService
             {
                 try
                 {
-                    await step(stoppingToken).ConfigureAwait(false);
+                    await step(duty).ConfigureAwait(false);
                 }
                 catch (Exception e) when (e is not OperationCanceledException)
                 {
                     _logger.LogError(e, "Failed {What}; trying again in {Period}", what, period);
                 }
             }
-            while (await timer.WaitForNextTickAsync(stoppingToken).ConfigureAwait(false));
+            while (await timer.WaitForNextTickAsync(duty).ConfigureAwait(false));
         }
-        catch (OperationCanceledException) when (stoppingToken.IsCancellationRequested)
+        catch (OperationCanceledException) when (duty.IsCancellationRequested)
         {
         }
     }

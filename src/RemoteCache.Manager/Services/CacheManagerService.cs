@@ -7,6 +7,7 @@ using Google.Protobuf.WellKnownTypes;
 using Grpc.Core;
 using Microsoft.AspNetCore.Authorization;
 using Microsoft.Extensions.Hosting;
+using RemoteCache.Manager.Cluster;
 using RemoteCache.Manager.Core;
 using RemoteCache.Manager.Security;
 using RemoteCache.Manager.Store;
@@ -20,11 +21,13 @@ public sealed class CacheManagerService : CacheManager.CacheManagerBase
 {
     private readonly ManagerCore _core;
     private readonly IHostApplicationLifetime _lifetime;
+    private readonly ILeadership _leadership;
 
-    public CacheManagerService(ManagerCore core, IHostApplicationLifetime lifetime)
+    public CacheManagerService(ManagerCore core, IHostApplicationLifetime lifetime, ILeadership leadership)
     {
         _core = core;
         _lifetime = lifetime;
+        _leadership = leadership;
     }
 
     public override Task<AllocateResponse> Allocate(AllocateRequest request, ServerCallContext context) => Guard(async () =>
@@ -96,8 +99,8 @@ public sealed class CacheManagerService : CacheManager.CacheManagerBase
     {
         string tenant = Tenant(context);
         // A stopping manager ends its streams (watchers resume from their last sequence with the next manager) instead
-        // of holding its shutdown until they go.
-        using var stopping = CancellationTokenSource.CreateLinkedTokenSource(context.CancellationToken, _lifetime.ApplicationStopping);
+        // of holding its shutdown until they go; so does a leader whose term ends (LeaderGateInterceptor says so).
+        using var stopping = CancellationTokenSource.CreateLinkedTokenSource(context.CancellationToken, _lifetime.ApplicationStopping, _leadership.Term);
         var token = stopping.Token;
         // Subscribe before reading the backlog, so nothing committed in between is missed; duplicates are skipped by sequence.
         var subscription = _core.Events.Subscribe(request.CacheId);

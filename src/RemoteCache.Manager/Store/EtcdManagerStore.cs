@@ -57,6 +57,11 @@ public sealed class EtcdManagerStore : IManagerStore
     private long _last;
     private long _revision;
 
+    // Fencing (replicas): when on, a change commits only while meta/leader is the key this manager created when it was
+    // elected (its create revision); 0 while it is not the leader. See Fence.
+    private bool _fenced;
+    private long _leaderRevision;
+
     private EtcdManagerStore(EtcdClient client, string endpoints, string prefix)
     {
         _client = client;
@@ -150,6 +155,14 @@ public sealed class EtcdManagerStore : IManagerStore
             var sequenceKey = Key("meta/sequence");
             var changeId = ByteString.CopyFromUtf8(Guid.NewGuid().ToString("N"));
             var txn = new TxnRequest();
+            long leader = Interlocked.Read(ref _leaderRevision);
+            if (_fenced)
+            {
+                if (leader == 0)
+                    throw new StoreFencedException($"this manager is not the leader of the managers on etcd {_endpoints} under '{_prefix}'; the change was not made");
+                // A deposed leader (its lease ended, its key deleted or taken over) commits nothing.
+                txn.Compare.Add(new Compare { Key = Key(LeaderKey), Target = Compare.Types.CompareTarget.Create, Result = Compare.Types.CompareResult.Equal, CreateRevision = leader });
+            }
             // Nothing changed since the state the change was built on (a key that does not exist yet has create revision 0).
             txn.Compare.Add(revision == 0
                 ? new Compare { Key = sequenceKey, Target = Compare.Types.CompareTarget.Create, Result = Compare.Types.CompareResult.Equal, CreateRevision = 0 }
@@ -176,20 +189,39 @@ public sealed class EtcdManagerStore : IManagerStore
                 throw new InvalidOperationException(
                     $"a change of {txn.Success.Count} writes is more than etcd takes in one transaction by default ({MaxTxnOps}; etcd's --max-txn-ops); it was not made");
 
-            long? committed;
+            // On a failed comparison: who leads (when fenced), and the last change's id and revision, which tell a change
+            // that an earlier attempt of this very call committed (the client library retries a call whose answer it lost).
+            if (_fenced)
+                txn.Failure.Add(new RequestOp { RequestRange = new RangeRequest { Key = Key(LeaderKey) } });
+            txn.Failure.Add(new RequestOp { RequestRange = new RangeRequest { Key = Key("meta/change") } });
+            txn.Failure.Add(new RequestOp { RequestRange = new RangeRequest { Key = sequenceKey } });
+            long at;
             try
             {
                 var response = await CallAsync((deadline, ct) => _client.TransactionAsync(txn, null, deadline, ct), cancellationToken).ConfigureAwait(false);
-                committed = response.Succeeded ? response.Header.Revision : null;
+                if (response.Succeeded)
+                {
+                    at = response.Header.Revision;
+                }
+                else
+                {
+                    var answers = response.Responses.Select(r => r.ResponseRange.Kvs).ToList();
+                    if (_fenced && (answers[0].Count == 0 || answers[0][0].CreateRevision != leader))
+                        throw new StoreFencedException(
+                            $"this manager is no longer the leader of the managers on etcd {_endpoints} under '{_prefix}' (another was elected, or its leadership lease ended); the change was not made");
+                    var (lastChange, sequence) = (answers[^2], answers[^1]);
+                    if (lastChange.Count == 0 || lastChange[0].Value != changeId)
+                        throw new StoreConflictException(
+                            $"etcd {_endpoints}: the state under '{_prefix}' changed since it was read (another manager wrote it); the change was not made");
+                    at = sequence[0].ModRevision;
+                }
             }
             catch (StoreUnavailableException lost)
             {
                 // The answer was lost, not necessarily the change: it committed exactly when meta/change is its id.
-                committed = await CommittedAsync(changeId, lost).ConfigureAwait(false);
+                at = await CommittedAsync(changeId, lost).ConfigureAwait(false) ?? throw new StoreUnavailableException(
+                    $"{lost.Message}; the change was not made (read back after the new etcd leader took over)", lost);
             }
-            if (committed is not { } at)
-                throw new StoreConflictException(
-                    $"etcd {_endpoints}: the state under '{_prefix}' changed since it was read (another manager wrote it); the change was not made");
             (_last, _revision) = (last + appended.Count, at);
             return appended;
         }
@@ -226,6 +258,30 @@ public sealed class EtcdManagerStore : IManagerStore
             }
         }
     }
+
+    /// <summary>The key of the leader among the managers on the prefix (relative to it): see <see cref="Fence"/>.</summary>
+    internal const string LeaderKey = "meta/leader";
+
+    /// <summary>
+    /// Turns fencing on: from now on a change commits only while this manager is the leader, that is while the leader key
+    /// is the one it created when elected (<paramref name="leaderRevision"/>, that key's create revision); null: it is not
+    /// the leader, and every change is refused (<see cref="StoreFencedException"/>). A leader whose lease ended (its key
+    /// deleted by etcd) or that another replaced cannot commit anything, even if it still runs.
+    /// </summary>
+    public void Fence(long? leaderRevision)
+    {
+        _fenced = true;
+        Interlocked.Exchange(ref _leaderRevision, leaderRevision ?? 0);
+    }
+
+    /// <summary>The etcd client (the leader election shares its connection).</summary>
+    internal EtcdClient Client => _client;
+
+    /// <summary>The members, as configured (for messages).</summary>
+    internal string Endpoints => _endpoints;
+
+    /// <summary>The full key of <paramref name="key"/>, relative to the prefix.</summary>
+    internal ByteString KeyOf(string key) => Key(key);
 
     /// <summary>
     /// Claims the prefix for managers of <paramref name="identity"/>: the first to start writes it (<c>meta/identity</c>),
@@ -373,6 +429,11 @@ public sealed class EtcdManagerStore : IManagerStore
         {
             throw new StoreUnavailableException($"etcd {_endpoints} did not answer or refused: {e.Status.StatusCode} {e.Status.Detail}", e);
         }
+        catch (OperationCanceledException e) when (!cancellationToken.IsCancellationRequested)
+        {
+            // A connection attempt that timed out (a member that does not answer, a TLS handshake that never completes).
+            throw new StoreUnavailableException($"etcd {_endpoints} did not answer: {e.Message}", e);
+        }
     }
 
     private ByteString Key(string key) => ByteString.CopyFromUtf8(_prefix + key);
@@ -404,6 +465,14 @@ public sealed class StoreUnavailableException : Exception
 
     /// <summary>The change may or may not have been made.</summary>
     public bool OutcomeUnknown { get; init; }
+}
+
+/// <summary>This manager is not (or no longer) the leader of the replicas sharing the store; the change was not made.</summary>
+public sealed class StoreFencedException : Exception
+{
+    public StoreFencedException(string message) : base(message)
+    {
+    }
 }
 
 /// <summary>Another writer changed the state after this one read it; the change was not made.</summary>

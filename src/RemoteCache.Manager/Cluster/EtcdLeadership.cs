@@ -1,0 +1,362 @@
+using System;
+using System.Diagnostics;
+using System.Text.Json;
+using System.Threading;
+using System.Threading.Tasks;
+using Etcdserverpb;
+using Google.Protobuf;
+using Grpc.Core;
+using Microsoft.Extensions.Hosting;
+using Microsoft.Extensions.Logging;
+using RemoteCache.Manager.Store;
+
+namespace RemoteCache.Manager.Cluster;
+
+/// <summary>
+/// The election among the managers that share an etcd prefix. Each holds an etcd lease it keeps alive; the leader is the
+/// one whose record is the leader key (<c>meta/leader</c>, written with its lease if no other is there), so when the
+/// leader dies its lease ends, etcd deletes its key, and a follower (each tries every <see cref="Poll"/>) takes the key
+/// and the lead. Every change the leader commits compares that key's create revision (<see cref="EtcdManagerStore.Fence"/>):
+/// a deposed leader commits nothing. A leader that has had no keep-alive answered for three quarters of its lease steps
+/// down before etcd could end the lease and let another take over, so it never runs duties beside a successor.
+/// </summary>
+public sealed class EtcdLeadership : BackgroundService, ILeadership
+{
+    /// <summary>How often a follower looks for the leader (and tries to become it when there is none).</summary>
+    public static readonly TimeSpan Poll = TimeSpan.FromMilliseconds(100);
+
+    // Keep-alives per lease period: a lost one or two do not end the lease.
+    private const int KeepAlivesPerLease = 5;
+
+    // The share of the lease after its last answered keep-alive at which a leader steps down; the rest is the margin
+    // for its own work in flight and for the clocks' rates.
+    private const double StepDownShare = 0.75;
+
+    private readonly EtcdManagerStore _store;
+    private readonly Func<string?> _address;
+    private readonly string _allocator;
+    private readonly TimeSpan _leaseAsked;
+    private readonly ILogger<EtcdLeadership> _logger;
+    private readonly object _gate = new();
+
+    // The lease (0: none yet, or it ended), its TTL as granted, and when the last keep-alive that etcd answered was sent
+    // (Stopwatch ticks): the lease lives at least until then plus its TTL.
+    private long _lease;
+    private TimeSpan _ttl;
+    private long _answeredSentAt;
+
+    // The term (null: not elected), whether it serves (the state is taken over), and the leader as last seen.
+    private CancellationTokenSource? _term;
+    private bool _serving;
+    private TaskCompletionSource<CancellationToken> _elected = NewElection();
+    private long _leaderRevision;
+    private string? _leaderAddress;
+    private long _leaderSeenAt;
+
+    /// <param name="address">The address this manager advertises to clients (null until it is known: it listens on a port the system picks).</param>
+    /// <param name="allocator">This manager's allocator: replicas need a shared pool, so a local one leads alone.</param>
+    public EtcdLeadership(EtcdManagerStore store, Func<string?> address, string allocator, TimeSpan lease, ILogger<EtcdLeadership> logger)
+    {
+        _store = store;
+        _address = address;
+        _allocator = allocator;
+        _leaseAsked = lease;
+        _logger = logger;
+        store.Fence(null);  // from now on only a term commits
+    }
+
+    /// <summary>The leader's record in etcd.</summary>
+    internal sealed record LeaderRecord(string Address, long Lease, string Allocator);
+
+    public ManagerRole Role
+    {
+        get
+        {
+            lock (_gate)
+            {
+                if (_serving)
+                    return ManagerRole.Leader;
+                return LeaderAddressLocked() is null || _term is not null ? ManagerRole.NoLeader : ManagerRole.Follower;
+            }
+        }
+    }
+
+    public string? LeaderAddress
+    {
+        get
+        {
+            lock (_gate)
+                return _serving ? _address() : LeaderAddressLocked();
+        }
+    }
+
+    // The leader as last seen, if seen within a lease period (an older sighting is no knowledge).
+    private string? LeaderAddressLocked() =>
+        _leaderAddress is not null && Stopwatch.GetElapsedTime(_leaderSeenAt) < _leaseAsked ? _leaderAddress : null;
+
+    public CancellationToken Term
+    {
+        get
+        {
+            lock (_gate)
+                return _serving && _term is not null ? _term.Token : new CancellationToken(canceled: true);
+        }
+    }
+
+    public Task<CancellationToken> ElectedAsync(CancellationToken cancellationToken)
+    {
+        lock (_gate)
+            return _elected.Task.WaitAsync(cancellationToken);
+    }
+
+    public void Serve(CancellationToken term)
+    {
+        lock (_gate)
+        {
+            if (_term is null || _term.Token != term)
+                return;
+            _serving = true;
+        }
+        _logger.LogInformation("Leading the managers on etcd {Endpoints} as {Address}", _store.Endpoints, _address());
+    }
+
+    public void StepDown(string reason) => EndTerm(reason);
+
+    /// <summary>
+    /// Refuses to join when replicas would share this prefix with a local allocator (its servers are processes of one
+    /// host, which no other manager could reach or recover): a manager with the local allocator starts only where no
+    /// other leads, and no manager starts where one with the local allocator leads.
+    /// </summary>
+    /// <exception cref="InvalidOperationException">Why it may not join.</exception>
+    public async Task CheckJoinAsync(CancellationToken cancellationToken)
+    {
+        // A leader that died (this manager's own last run, say) holds its key until its lease ends: that one is waited out.
+        var until = Stopwatch.GetTimestamp() + (long)((_leaseAsked + Poll).TotalSeconds * Stopwatch.Frequency);
+        while (true)
+        {
+            var response = await _store.Client.GetAsync(new RangeRequest { Key = _store.KeyOf(EtcdManagerStore.LeaderKey) }, null,
+                                                         DateTime.UtcNow + EtcdManagerStore.CallTimeout, cancellationToken).ConfigureAwait(false);
+            if (response.Kvs.Count == 0)
+                return;
+            var leader = Parse(response.Kvs[0].Value);
+            if (leader.Allocator != LocalAllocator && _allocator != LocalAllocator)
+                return;
+            if (Stopwatch.GetTimestamp() >= until)
+                throw new InvalidOperationException(leader.Allocator == LocalAllocator
+                    ? $"the manager at {leader.Address} leads on this etcd prefix with the local allocator, a single-manager mode: replicas need --allocator static"
+                    : $"the manager at {leader.Address} leads on this etcd prefix: the local allocator is a single-manager mode, replicas need --allocator static");
+            await Task.Delay(Poll, cancellationToken).ConfigureAwait(false);
+        }
+    }
+
+    private const string LocalAllocator = Allocators.LocalProcessAllocator.AllocatorName;
+
+    protected override Task ExecuteAsync(CancellationToken stoppingToken) =>
+        Task.WhenAll(Loop(KeepAliveAsync, _leaseAsked / KeepAlivesPerLease, stoppingToken),
+                     Loop(CampaignAsync, Poll, stoppingToken),
+                     Loop(WatchdogAsync, Poll / 2, stoppingToken));
+
+    public override async Task StopAsync(CancellationToken cancellationToken)
+    {
+        await base.StopAsync(cancellationToken).ConfigureAwait(false);
+        long revision, lease;
+        lock (_gate)
+            (revision, lease) = (_term is null ? 0 : _leaderRevision, _lease);
+        EndTerm("the manager is stopping");
+        // Resigning hands the lead over at once (a follower takes it within a poll) rather than when the lease ends.
+        try
+        {
+            var deadline = DateTime.UtcNow + TimeSpan.FromSeconds(1);
+            if (revision != 0)
+            {
+                var key = _store.KeyOf(EtcdManagerStore.LeaderKey);
+                var resign = new TxnRequest();
+                resign.Compare.Add(new Compare { Key = key, Target = Compare.Types.CompareTarget.Create, Result = Compare.Types.CompareResult.Equal, CreateRevision = revision });
+                resign.Success.Add(new RequestOp { RequestDeleteRange = new DeleteRangeRequest { Key = key } });
+                await _store.Client.TransactionAsync(resign, null, deadline, cancellationToken).ConfigureAwait(false);
+            }
+            if (lease != 0)
+                await _store.Client.LeaseRevokeAsync(new LeaseRevokeRequest { ID = lease }, null, deadline, cancellationToken).ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is RpcException or OperationCanceledException)
+        {
+            _logger.LogWarning("Could not resign the lead ({Reason}); another manager takes it when this one's lease ends", e.Message);
+        }
+    }
+
+    // Grants the lease, then keeps it alive; a lease that etcd ended (TTL 0) ends the term and a new one is granted.
+    private async Task KeepAliveAsync(CancellationToken stoppingToken)
+    {
+        long lease;
+        lock (_gate)
+            lease = _lease;
+        long sent = Stopwatch.GetTimestamp();
+        using var call = CancellationTokenSource.CreateLinkedTokenSource(stoppingToken);
+        call.CancelAfter(_leaseAsked / KeepAlivesPerLease * 2);
+        if (lease == 0)
+        {
+            var granted = await _store.Client.LeaseGrantAsync(new LeaseGrantRequest { TTL = (long)Math.Ceiling(_leaseAsked.TotalSeconds) }, null,
+                                                              DateTime.UtcNow + EtcdManagerStore.CallTimeout, call.Token).ConfigureAwait(false);
+            lock (_gate)
+                (_lease, _ttl, _answeredSentAt) = (granted.ID, TimeSpan.FromSeconds(granted.TTL), sent);
+            return;
+        }
+        long ttl = -1;
+        await _store.Client.LeaseKeepAlive(new LeaseKeepAliveRequest { ID = lease }, r => ttl = r.TTL, call.Token, null).ConfigureAwait(false);
+        if (ttl > 0)
+        {
+            lock (_gate)
+                (_ttl, _answeredSentAt) = (TimeSpan.FromSeconds(ttl), sent);
+            return;
+        }
+        if (ttl == 0)
+        {
+            lock (_gate)
+                _lease = 0;
+            EndTerm("its etcd lease ended");
+        }
+    }
+
+    // A leader whose lease may be about to end steps down; it leads again if its lease lives on after all.
+    private Task WatchdogAsync(CancellationToken stoppingToken)
+    {
+        TimeSpan silent;
+        lock (_gate)
+        {
+            if (_term is null)
+                return Task.CompletedTask;
+            silent = Stopwatch.GetElapsedTime(_answeredSentAt);
+            if (silent < _ttl * StepDownShare)
+                return Task.CompletedTask;
+        }
+        EndTerm($"no keep-alive of its etcd lease answered for {silent.TotalSeconds:0.0} s (the lease is {_ttl.TotalSeconds:0} s)");
+        return Task.CompletedTask;
+    }
+
+    // Takes the leader key if nobody holds it (or takes it back: it is this manager's own, from a term that ended while
+    // its lease lived on); otherwise notes who leads.
+    private async Task CampaignAsync(CancellationToken stoppingToken)
+    {
+        long lease;
+        bool fresh;
+        lock (_gate)
+        {
+            if (_term is not null)
+                return;
+            lease = _lease;
+            fresh = lease != 0 && Stopwatch.GetElapsedTime(_answeredSentAt) < _ttl * StepDownShare;
+        }
+        string? address = _address();
+        var key = _store.KeyOf(EtcdManagerStore.LeaderKey);
+        var txn = new TxnRequest();
+        bool campaign = false;
+        if (fresh && address is { } advertised)
+        {
+            campaign = true;
+            txn.Compare.Add(new Compare { Key = key, Target = Compare.Types.CompareTarget.Create, Result = Compare.Types.CompareResult.Equal, CreateRevision = 0 });
+            txn.Success.Add(new RequestOp
+            {
+                RequestPut = new PutRequest
+                {
+                    Key = key, Lease = lease,
+                    Value = ByteString.CopyFrom(JsonSerializer.SerializeToUtf8Bytes(new LeaderRecord(advertised, lease, _allocator), RecordJson.Options)),
+                },
+            });
+            txn.Failure.Add(new RequestOp { RequestRange = new RangeRequest { Key = key } });
+        }
+        else
+        {
+            // Without a live lease (or an address to advertise) it only looks.
+            txn.Success.Add(new RequestOp { RequestRange = new RangeRequest { Key = key } });
+        }
+        var response = await _store.Client.TransactionAsync(txn, null, DateTime.UtcNow + EtcdManagerStore.CallTimeout, stoppingToken).ConfigureAwait(false);
+        if (campaign && response.Succeeded)
+        {
+            Elected(response.Header.Revision, lease);
+            return;
+        }
+        var held = response.Responses[0].ResponseRange.Kvs;
+        if (held.Count == 0)
+            return;
+        var leader = Parse(held[0].Value);
+        if (fresh && leader.Lease == lease)
+        {
+            Elected(held[0].CreateRevision, lease);
+            return;
+        }
+        lock (_gate)
+        {
+            if (_leaderAddress != leader.Address)
+                _logger.LogInformation("Following the leader at {Address}", leader.Address);
+            (_leaderAddress, _leaderSeenAt) = (leader.Address, Stopwatch.GetTimestamp());
+        }
+    }
+
+    private void Elected(long revision, long lease)
+    {
+        lock (_gate)
+        {
+            if (_term is not null || _lease != lease)
+                return;
+            _leaderRevision = revision;
+            _store.Fence(revision);
+            _term = new CancellationTokenSource();
+            _leaderAddress = null;
+            _elected.TrySetResult(_term.Token);
+        }
+        _logger.LogInformation("Elected leader of the managers on etcd {Endpoints} (lease {Lease:x}); taking the state over", _store.Endpoints, lease);
+    }
+
+    private void EndTerm(string reason)
+    {
+        CancellationTokenSource? term;
+        lock (_gate)
+        {
+            term = _term;
+            if (term is null)
+                return;
+            _term = null;
+            _serving = false;
+            _store.Fence(null);
+            _elected = NewElection();
+        }
+        _logger.LogWarning("Stepped down as leader: {Reason}", reason);
+        // Not disposed: tokens of the term may still be linked to by calls that started in it.
+        term.Cancel();
+    }
+
+    private async Task Loop(Func<CancellationToken, Task> step, TimeSpan period, CancellationToken stoppingToken)
+    {
+        using var timer = new PeriodicTimer(period);
+        string? lastProblem = null;
+        try
+        {
+            do
+            {
+                try
+                {
+                    await step(stoppingToken).ConfigureAwait(false);
+                }
+                catch (Exception e) when (e is RpcException or OperationCanceledException or JsonException && !stoppingToken.IsCancellationRequested)
+                {
+                    // etcd unreachable: the watchdog steps a leader down in time; the problem is logged once, not every poll.
+                    string problem = e is RpcException rpc ? $"{rpc.StatusCode} {rpc.Status.Detail}" : e.Message;
+                    if (problem != lastProblem)
+                        _logger.LogWarning("etcd {Endpoints}: {Problem}", _store.Endpoints, problem);
+                    lastProblem = problem;
+                    continue;
+                }
+                lastProblem = null;
+            }
+            while (await timer.WaitForNextTickAsync(stoppingToken).ConfigureAwait(false));
+        }
+        catch (OperationCanceledException) when (stoppingToken.IsCancellationRequested)
+        {
+        }
+    }
+
+    private static LeaderRecord Parse(ByteString value) =>
+        JsonSerializer.Deserialize<LeaderRecord>(value.Span, RecordJson.Options) ?? throw new JsonException("the leader key holds null");
+
+    private static TaskCompletionSource<CancellationToken> NewElection() => new(TaskCreationOptions.RunContinuationsAsynchronously);
+}
