@@ -1,5 +1,4 @@
 using System;
-using Grpc.Core;
 using Microsoft.Extensions.Logging;
 
 namespace RemoteCache;
@@ -22,8 +21,8 @@ internal static partial class Log
     [LoggerMessage(104, LogLevel.Warning, "Renewing the lease of {CacheName} (ends {LeaseExpires:O}) failed; next try in {DelayMs:0} ms: {Reason}")]
     public static partial void RenewFailed(ILogger logger, string cacheName, DateTimeOffset leaseExpires, double delayMs, string reason);
 
-    [LoggerMessage(105, LogLevel.Information, "The event stream of {CacheName} was interrupted ({Status}: {Detail}); resuming from sequence {Next}")]
-    public static partial void WatchInterrupted(ILogger logger, string cacheName, long next, StatusCode status, string detail);
+    [LoggerMessage(105, LogLevel.Information, "The event stream of {CacheName} from the manager at {Address} was interrupted ({Reason}); resuming from sequence {Next} at {NextAddress} in {DelayMs:0} ms")]
+    public static partial void WatchInterrupted(ILogger logger, string cacheName, Uri address, string reason, long next, Uri nextAddress, double delayMs);
 
     [LoggerMessage(106, LogLevel.Warning, "Could not follow a change of {CacheName} made elsewhere: {Reason}")]
     public static partial void FollowFailed(ILogger logger, string cacheName, string reason);
@@ -54,8 +53,9 @@ internal static partial class Log
     public static partial void RegionsMoved(ILogger logger, string cacheName, int firstRegion, int regions, string serverId, double elapsedMs, double fenceMs, double copyMs,
                                             double commitMs);
 
-    [LoggerMessage(117, LogLevel.Warning, "Allocate found the manager unavailable; retrying with the same request id in {DelayMs:0} ms: {Reason}")]
-    public static partial void AllocateRetried(ILogger logger, double delayMs, string reason);
+    // Information when the next replica is tried at once, Warning when a round of them found none and the call waits.
+    [LoggerMessage(EventId = 118, Message = "{Call}: the manager at {Address} is unavailable ({Reason}); trying {NextAddress} in {DelayMs:0} ms")]
+    public static partial void CallRetried(ILogger logger, LogLevel level, string call, Uri address, string reason, Uri nextAddress, double delayMs);
 
     [LoggerMessage(114, LogLevel.Warning, "{CacheName}: regions {FirstRegion}..+{Regions} lost their content: {Reason}")]
     public static partial void RegionsLost(ILogger logger, string cacheName, int firstRegion, int regions, string reason);

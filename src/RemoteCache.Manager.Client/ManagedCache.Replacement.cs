@@ -138,7 +138,7 @@ public sealed partial class ManagedCache
         CacheServer replacement;
         try
         {
-            replacement = await _manager.CallAsync("BeginReplacement", o => _manager.Grpc.BeginReplacementAsync(request, o), cancellationToken).ConfigureAwait(false);
+            replacement = await _manager.CallAsync("BeginReplacement", (m, o) => m.Grpc.BeginReplacementAsync(request, o), cancellationToken).ConfigureAwait(false);
         }
         catch (RemoteCacheManagerException e) when (e.Refusal == Refusals.MovedElsewhere)
         {
@@ -150,7 +150,7 @@ public sealed partial class ManagedCache
         int regions = (int)replacement.Regions;
         var complete = new ReplacementRequest { CacheId = CacheId, ServerId = request.ServerId, Mover = _mover };
         complete.LostRegions.AddRange(lost.Select(r => (uint)(r - index * regions)));
-        var cache = await _manager.CallAsync("CompleteReplacement", o => _manager.Grpc.CompleteReplacementAsync(complete, o), cancellationToken).ConfigureAwait(false);
+        var cache = await _manager.CallAsync("CompleteReplacement", (m, o) => m.Grpc.CompleteReplacementAsync(complete, o), cancellationToken).ConfigureAwait(false);
         AdoptState(cache);
         Log.ServerReplaced(_manager.Logger, Name, request.ServerId, replacement.ServerId, regions - lost.Count, regions, clock.Elapsed.TotalMilliseconds);
         ReportLost(lost, lostReason, refill: true);
@@ -187,7 +187,7 @@ public sealed partial class ManagedCache
         {
             // Nothing moved yet: the manager takes its server back and the cache is as before.
             var abandon = new ReplacementRequest { CacheId = CacheId, ServerId = from, Mover = _mover };
-            await _manager.CallAsync("AbandonReplacement", o => _manager.Grpc.AbandonReplacementAsync(abandon, o), CancellationToken.None).ConfigureAwait(false);
+            await _manager.CallAsync("AbandonReplacement", (m, o) => m.Grpc.AbandonReplacementAsync(abandon, o), CancellationToken.None).ConfigureAwait(false);
             throw;
         }
         var lost = new List<int>();
@@ -309,7 +309,6 @@ public sealed partial class ManagedCache
             CacheId = CacheId, ServerId = from, Mover = _mover, SourceRegion = (uint)sourceRegion, TargetRegion = (uint)targetRegion,
             MaxMibPerS = (uint)paceMibPerSecond, Regions = (uint)count,
         };
-        var retry = new Backoff(_manager.Options.RetryLimit);
         int failures = 0;
         while (true)
         {
@@ -319,12 +318,12 @@ public sealed partial class ManagedCache
             try
             {
                 var timeout = left < callTimeout ? left : callTimeout;
-                await _manager.CallAsync("MoveRegion", o => _manager.Grpc.MoveRegionAsync(request, o), stop, timeout).ConfigureAwait(false);
+                await _manager.CallAsync("MoveRegion", (m, o) => m.Grpc.MoveRegionAsync(request, o), stop, timeout).ConfigureAwait(false);
                 return true;
             }
             catch (RemoteCacheManagerException e) when (e.Status == StatusCode.Unavailable)
             {
-                await Task.Delay(retry.Next(), stop).ConfigureAwait(false);
+                // CallAsync tried every replica, with its waits, for the whole timeout: try again while the deadline allows.
             }
             catch (RemoteCacheManagerException e)
             {

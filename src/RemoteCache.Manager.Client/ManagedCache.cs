@@ -27,6 +27,7 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
 
     private static readonly TimeSpan ProgressPeriod = TimeSpan.FromMilliseconds(250);
     private static readonly TimeSpan DeletionEventWait = TimeSpan.FromSeconds(1);
+    private static readonly TimeSpan MinRenewTimeout = TimeSpan.FromSeconds(2);
 
     // Why the handle ends when its user disposed the data client (a FASTER device that owns it, for example): the
     // lease is no longer renewed, and the cache is deleted through RemoteCacheManagerClient.DeleteAsync(id).
@@ -166,7 +167,7 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
             if (response.Added.Count > 0 && _client.ServerCount > before.Servers.Count)
                 WithHolders(() => _client.Shrink(before.Servers.Count));
             var undo = new ReallocateRequest { CacheId = CacheId, Capacity = before.Capacity, Slo = before.Slo };
-            await _manager.CallAsync("Reallocate (undoing a reshape)", o => _manager.Grpc.ReallocateAsync(undo, o), CancellationToken.None).ConfigureAwait(false);
+            await _manager.CallAsync("Reallocate (undoing a reshape)", (m, o) => m.Grpc.ReallocateAsync(undo, o), CancellationToken.None).ConfigureAwait(false);
             throw;
         }
         Log.Reshaped(_manager.Logger, Name, before.Servers.Count, (long)before.Capacity, after.Servers.Count, (long)after.Capacity, Contract.FromProto(after.Config));
@@ -177,12 +178,12 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
     {
         try
         {
-            return await _manager.CallAsync("Reallocate", o => _manager.Grpc.ReallocateAsync(request, o), cancellationToken).ConfigureAwait(false);
+            return await _manager.CallAsync("Reallocate", (m, o) => m.Grpc.ReallocateAsync(request, o), cancellationToken).ConfigureAwait(false);
         }
         catch (RemoteCacheManagerException e) when (e.MigrationRequired && request.Slo is not null)
         {
             await MoveToNewServersLockedAsync(request.Slo, cancellationToken).ConfigureAwait(false);
-            return await _manager.CallAsync("Reallocate", o => _manager.Grpc.ReallocateAsync(request, o), cancellationToken).ConfigureAwait(false);
+            return await _manager.CallAsync("Reallocate", (m, o) => m.Grpc.ReallocateAsync(request, o), cancellationToken).ConfigureAwait(false);
         }
     }
 
@@ -198,8 +199,7 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
         try
         {
             ThrowIfGone();
-            await _manager.CallAsync("Deallocate", o => _manager.Grpc.DeallocateAsync(new DeallocateRequest { CacheId = CacheId }, o), cancellationToken)
-                          .ConfigureAwait(false);
+            await _manager.DeallocateAsync(CacheId, cancellationToken).ConfigureAwait(false);
         }
         catch (RemoteCacheManagerException e) when (e.Status == StatusCode.NotFound)
         {
@@ -224,6 +224,10 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
 
     // ---- lease -------------------------------------------------------------------------------------------------
 
+    // Renews when half the lease is left, until the cache is gone. A renewal goes through CallAsync, which carries it
+    // across replicas through a failover; one that still fails is tried again (waits up to RetryLimit) until it succeeds
+    // or the manager says the cache is gone (NOT_FOUND), even past the lease's end as this client saw it: only the
+    // manager ends a lease.
     private async Task RenewLoopAsync(CancellationToken stop)
     {
         var retry = new Backoff(_manager.Options.RetryLimit);
@@ -232,13 +236,14 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
             while (true)
             {
                 var lease = Volatile.Read(ref _state).Lease;
-                var due = lease.Expires.ToDateTimeOffset() - lease.Length.ToTimeSpan() / 2;
+                var due = lease.Expires.ToDateTimeOffset() - (lease.Length?.ToTimeSpan() ?? TimeSpan.Zero) / 2;
                 var wait = due - DateTimeOffset.UtcNow;
                 if (wait > TimeSpan.Zero)
                     await Task.Delay(wait, stop).ConfigureAwait(false);
                 try
                 {
-                    var renewed = await _manager.CallAsync("RenewLease", o => _manager.Grpc.RenewLeaseAsync(new RenewLeaseRequest { CacheId = CacheId }, o), stop)
+                    var renewed = await _manager.CallAsync("RenewLease", (m, o) => m.Grpc.RenewLeaseAsync(new RenewLeaseRequest { CacheId = CacheId }, o), stop,
+                                                           RenewTimeout(LeaseExpires - DateTimeOffset.UtcNow, _manager.Options.CallTimeout))
                                                 .ConfigureAwait(false);
                     await ApplyRenewalAsync(renewed, stop).ConfigureAwait(false);
                     retry.Reset();
@@ -264,6 +269,18 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
         catch (OperationCanceledException) when (stop.IsCancellationRequested)
         {
         }
+    }
+
+    // How long one renewal (its attempts on every replica) may take: half of the lease left, so that a renewal stuck on a
+    // replica whose host vanished (no answer until the deadline) leaves time for another, which starts at the next
+    // replica; at least MinRenewTimeout (a renewal near or past the lease's end still gets a fair chance) and at most
+    // CallTimeout.
+    internal static TimeSpan RenewTimeout(TimeSpan leaseLeft, TimeSpan callTimeout)
+    {
+        var timeout = leaseLeft / 2;
+        if (timeout < MinRenewTimeout)
+            timeout = MinRenewTimeout;
+        return timeout < callTimeout ? timeout : callTimeout;
     }
 
     // Not under _gate: a move holds it for as long as it takes, and the servers must have the new capabilities before
@@ -416,7 +433,7 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
     // Reads the cache as the manager now has it and follows a change made elsewhere.
     private async Task FollowLockedAsync(CancellationToken stop)
     {
-        var cache = await _manager.CallAsync("GetCache", o => _manager.Grpc.GetCacheAsync(new GetCacheRequest { CacheId = CacheId }, o), stop).ConfigureAwait(false);
+        var cache = await _manager.CallAsync("GetCache", (m, o) => m.Grpc.GetCacheAsync(new GetCacheRequest { CacheId = CacheId }, o), stop).ConfigureAwait(false);
         var had = _state;
         await ApplyLockedAsync(cache, stop).ConfigureAwait(false);
         if (cache.Servers.Count != had.Servers.Count)

@@ -21,13 +21,34 @@ namespace RemoteCache;
 /// rents a cache for an SLO and opens it; the returned <see cref="ManagedCache"/> reshapes and deletes it. Thread-safe;
 /// one per manager and API key is enough for a process. Disposing it closes the caches it opened (without deleting them).
 /// </summary>
+/// <remarks>
+/// A manager run as replicas (<see cref="RemoteCacheManagerOptions.Addresses"/>) is one manager to this client: every
+/// call goes to the replica that answered last and, when that one is unavailable or not the leader, on to the leader
+/// it names or the next replica, with waits after each round that found none, for up to
+/// <see cref="RemoteCacheManagerOptions.CallTimeout"/>. Event streams resume on the new leader after the last event
+/// they returned, and an open cache's lease renewals go on through the switch.
+/// </remarks>
 public sealed class RemoteCacheManagerClient : IAsyncDisposable, IDisposable
 {
-    private readonly GrpcChannel _channel;
+    // A call's waits between rounds of its replicas: short, since a new leader is elected within seconds and the call's
+    // deadline bounds the whole; never longer than RetryLimit.
+    private static readonly TimeSpan FailoverFirstWait = TimeSpan.FromMilliseconds(50);
+    private static readonly TimeSpan FailoverWaitLimit = TimeSpan.FromMilliseconds(500);
+
+    // A connection attempt to a replica whose host is gone (SYNs unanswered) gives up after this, so that one dead
+    // address does not take a whole call's deadline while the next replica could answer.
+    private static readonly TimeSpan ConnectLimit = TimeSpan.FromSeconds(5);
+
+    private readonly HttpMessageHandler _handler;
+    private readonly ManagerReplica[] _replicas;
+    private ManagerReplica _preferred;  // where calls go first: the replica that answered last
     private readonly List<ManagedCache> _open = new();
     private bool _disposed;
 
-    /// <summary>Creates a client of the manager at <see cref="RemoteCacheManagerOptions.Address"/>; nothing is sent yet.</summary>
+    /// <summary>
+    /// Creates a client of the manager at <see cref="RemoteCacheManagerOptions.Addresses"/> (one channel per replica);
+    /// nothing is sent yet.
+    /// </summary>
     /// <exception cref="ArgumentException">The options are not valid (the message names the option).</exception>
     public RemoteCacheManagerClient(RemoteCacheManagerOptions options)
     {
@@ -35,42 +56,46 @@ public sealed class RemoteCacheManagerClient : IAsyncDisposable, IDisposable
         options.Validate();
         Options = options;
         Logger = options.Cache.LoggerFactory?.CreateLogger<RemoteCacheManagerClient>() ?? NullLogger<RemoteCacheManagerClient>.Instance;
-        var handler = options.HttpHandler ?? new SocketsHttpHandler
+        // One handler for every replica: it pools connections per host, and is disposed once, with the client.
+        _handler = options.HttpHandler ?? new SocketsHttpHandler
         {
             // Pings on an idle connection are how a manager that vanished without closing it (a dead host) is noticed.
             KeepAlivePingDelay = TimeSpan.FromSeconds(15),
             KeepAlivePingTimeout = TimeSpan.FromSeconds(10),
             KeepAlivePingPolicy = HttpKeepAlivePingPolicy.WithActiveRequests,
-            ConnectTimeout = options.CallTimeout,
+            ConnectTimeout = options.CallTimeout < ConnectLimit ? options.CallTimeout : ConnectLimit,
             EnableMultipleHttp2Connections = true,
         };
-        _channel = GrpcChannel.ForAddress(options.Address, new GrpcChannelOptions
+        var addresses = options.Addresses.Count > 0 ? options.Addresses.ToList() : new List<Uri> { RemoteCacheManagerOptions.DefaultAddress };
+        _replicas = addresses.Select((address, i) =>
         {
-            HttpHandler = handler,
-            DisposeHttpClient = true,
-            LoggerFactory = options.Cache.LoggerFactory,
-        });
-        CallInvoker invoker = _channel.CreateCallInvoker();
-        if (options.ApiKey is { } key)
-            invoker = invoker.Intercept(metadata =>
+            var channel = GrpcChannel.ForAddress(address, new GrpcChannelOptions
             {
-                metadata.Add("authorization", "Bearer " + key);
-                return metadata;
+                HttpHandler = _handler,
+                DisposeHttpClient = false,
+                LoggerFactory = options.Cache.LoggerFactory,
             });
-        Grpc = new CacheManager.CacheManagerClient(invoker);
-        Pool = new ServerPool.ServerPoolClient(invoker);
+            CallInvoker invoker = channel.CreateCallInvoker();
+            if (options.ApiKey is { } key)
+                invoker = invoker.Intercept(metadata =>
+                {
+                    metadata.Add("authorization", "Bearer " + key);
+                    return metadata;
+                });
+            return new ManagerReplica(i, address, channel, invoker);
+        }).ToArray();
+        _preferred = _replicas[0];
     }
 
-    /// <summary>The manager's address.</summary>
-    public Uri Address => Options.Address;
+    /// <summary>The address calls go to first: the replica that answered last (at first the first address).</summary>
+    public Uri Address => Volatile.Read(ref _preferred).Address;
+
+    /// <summary>The managers' addresses, as configured (<see cref="RemoteCacheManagerOptions.DefaultAddress"/> if none was).</summary>
+    public IReadOnlyList<Uri> Addresses => _replicas.Select(r => r.Address).ToList();
 
     internal RemoteCacheManagerOptions Options { get; }
 
     internal ILogger Logger { get; }
-
-    internal CacheManager.CacheManagerClient Grpc { get; }
-
-    internal ServerPool.ServerPoolClient Pool { get; }
 
     /// <summary>Creates a cache (Redy's Create) and opens it; see <see cref="CreateAsync(ManagedCacheRequest, CancellationToken)"/>.</summary>
     public Task<ManagedCache> CreateAsync(long capacity, RemoteCacheSlo? slo, TimeSpan? duration, string? populateFrom = null,
@@ -106,7 +131,9 @@ public sealed class RemoteCacheManagerClient : IAsyncDisposable, IDisposable
             allocate.Duration = Google.Protobuf.WellKnownTypes.Duration.FromTimeSpan(duration);
         if (request.Lease is { } lease)
             allocate.Lease = Google.Protobuf.WellKnownTypes.Duration.FromTimeSpan(lease);
-        var response = await AllocateAsync(allocate, cancellationToken).ConfigureAwait(false);
+        // Retried like every call (CallAsync); safe because of the request_id: an attempt whose answer was lost placed
+        // the cache, and the retry gets that cache back instead of a second one.
+        var response = await CallAsync("Allocate", (m, o) => m.Grpc.AllocateAsync(allocate, o), cancellationToken).ConfigureAwait(false);
         var cache = response.Cache;
         ManagedCache? managed = null;
         try
@@ -132,28 +159,6 @@ public sealed class RemoteCacheManagerClient : IAsyncDisposable, IDisposable
         }
     }
 
-    // Allocate, retried while the manager is unavailable (down, restarting, the connection cut) for up to CallTimeout
-    // from the first attempt, waits from Backoff. Safe because of the request_id: an attempt whose answer was lost
-    // placed the cache, and the retry gets that cache back instead of a second one.
-    private async Task<AllocateResponse> AllocateAsync(AllocateRequest allocate, CancellationToken cancellationToken)
-    {
-        var retry = new Backoff(Options.RetryLimit);
-        var until = DateTime.UtcNow + Options.CallTimeout;
-        while (true)
-        {
-            try
-            {
-                return await CallAsync("Allocate", o => Grpc.AllocateAsync(allocate, o), cancellationToken).ConfigureAwait(false);
-            }
-            catch (RemoteCacheManagerException e) when (e.Status == StatusCode.Unavailable && DateTime.UtcNow < until)
-            {
-                var delay = retry.Next();
-                Log.AllocateRetried(Logger, delay.TotalMilliseconds, e.Message);
-                await Task.Delay(delay, cancellationToken).ConfigureAwait(false);
-            }
-        }
-    }
-
     /// <summary>
     /// Opens a cache this tenant already has (created by another process, or by the command line): its lease is renewed
     /// and its events followed from its allocation on while it is open here.
@@ -162,7 +167,7 @@ public sealed class RemoteCacheManagerClient : IAsyncDisposable, IDisposable
     public async Task<ManagedCache> OpenAsync(ulong cacheId, CancellationToken cancellationToken = default)
     {
         ThrowIfDisposed();
-        var cache = await CallAsync("GetCache", o => Grpc.GetCacheAsync(new GetCacheRequest { CacheId = cacheId }, o), cancellationToken).ConfigureAwait(false);
+        var cache = await CallAsync("GetCache", (m, o) => m.Grpc.GetCacheAsync(new GetCacheRequest { CacheId = cacheId }, o), cancellationToken).ConfigureAwait(false);
         return await OpenCoreAsync(cache, 1, exclusive: false, cancellationToken).ConfigureAwait(false);
     }
 
@@ -170,22 +175,35 @@ public sealed class RemoteCacheManagerClient : IAsyncDisposable, IDisposable
     public async Task<IReadOnlyList<ManagedCacheInfo>> ListAsync(CancellationToken cancellationToken = default)
     {
         ThrowIfDisposed();
-        var response = await CallAsync("ListCaches", o => Grpc.ListCachesAsync(new ListCachesRequest(), o), cancellationToken).ConfigureAwait(false);
+        var response = await CallAsync("ListCaches", (m, o) => m.Grpc.ListCachesAsync(new ListCachesRequest(), o), cancellationToken).ConfigureAwait(false);
         return response.Caches.Select(Contract.FromProto).ToList();
     }
 
-    /// <summary>Deletes a cache of this tenant by id (one opened here is better deleted with <see cref="ManagedCache.DeleteAsync"/>).</summary>
+    /// <summary>
+    /// Deletes a cache of this tenant by id (one opened here is better deleted with <see cref="ManagedCache.DeleteAsync"/>).
+    /// When an attempt's outcome was lost (the replica went away while it ran) and the retry finds no such cache, the
+    /// first attempt deleted it: that counts as done.
+    /// </summary>
+    /// <exception cref="RemoteCacheManagerException">No such cache of this tenant (<see cref="StatusCode.NotFound"/>), or no answer.</exception>
     public async Task DeleteAsync(ulong cacheId, CancellationToken cancellationToken = default)
     {
         ThrowIfDisposed();
-        await CallAsync("Deallocate", o => Grpc.DeallocateAsync(new DeallocateRequest { CacheId = cacheId }, o), cancellationToken).ConfigureAwait(false);
+        await DeallocateAsync(cacheId, cancellationToken).ConfigureAwait(false);
     }
+
+    // Deallocate: a retry after an attempt whose outcome is unknown (not a not-leader refusal, which carried nothing
+    // out) may find the cache gone because that attempt deleted it; NOT_FOUND then means done. A NOT_FOUND on the first
+    // attempt, or after not-leader refusals only, is the caller's to see.
+    internal Task DeallocateAsync(ulong cacheId, CancellationToken cancellationToken) =>
+        CallAsync("Deallocate", (m, o) => m.Grpc.DeallocateAsync(new DeallocateRequest { CacheId = cacheId }, o), cancellationToken,
+                  notFoundOnRetry: () => new DeallocateResponse());
 
     /// <summary>
     /// The events of a cache of this tenant from <paramref name="fromSequence"/> on (1: all of them; 0: only new ones),
-    /// then live ones, until the cache is deleted (its <see cref="CacheDeletedEvent"/> is the last). A lost connection
-    /// or a manager restart is bridged: the stream resumes after the last event it returned, so none is missed or
-    /// repeated. Events of kinds this client does not know (a newer manager) are skipped.
+    /// then live ones, until the cache is deleted (its <see cref="CacheDeletedEvent"/> is the last). A lost connection,
+    /// a manager restart or a change of leader among replicas (a follower's refusal, a deposed leader ending the stream)
+    /// is bridged: the stream resumes on the leader named, or the next replica, after the last event it returned, so
+    /// none is missed or repeated. Events of kinds this client does not know (a newer manager) are skipped.
     /// </summary>
     /// <exception cref="RemoteCacheManagerException">No such cache of this tenant, or the API key was refused.</exception>
     public async IAsyncEnumerable<ManagedCacheEvent> WatchAsync(ulong cacheId, long fromSequence = 1,
@@ -193,44 +211,56 @@ public sealed class RemoteCacheManagerClient : IAsyncDisposable, IDisposable
     {
         ArgumentOutOfRangeException.ThrowIfNegative(fromSequence);
         ThrowIfDisposed();
-        var retry = new Backoff(Options.RetryLimit);
+        // No deadline: the stream is retried until cancelled, across replicas as a call is, with RetryLimit's waits
+        // between rounds (it may wait out a long outage).
+        var failover = StartFailover(new Backoff(Options.RetryLimit));
         long next = fromSequence;
         while (true)
         {
-            using var call = Grpc.WatchEvents(new WatchEventsRequest { CacheId = cacheId, FromSequence = (ulong)next }, cancellationToken: cancellationToken);
-            var stream = call.ResponseStream;
-            while (true)
+            var replica = failover.Replica;
+            RpcException? interrupted = null;
+            using (var call = replica.Grpc.WatchEvents(new WatchEventsRequest { CacheId = cacheId, FromSequence = (ulong)next }, cancellationToken: cancellationToken))
             {
-                CacheEvent e;
-                try
+                var stream = call.ResponseStream;
+                while (true)
                 {
-                    if (!await stream.MoveNext(cancellationToken).ConfigureAwait(false))
-                        break;  // the manager is shutting down: resume from `next` with the next one
-                    e = stream.Current;
-                }
-                catch (RpcException ex) when (!cancellationToken.IsCancellationRequested && IsTransient(ex.StatusCode))
-                {
-                    Log.WatchInterrupted(Logger, $"cache {cacheId}", next, ex.StatusCode, ex.Status.Detail);
-                    break;
-                }
-                catch (RpcException ex) when (!cancellationToken.IsCancellationRequested)
-                {
-                    throw RemoteCacheManagerException.From(ex, "WatchEvents", Address);
-                }
-                catch (RpcException ex)
-                {
-                    throw new OperationCanceledException("WatchEvents was cancelled", ex, cancellationToken);
-                }
-                retry.Reset();
-                next = (long)e.Sequence + 1;
-                if (Contract.FromProto(e) is { } managed)
-                {
-                    yield return managed;
-                    if (managed is CacheDeletedEvent)
-                        yield break;
+                    CacheEvent e;
+                    try
+                    {
+                        if (!await stream.MoveNext(cancellationToken).ConfigureAwait(false))
+                            break;  // the replica is shutting down: resume from `next` on another
+                        e = stream.Current;
+                    }
+                    catch (RpcException ex) when (!cancellationToken.IsCancellationRequested && IsTransient(ex.StatusCode))
+                    {
+                        // Also a follower's refusal and a deposed leader's end of the stream (UNAVAILABLE, not-leader).
+                        interrupted = ex;
+                        break;
+                    }
+                    catch (RpcException ex) when (!cancellationToken.IsCancellationRequested)
+                    {
+                        Prefer(replica);  // it answered, with a refusal
+                        throw RemoteCacheManagerException.From(ex, "WatchEvents", replica.Address);
+                    }
+                    catch (RpcException ex)
+                    {
+                        throw new OperationCanceledException("WatchEvents was cancelled", ex, cancellationToken);
+                    }
+                    failover.Answered();
+                    Prefer(replica);
+                    next = (long)e.Sequence + 1;
+                    if (Contract.FromProto(e) is { } managed)
+                    {
+                        yield return managed;
+                        if (managed is CacheDeletedEvent)
+                            yield break;
+                    }
                 }
             }
-            await Task.Delay(retry.Next(), cancellationToken).ConfigureAwait(false);
+            string said = interrupted is null ? "the stream ended" : failover.Describe(interrupted);
+            var wait = failover.MoveOn(interrupted);
+            Log.WatchInterrupted(Logger, $"cache {cacheId}", replica.Address, said, next, failover.Replica.Address, wait.TotalMilliseconds);
+            await Task.Delay(wait, cancellationToken).ConfigureAwait(false);
         }
     }
 
@@ -245,7 +275,7 @@ public sealed class RemoteCacheManagerClient : IAsyncDisposable, IDisposable
     public async Task<IReadOnlyList<ManagedServerInfo>> ListServersAsync(CancellationToken cancellationToken = default)
     {
         ThrowIfDisposed();
-        var response = await CallAsync("ListServers", o => Pool.ListServersAsync(new ListServersRequest(), o), cancellationToken).ConfigureAwait(false);
+        var response = await CallAsync("ListServers", (m, o) => m.Pool.ListServersAsync(new ListServersRequest(), o), cancellationToken).ConfigureAwait(false);
         return response.Servers.Select(Contract.FromProto).ToList();
     }
 
@@ -258,7 +288,7 @@ public sealed class RemoteCacheManagerClient : IAsyncDisposable, IDisposable
         ArgumentException.ThrowIfNullOrEmpty(serverId);
         ThrowIfDisposed();
         var request = new ReclaimServerRequest { ServerId = serverId, Notice = Google.Protobuf.WellKnownTypes.Duration.FromTimeSpan(notice) };
-        var response = await CallAsync("ReclaimServer", o => Pool.ReclaimServerAsync(request, o), cancellationToken).ConfigureAwait(false);
+        var response = await CallAsync("ReclaimServer", (m, o) => m.Pool.ReclaimServerAsync(request, o), cancellationToken).ConfigureAwait(false);
         return response.Deadline.ToDateTimeOffset();
     }
 
@@ -307,7 +337,7 @@ public sealed class RemoteCacheManagerClient : IAsyncDisposable, IDisposable
     {
         try
         {
-            await CallAsync("Deallocate", o => Grpc.DeallocateAsync(new DeallocateRequest { CacheId = cacheId }, o), CancellationToken.None).ConfigureAwait(false);
+            await DeallocateAsync(cacheId, CancellationToken.None).ConfigureAwait(false);
         }
         catch (RemoteCacheManagerException e)
         {
@@ -316,29 +346,81 @@ public sealed class RemoteCacheManagerClient : IAsyncDisposable, IDisposable
     }
 
     /// <summary>
-    /// One unary call with the deadline of <see cref="RemoteCacheManagerOptions.CallTimeout"/> (or <paramref name="timeout"/>);
-    /// refusals as <see cref="RemoteCacheManagerException"/>.
+    /// One unary call, the one way every call reaches the manager: attempts on the replicas (<see cref="Failover"/>)
+    /// while they answer UNAVAILABLE (down, restarting, the connection cut, not the leader), all within the deadline of
+    /// <see cref="RemoteCacheManagerOptions.CallTimeout"/> (or <paramref name="timeout"/>) from the first; the replica that
+    /// answers is where the next call goes first. Other refusals, and UNAVAILABLE at the deadline naming every address
+    /// tried, as <see cref="RemoteCacheManagerException"/>. Only calls that are safe to repeat come here: each either
+    /// changes nothing the second time (RenewLease, GetCache, a MoveRegion of the same regions), names itself
+    /// (Allocate's request_id) or is told apart: <paramref name="notFoundOnRetry"/> gives the answer when NOT_FOUND comes
+    /// after an attempt whose outcome is unknown (UNAVAILABLE other than a not-leader refusal), which then did what the
+    /// call asked and removed what the retry looked for (Deallocate).
     /// </summary>
-    internal async Task<T> CallAsync<T>(string call, Func<CallOptions, AsyncUnaryCall<T>> start, CancellationToken cancellationToken, TimeSpan? timeout = null)
+    internal async Task<T> CallAsync<T>(string call, Func<ManagerReplica, CallOptions, AsyncUnaryCall<T>> start, CancellationToken cancellationToken,
+                                        TimeSpan? timeout = null, Func<T>? notFoundOnRetry = null)
     {
-        try
+        var deadline = DateTime.UtcNow + (timeout ?? Options.CallTimeout);
+        var failover = StartFailover(new Backoff(FailoverFirstWait, Options.RetryLimit < FailoverWaitLimit ? Options.RetryLimit : FailoverWaitLimit));
+        bool outcomeUnknown = false;
+        while (true)
         {
-            using var rpc = start(new CallOptions(deadline: DateTime.UtcNow + (timeout ?? Options.CallTimeout), cancellationToken: cancellationToken));
-            return await rpc.ResponseAsync.ConfigureAwait(false);
-        }
-        catch (RpcException e) when (e.StatusCode != StatusCode.Cancelled || !cancellationToken.IsCancellationRequested)
-        {
-            throw RemoteCacheManagerException.From(e, call, Address);
-        }
-        catch (RpcException) when (cancellationToken.IsCancellationRequested)
-        {
-            throw new OperationCanceledException($"{call} was cancelled", cancellationToken);
+            var replica = failover.Replica;
+            RpcException failed;
+            try
+            {
+                using var rpc = start(replica, new CallOptions(deadline: deadline, cancellationToken: cancellationToken));
+                var response = await rpc.ResponseAsync.ConfigureAwait(false);
+                Prefer(replica);
+                return response;
+            }
+            catch (RpcException e) when (e.StatusCode == StatusCode.Cancelled && cancellationToken.IsCancellationRequested)
+            {
+                throw new OperationCanceledException($"{call} was cancelled", cancellationToken);
+            }
+            catch (RpcException e)
+            {
+                failed = e;
+            }
+            if (failed.StatusCode == StatusCode.DeadlineExceeded)
+            {
+                // The deadline is the call's, not the attempt's: no time is left. A replica that hung (its host gone
+                // without closing the connection) is not tried first by the next call.
+                PassOver(replica);
+                failover.Note(failover.Describe(failed));
+                throw RemoteCacheManagerException.NoAnswer(failed, call, failover.Tried);
+            }
+            if (failed.StatusCode != StatusCode.Unavailable)
+            {
+                Prefer(replica);  // it answered, with a refusal
+                if (failed.StatusCode == StatusCode.NotFound && outcomeUnknown && notFoundOnRetry is not null)
+                    return notFoundOnRetry();
+                throw RemoteCacheManagerException.From(failed, call, replica.Address);
+            }
+            outcomeUnknown |= !Failover.IsNotLeader(failed);
+            string said = failover.Describe(failed);
+            var wait = failover.MoveOn(failed);
+            if (DateTime.UtcNow + wait >= deadline)
+                throw RemoteCacheManagerException.NoAnswer(failed, call, failover.Tried);
+            // Within a round the next replica is tried at once; a round that found none ends in a wait, worth a warning.
+            Log.CallRetried(Logger, wait > TimeSpan.Zero ? LogLevel.Warning : LogLevel.Information, call, replica.Address, said, failover.Replica.Address,
+                            wait.TotalMilliseconds);
+            if (wait > TimeSpan.Zero)
+                await Task.Delay(wait, cancellationToken).ConfigureAwait(false);
         }
     }
 
+    private Failover StartFailover(Backoff backoff) => new(_replicas, Volatile.Read(ref _preferred), backoff);
+
+    // Calls go first to the replica that answered last (concurrent calls may disagree; the last answer wins).
+    private void Prefer(ManagerReplica replica) => Volatile.Write(ref _preferred, replica);
+
+    // Unless another call found a replica meanwhile, the next call starts after this one.
+    private void PassOver(ManagerReplica replica) =>
+        Interlocked.CompareExchange(ref _preferred, _replicas[(replica.Index + 1) % _replicas.Length], replica);
+
     private void ThrowIfDisposed() => ObjectDisposedException.ThrowIf(_disposed, this);
 
-    /// <summary>Closes the caches opened here (they stay allocated until deleted or their lease ends) and the channel.</summary>
+    /// <summary>Closes the caches opened here (they stay allocated until deleted or their lease ends) and the channels.</summary>
     public async ValueTask DisposeAsync()
     {
         List<ManagedCache> open;
@@ -351,7 +433,9 @@ public sealed class RemoteCacheManagerClient : IAsyncDisposable, IDisposable
         }
         foreach (var cache in open)
             await cache.DisposeAsync().ConfigureAwait(false);
-        _channel.Dispose();
+        foreach (var replica in _replicas)
+            replica.Channel.Dispose();
+        _handler.Dispose();
     }
 
     /// <inheritdoc cref="DisposeAsync"/>

@@ -1,4 +1,5 @@
 using System;
+using System.Collections.Generic;
 using System.Linq;
 using Grpc.Core;
 using RemoteCache.Manager.V1;
@@ -38,10 +39,25 @@ public sealed class RemoteCacheManagerException : Exception
 
     internal static RemoteCacheManagerException From(RpcException e, string call, Uri manager)
     {
-        string? refusal = e.Trailers.FirstOrDefault(t => t.Key == Refusals.Trailer)?.Value;
+        string? refusal = RefusalOf(e);
         string reason = e.StatusCode is StatusCode.Unavailable or StatusCode.DeadlineExceeded or StatusCode.Cancelled
             ? $"the manager at {manager} did not answer ({e.StatusCode}: {e.Status.Detail})"
             : $"{e.StatusCode}: {e.Status.Detail}";
         return new RemoteCacheManagerException(e.StatusCode, $"{call}: {reason}", refusal, e);
     }
+
+    /// <summary>
+    /// The call found no replica that carried it out before its deadline: the status of the last attempt, and each
+    /// address tried with what it said last (as <paramref name="tried"/> describes it).
+    /// </summary>
+    internal static RemoteCacheManagerException NoAnswer(RpcException last, string call, IReadOnlyList<(Uri Address, string Said)> tried)
+    {
+        string reason = tried.Count == 1
+            ? $"the manager at {tried[0].Address} did not answer ({tried[0].Said})"
+            : $"no manager answered as the leader; tried {string.Join("; ", tried.Select(t => $"{t.Address} ({t.Said})"))}";
+        return new RemoteCacheManagerException(last.StatusCode, $"{call}: {reason}", RefusalOf(last), last);
+    }
+
+    // The refusal's kind the manager named in the `remotecache-refusal` trailer, or null.
+    internal static string? RefusalOf(RpcException e) => e.Trailers.FirstOrDefault(t => t.Key == Refusals.Trailer)?.Value;
 }

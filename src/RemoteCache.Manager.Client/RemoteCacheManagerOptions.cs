@@ -1,4 +1,5 @@
 using System;
+using System.Collections.Generic;
 using System.Linq;
 using System.Net.Http;
 
@@ -6,31 +7,67 @@ namespace RemoteCache;
 
 /// <summary>
 /// How to reach the cache manager, and how the caches it rents are opened. In configuration:
-/// <c>"RemoteCacheManager": { "Address": "https://manager:7400", "ApiKey": "…", "Cache": { "OperationTimeout": "00:00:05" } }</c>.
+/// <c>"RemoteCacheManager": { "Addresses": [ "https://m1:7400", "https://m2:7400" ], "ApiKey": "…", "Cache": { "OperationTimeout": "00:00:05" } }</c>
+/// (or <c>"Address": "https://manager:7400"</c> for one manager).
 /// </summary>
 public sealed class RemoteCacheManagerOptions
 {
-    /// <summary>The environment variable the command line and samples take the manager's address from.</summary>
+    /// <summary>
+    /// The environment variable the command line and samples take the manager's address from: one address, or the
+    /// replicas' addresses separated by commas (<see cref="ParseAddresses"/>).
+    /// </summary>
     public const string AddressVariable = "REMOTECACHE_MANAGER";
 
     /// <summary>The environment variable the command line and samples take the API key from.</summary>
     public const string ApiKeyVariable = "REMOTECACHE_API_KEY";
 
+    /// <summary>The most addresses <see cref="Addresses"/> may hold: a manager's replicas are a handful, more is a mistake.</summary>
+    public const int MaxAddresses = 16;
+
     /// <summary>Where remotecache-manager listens by default.</summary>
     public static Uri DefaultAddress { get; } = new("http://127.0.0.1:7400");
 
-    /// <summary>The manager's gRPC address (http:// or https://). Default: <see cref="DefaultAddress"/>.</summary>
-    public Uri Address { get; set; } = DefaultAddress;
+    /// <summary>
+    /// The first of <see cref="Addresses"/> (<see cref="DefaultAddress"/> while it is empty). Setting it to another
+    /// address makes that the only address (<see cref="Addresses"/> becomes a new list of it): the way to name a single
+    /// manager, in code or as <c>"Address"</c> in configuration. Setting it to the address it already is changes nothing,
+    /// since configuration binding writes back what it read. Configuration that has both puts the <c>"Addresses"</c>
+    /// after it (it is declared first so that binding sets it first).
+    /// </summary>
+    public Uri Address
+    {
+        get => Addresses is { Count: > 0 } addresses ? addresses[0] : DefaultAddress;
+        set
+        {
+            if (value != Address)
+                Addresses = new List<Uri> { value };
+        }
+    }
+
+    /// <summary>
+    /// The gRPC addresses (http:// or https://) of the manager's replicas, the one source of the addresses: a call goes
+    /// to the replica that answered last (at first the first one); one that is unavailable, or refuses because it is not
+    /// the leader, sends the call on to the leader it names or to the next address, round after round, for up to
+    /// <see cref="CallTimeout"/>. At most <see cref="MaxAddresses"/>, no address twice. Empty (the default):
+    /// <see cref="DefaultAddress"/> alone. In configuration, <c>"Addresses": [ "http://m1:7400", "http://m2:7400" ]</c>;
+    /// configuration binding adds to the list, so bind into options whose list is empty.
+    /// </summary>
+    public IList<Uri> Addresses { get; set; } = new List<Uri>();
 
     /// <summary>The API key sent with every call (<c>authorization: Bearer</c>). Use https:// beyond one host: it is a password.</summary>
     public string? ApiKey { get; set; }
 
-    /// <summary>How long one call to the manager may take (Allocate may start servers). Default: 30 s.</summary>
+    /// <summary>
+    /// How long one call to the manager may take (Allocate may start servers), its attempts on other replicas and the
+    /// waits between them included. Default: 30 s.
+    /// </summary>
     public TimeSpan CallTimeout { get; set; } = TimeSpan.FromSeconds(30);
 
     /// <summary>
-    /// The longest wait between two attempts to reach a manager that is down (lease renewal, event stream, Create's
-    /// Allocate: that one for up to <see cref="CallTimeout"/> in all); the waits double from 100 ms up to it. Default: 5 s.
+    /// The longest wait between two attempts to reach a manager that is down. A call tries the replicas in turn without
+    /// waiting and, after each round that found no leader, waits 50 ms doubling up to 500 ms (or this, if less), for up
+    /// to <see cref="CallTimeout"/> in all; the lease renewal and the event stream, which go on past that, wait from
+    /// 100 ms doubling up to this between their attempts. Default: 5 s.
     /// </summary>
     public TimeSpan RetryLimit { get; set; } = TimeSpan.FromSeconds(5);
 
@@ -91,8 +128,21 @@ public sealed class RemoteCacheManagerOptions
     /// <exception cref="ArgumentException">What is wrong, naming the option.</exception>
     public void Validate()
     {
-        if (Address is null || !Address.IsAbsoluteUri || Address.Scheme is not ("http" or "https"))
-            throw new ArgumentException($"RemoteCacheManagerOptions.Address is '{Address}'; it must be an absolute http:// or https:// address", nameof(Address));
+        if (Addresses is null)
+            throw new ArgumentException("RemoteCacheManagerOptions.Addresses is null; leave it empty for the default address", nameof(Addresses));
+        if (Addresses.Count > MaxAddresses)
+            throw new ArgumentException($"RemoteCacheManagerOptions.Addresses has {Addresses.Count} addresses; at most {MaxAddresses} are taken", nameof(Addresses));
+        for (int i = 0; i < Addresses.Count; i++)
+        {
+            // One address is usually set as Address: named so, the message points where it was set.
+            string name = Addresses.Count == 1 ? "RemoteCacheManagerOptions.Address" : $"RemoteCacheManagerOptions.Addresses[{i}]";
+            var address = Addresses[i];
+            if (address is null || !address.IsAbsoluteUri || address.Scheme is not ("http" or "https"))
+                throw new ArgumentException($"{name} is '{address}'; it must be an absolute http:// or https:// address", nameof(Addresses));
+            for (int j = 0; j < i; j++)
+                if (SameManager(Addresses[j], address))
+                    throw new ArgumentException($"RemoteCacheManagerOptions.Addresses names {address} twice (at {j} and {i})", nameof(Addresses));
+        }
         if (ApiKey is { } key && (key.Length == 0 || key.Any(char.IsWhiteSpace)))
             throw new ArgumentException("RemoteCacheManagerOptions.ApiKey is empty or has white space", nameof(ApiKey));
         if (CallTimeout <= TimeSpan.Zero)
@@ -106,4 +156,27 @@ public sealed class RemoteCacheManagerOptions
         if (Cache is null)
             throw new ArgumentException("RemoteCacheManagerOptions.Cache is null", nameof(Cache));
     }
+
+    /// <summary>
+    /// The addresses in <paramref name="list"/>, separated by commas (white space around them ignored), as
+    /// <see cref="AddressVariable"/> and the command line's <c>--manager</c> hold them; checked as <see cref="Validate"/> would.
+    /// </summary>
+    /// <exception cref="FormatException">An entry is empty or not an absolute http:// or https:// address (the message quotes it).</exception>
+    public static IList<Uri> ParseAddresses(string list)
+    {
+        ArgumentNullException.ThrowIfNull(list);
+        var addresses = new List<Uri>();
+        foreach (string entry in list.Split(',', StringSplitOptions.TrimEntries))
+        {
+            if (!Uri.TryCreate(entry, UriKind.Absolute, out var uri) || uri.Scheme is not ("http" or "https"))
+                throw new FormatException($"'{entry}' is not a manager address (http://HOST:PORT or https://HOST:PORT)");
+            addresses.Add(uri);
+        }
+        return addresses;
+    }
+
+    // Whether two addresses name the same manager: scheme, host (any case) and port, the default port spelt or not;
+    // a leader's advertised address is matched against the configured ones this way.
+    internal static bool SameManager(Uri a, Uri b) =>
+        Uri.Compare(a, b, UriComponents.SchemeAndServer, UriFormat.SafeUnescaped, StringComparison.OrdinalIgnoreCase) == 0;
 }

@@ -142,4 +142,22 @@ public sealed class CliTests
         await using var client = manager.ManagedClient();
         Assert.Empty(await client.ListAsync());
     }
+
+    [Fact]
+    public async Task SeveralManagerAddressesAreTriedInTurnFromTheFlagsOrTheEnvironment()
+    {
+        await using var manager = new TestManager(warm: 0);
+        await manager.StartAsync();
+        await using var follower = await FakeReplica.StartAsync(leader: manager.Address);
+        string dead = FakeReplica.DeadAddress().ToString();
+
+        var flags = await RunAsync(new Dictionary<string, string?> { ["REMOTECACHE_API_KEY"] = AliceKey },
+                                   "caches", "--json", "--manager", dead, "--manager", $"{follower.Address},{manager.Address}");
+        Assert.Equal(JsonValueKind.Array, Json(flags).ValueKind);
+        Assert.Equal(1, follower.Calls);
+
+        var environment = Env(manager);
+        environment["REMOTECACHE_MANAGER"] = $"{dead},{manager.Address}";
+        Assert.Equal(JsonValueKind.Array, Json(await RunAsync(environment, "caches", "--json")).ValueKind);
+    }
 }

@@ -1,5 +1,6 @@
 using System;
 using System.Collections.Generic;
+using System.Linq;
 using Microsoft.Extensions.Configuration;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Options;
@@ -46,8 +47,81 @@ public sealed class ManagedClientOptionsTests
         Assert.NotNull(options.Cache.LoggerFactory);  // the container's
     }
 
+    [Fact]
+    public void SeveralAddressesBindFromConfigurationAndAddressIsTheFirstOfThem()
+    {
+        var services = new ServiceCollection();
+        services.AddRemoteCacheManager(Configuration(new()
+        {
+            ["Addresses:0"] = "http://m1:7400",
+            ["Addresses:1"] = "https://m2:7400",
+            ["ApiKey"] = "key-0123456789",
+        }));
+        using var provider = services.BuildServiceProvider();
+        var options = provider.GetRequiredService<IOptions<RemoteCacheManagerOptions>>().Value;
+        Assert.Equal(new[] { new Uri("http://m1:7400"), new Uri("https://m2:7400") }, options.Addresses);
+        Assert.Equal(new Uri("http://m1:7400"), options.Address);
+        var client = provider.GetRequiredService<RemoteCacheManagerClient>();
+        Assert.Equal(options.Addresses, client.Addresses);
+        Assert.Equal(options.Address, client.Address);
+
+        // "Address" alone, as configurations were written for one manager: the only address.
+        var one = new RemoteCacheManagerOptions();
+        Configuration(new() { ["Address"] = "http://m9:7400" }).Bind(one);
+        Assert.Equal(new[] { new Uri("http://m9:7400") }, one.Addresses);
+        // Both: "Address" first, then "Addresses".
+        var both = new RemoteCacheManagerOptions();
+        Configuration(new() { ["Address"] = "http://m0:7400", ["Addresses:0"] = "http://m1:7400" }).Bind(both);
+        Assert.Equal(new[] { new Uri("http://m0:7400"), new Uri("http://m1:7400") }, both.Addresses);
+        // Neither: the default, and setting Address in code replaces the list.
+        var code = new RemoteCacheManagerOptions();
+        Assert.Empty(code.Addresses);
+        Assert.Equal(RemoteCacheManagerOptions.DefaultAddress, code.Address);
+        code.Addresses.Add(new Uri("http://m1:7400"));
+        code.Addresses.Add(new Uri("http://m2:7400"));
+        code.Address = new Uri("http://m1:7400");  // what it is already (binding writes back what it read): unchanged
+        Assert.Equal(2, code.Addresses.Count);
+        code.Address = new Uri("http://m3:7400");
+        Assert.Equal(new[] { new Uri("http://m3:7400") }, code.Addresses);
+        // Configuration without an address keeps those set in code.
+        Configuration(new() { ["ApiKey"] = "key-0123456789" }).Bind(code);
+        Assert.Equal(new[] { new Uri("http://m3:7400") }, code.Addresses);
+    }
+
+    [Fact]
+    public void BadAddressListsAreRefusedNamingTheEntry()
+    {
+        static string Refusal(params string[] addresses)
+        {
+            var options = new RemoteCacheManagerOptions();
+            foreach (string a in addresses)
+                options.Addresses.Add(new Uri(a, UriKind.RelativeOrAbsolute));
+            return Assert.Throws<ArgumentException>(options.Validate).Message;
+        }
+        Assert.Contains("Addresses[1] is 'ftp://m2:7400/'", Refusal("http://m1:7400", "ftp://m2:7400"));
+        Assert.Contains("Address is '/manager'", Refusal("/manager"));
+        Assert.Contains("names http://m1:7400/ twice (at 0 and 2)", Refusal("http://m1:7400", "http://m2:7400", "HTTP://M1:7400/"));
+        Assert.Contains("names https://m1/ twice", Refusal("https://m1:443", "https://m1"));
+        var many = new string[RemoteCacheManagerOptions.MaxAddresses + 1];
+        for (int i = 0; i < many.Length; i++)
+            many[i] = $"http://m{i}:7400";
+        Assert.Contains($"Addresses has {many.Length} addresses; at most {RemoteCacheManagerOptions.MaxAddresses}", Refusal(many));
+        Assert.Contains("Addresses is null", Assert.Throws<ArgumentException>(new RemoteCacheManagerOptions { Addresses = null! }.Validate).Message);
+        new RemoteCacheManagerOptions { Addresses = many[..RemoteCacheManagerOptions.MaxAddresses].Select(a => new Uri(a)).ToList() }.Validate();  // the bound itself is fine
+    }
+
+    [Fact]
+    public void AnAddressListFromTheEnvironmentIsSeparatedByCommas()
+    {
+        Assert.Equal(new[] { new Uri("http://m1:7400"), new Uri("https://m2:7400") }, RemoteCacheManagerOptions.ParseAddresses(" http://m1:7400 ,https://m2:7400"));
+        Assert.Equal(new[] { new Uri("http://m1:7400") }, RemoteCacheManagerOptions.ParseAddresses("http://m1:7400"));
+        Assert.Contains("'m2' is not a manager address", Assert.Throws<FormatException>(() => RemoteCacheManagerOptions.ParseAddresses("http://m1:7400,m2")).Message);
+        Assert.Contains("'' is not a manager address", Assert.Throws<FormatException>(() => RemoteCacheManagerOptions.ParseAddresses("http://m1:7400,")).Message);
+    }
+
     [Theory]
     [InlineData("Address", "ftp://manager:7400", "Address")]
+    [InlineData("Addresses:0", "ftp://manager:7400", "Address")]
     [InlineData("ApiKey", "has space", "ApiKey")]
     [InlineData("CallTimeout", "00:00:00", "CallTimeout")]
     [InlineData("RetryLimit", "00:00:00.010", "RetryLimit")]
@@ -87,5 +161,16 @@ public sealed class ManagedClientOptionsTests
     {
         var left = secondsLeft is { } s ? TimeSpan.FromSeconds(s) : (TimeSpan?)null;
         Assert.Equal(expected, ManagedCache.MovePaceMibPerSecond(configured, bytesLeft, left));
+    }
+
+    [Theory]
+    [InlineData(60, 30, 30)]   // half of the lease left, at most CallTimeout
+    [InlineData(20, 30, 10)]   // half of the lease left: a renewal stuck on a vanished replica leaves time for another
+    [InlineData(1, 30, 2)]     // near the end: still a fair chance
+    [InlineData(-5, 30, 2)]    // past the end as the client saw it: renewals go on until the manager says it is gone
+    [InlineData(10, 1, 1)]     // never past CallTimeout
+    public void ARenewalMayTakeHalfTheLeaseLeftWithinBounds(double leftSeconds, double callTimeoutSeconds, double expectedSeconds)
+    {
+        Assert.Equal(TimeSpan.FromSeconds(expectedSeconds), ManagedCache.RenewTimeout(TimeSpan.FromSeconds(leftSeconds), TimeSpan.FromSeconds(callTimeoutSeconds)));
     }
 }

@@ -27,8 +27,8 @@ internal static class ManagerExitCodes
 
 /// <summary>
 /// The action of the manager's commands: parse errors and refusals are printed as "remotecache COMMAND: reason" and
-/// mapped to <see cref="ManagerExitCodes"/>; the manager's address and API key come from --manager and --api-key, or
-/// the environment (<see cref="RemoteCacheManagerOptions.AddressVariable"/>, <see cref="RemoteCacheManagerOptions.ApiKeyVariable"/>).
+/// mapped to <see cref="ManagerExitCodes"/>; the manager's addresses (one, or its replicas') and API key come from
+/// --manager and --api-key, or the environment (<see cref="RemoteCacheManagerOptions.AddressVariable"/>, <see cref="RemoteCacheManagerOptions.ApiKeyVariable"/>).
 /// </summary>
 internal sealed class ManagerCommandAction : AsynchronousCommandLineAction
 {
@@ -70,16 +70,26 @@ internal sealed class ManagerCommandAction : AsynchronousCommandLineAction
         }
     }
 
-    private static RemoteCacheManagerOptions Options(ParseResult parse)
+    // The options from the flags, else the environment (read through `environment`: tests give their own).
+    internal static RemoteCacheManagerOptions Options(ParseResult parse, Func<string, string?>? environment = null)
     {
-        string? address = parse.GetValue(ManagerCommands.Address) ?? Environment.GetEnvironmentVariable(RemoteCacheManagerOptions.AddressVariable);
-        string? key = parse.GetValue(ManagerCommands.ApiKey) ?? Environment.GetEnvironmentVariable(RemoteCacheManagerOptions.ApiKeyVariable);
+        environment ??= Environment.GetEnvironmentVariable;
+        string[]? flags = parse.GetValue(ManagerCommands.Address);
+        var (addresses, from) = flags is { Length: > 0 }
+            ? (string.Join(",", flags), "--manager")
+            : (environment(RemoteCacheManagerOptions.AddressVariable), RemoteCacheManagerOptions.AddressVariable);
+        string? key = parse.GetValue(ManagerCommands.ApiKey) ?? environment(RemoteCacheManagerOptions.ApiKeyVariable);
         var options = new RemoteCacheManagerOptions { ApiKey = string.IsNullOrEmpty(key) ? null : key };
-        if (!string.IsNullOrEmpty(address))
+        if (!string.IsNullOrEmpty(addresses))
         {
-            if (!Uri.TryCreate(address, UriKind.Absolute, out var uri))
-                throw new UsageException($"--manager '{address}' is not an address (http://HOST:PORT or https://HOST:PORT)");
-            options.Address = uri;
+            try
+            {
+                options.Addresses = RemoteCacheManagerOptions.ParseAddresses(addresses);
+            }
+            catch (FormatException e)
+            {
+                throw new UsageException($"{from}: {e.Message}");
+            }
         }
         if (options.ApiKey is null)
             throw new UsageException($"no API key: give --api-key or set {RemoteCacheManagerOptions.ApiKeyVariable} (remotecache-manager prints the key it generates on first start)");

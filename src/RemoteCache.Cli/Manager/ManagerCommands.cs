@@ -20,9 +20,12 @@ namespace RemoteCache.Cli.Manager;
 /// </summary>
 internal static class ManagerCommands
 {
-    public static readonly Option<string?> Address = new("--manager")
+    // Repeated (--manager A --manager B) or comma-separated (--manager A,B), or both: the replicas of one manager. One
+    // address per token, so that a command's own arguments after it stay its own.
+    public static readonly Option<string[]> Address = new("--manager")
     {
-        Description = $"The manager's address [default: ${RemoteCacheManagerOptions.AddressVariable}, else {RemoteCacheManagerOptions.DefaultAddress}]",
+        Description = $"The manager's address; its replicas' addresses, repeated or separated by commas [default: ${RemoteCacheManagerOptions.AddressVariable}, else {RemoteCacheManagerOptions.DefaultAddress}]",
+        HelpName = "URL[,URL…]",
         Recursive = true,
     };
 

@@ -1,0 +1,177 @@
+using System;
+using System.Collections.Generic;
+using System.Linq;
+using System.Threading.Tasks;
+using Grpc.Core;
+using Xunit;
+using static RemoteCache.Manager.Tests.ManagedClientKit;
+using static RemoteCache.Manager.Tests.TestManager;
+
+namespace RemoteCache.Manager.Tests;
+
+/// <summary>
+/// The managed client given several manager addresses (a replicated manager): calls follow the leader a follower names,
+/// pass over dead replicas, give up at the deadline naming every address; event streams resume on the new leader with
+/// every event once; lease renewals and the following of changes go on when the replica in use goes away. The replicas
+/// are <see cref="FakeReplica"/>s that refuse as followers or forward to a real manager.
+/// </summary>
+[Collection(nameof(ManagerServiceTests))]
+public sealed class FailoverTests
+{
+    private static RemoteCacheManagerClient Client(TestManager manager, params Uri[] addresses) =>
+        manager.ManagedClient(configure: o => o.Addresses = addresses.ToList());
+
+    [Fact]
+    public async Task CallsFollowTheLeaderAFollowerNamesAndThenGoThereFirst()
+    {
+        await using var manager = new TestManager(warm: 1);
+        await manager.StartAsync();
+        await using var follower = await FakeReplica.StartAsync(leader: manager.Address);
+        await using var bystander = await FakeReplica.StartAsync();  // would refuse too, if it were asked
+
+        await using var client = Client(manager, follower.Address, bystander.Address, manager.Address!);
+        Assert.Equal(follower.Address, client.Address);
+        var cache = await client.CreateAsync(Request(64 * MiB));
+        Assert.Equal(new[] { "Allocate" }, follower.Received);  // refused, then straight to the leader it named
+        Assert.Equal(0, bystander.Calls);
+        Assert.Equal(manager.Address, client.Address);
+
+        // Later calls (and the cache's renewals and events) go to the leader first.
+        Assert.Contains(await client.ListAsync(), c => c.CacheId == cache.CacheId);
+        await cache.DeleteAsync();
+        Assert.Empty(await client.ListAsync());
+        Assert.Equal(1, follower.Calls);
+        Assert.Equal(0, bystander.Calls);
+    }
+
+    [Fact]
+    public async Task ADeadFirstAddressFailsOverToTheNext()
+    {
+        await using var manager = new TestManager(warm: 0);
+        await manager.StartAsync();
+        var dead = FakeReplica.DeadAddress();
+        await using var client = Client(manager, dead, manager.Address!);
+        Assert.Empty(await client.ListAsync());
+        Assert.Equal(manager.Address, client.Address);
+        Assert.Equal(new[] { dead, manager.Address! }, client.Addresses);
+    }
+
+    [Fact]
+    public async Task FollowersThatNameNoKnownLeaderAreTriedInTurnUntilTheDeadlineAndTheErrorNamesEachAddress()
+    {
+        await using var lost = await FakeReplica.StartAsync();
+        await using var stale = await FakeReplica.StartAsync(leader: new Uri("http://10.255.255.1:7400"));  // not among the addresses
+        await using var client = new RemoteCacheManagerClient(new RemoteCacheManagerOptions
+        {
+            Addresses = { lost.Address, stale.Address },
+            ApiKey = AliceKey,
+            CallTimeout = TimeSpan.FromSeconds(1.5),
+        });
+
+        var refused = await Assert.ThrowsAsync<RemoteCacheManagerException>(() => client.ListAsync());
+        Assert.Equal(StatusCode.Unavailable, refused.Status);
+        Assert.Contains("ListCaches", refused.Message);
+        Assert.Contains($"{lost.Address} (not the leader, and it knows no leader)", refused.Message);
+        Assert.Contains($"{stale.Address} (not the leader; it names http://10.255.255.1:7400/, which is not among the addresses given)", refused.Message);
+        // Round after round (not once), with waits between rounds (not thousands of attempts in 1.5 s).
+        Assert.InRange(lost.Calls, 2, 40);
+        Assert.InRange(stale.Calls, 2, 40);
+    }
+
+    [Fact]
+    public async Task ADeallocateWhoseAnswerWasLostIsDoneWhenItsRetryFindsTheCacheGone()
+    {
+        await using var manager = new TestManager(warm: 1);
+        await manager.StartAsync();
+        await using var direct = manager.ManagedClient();
+        ulong id;
+        await using (var cache = await direct.CreateAsync(Request(64 * MiB)))
+            id = cache.CacheId;
+
+        // The first replica deletes the cache but its answer is lost: the retry on the next one gets NOT_FOUND.
+        await using var lossy = await FakeReplica.StartAsync(target: manager);
+        lossy.LoseAnswers = true;
+        await using var client = Client(manager, lossy.Address, manager.Address!);
+        await client.DeleteAsync(id);
+        Assert.Equal(new[] { "Deallocate" }, lossy.Received);
+        Assert.Empty(await direct.ListAsync());
+
+        // After only not-leader refusals (nothing carried out), NOT_FOUND is the answer.
+        await using var follower = await FakeReplica.StartAsync(leader: manager.Address);
+        await using var other = Client(manager, follower.Address, manager.Address!);
+        var unknown = await Assert.ThrowsAsync<RemoteCacheManagerException>(() => other.DeleteAsync(id));
+        Assert.Equal(StatusCode.NotFound, unknown.Status);
+        Assert.Equal(1, follower.Calls);
+    }
+
+    [Fact]
+    public async Task WatchResumesOnTheLeaderNamedWhenTheStreamIsCutWithEveryEventOnce()
+    {
+        await using var manager = new TestManager(warm: 2);
+        await manager.StartAsync();
+        await using var direct = manager.ManagedClient();
+        var cache = await direct.CreateAsync(Request(128 * MiB));
+        ulong id = cache.CacheId;
+        await cache.ReshapeAsync(256 * MiB);
+        await cache.ReshapeAsync(128 * MiB);
+        await cache.DeleteAsync();
+        var expected = await CollectAsync(direct.WatchAsync(id));
+        Assert.True(expected.Count >= 4, $"{expected.Count} events");
+
+        // A leader that loses its leadership after two events, naming the new one.
+        await using var deposed = await FakeReplica.StartAsync(leader: manager.Address, target: manager);
+        deposed.CutWatchAfter = 2;
+        await using var client = Client(manager, deposed.Address, manager.Address!);
+        var seen = await CollectAsync(client.WatchAsync(id));
+
+        Assert.Equal(expected.Select(e => e.Sequence), seen.Select(e => e.Sequence));
+        Assert.Equal(expected.Select(e => e.GetType()), seen.Select(e => e.GetType()));
+        Assert.Equal(new ulong[] { 1 }, deposed.WatchedFrom);
+        Assert.Equal(2, deposed.EventsForwarded);
+        Assert.IsType<CacheDeletedEvent>(seen[^1]);
+    }
+
+    [Fact]
+    public async Task RenewalsAndTheFollowingOfChangesGoOnWhenTheReplicaInUseIsGone()
+    {
+        await using var manager = new TestManager(warm: 2);
+        await manager.StartAsync();
+        await using var first = await FakeReplica.StartAsync(target: manager);
+        await using var client = Client(manager, first.Address, manager.Address!);
+        var lease = TimeSpan.FromSeconds(3);
+        await using var cache = await client.CreateAsync(Request(128 * MiB, lease));
+        var log = new EventLog(cache);
+        Assert.Contains("Allocate", first.Received);
+        await EventuallyAsync(() => first.Received.Contains("WatchEvents"), "the cache's events were followed through the first replica");
+
+        await first.KillAsync();
+        var killed = DateTimeOffset.UtcNow;
+        await Task.Delay(3 * lease);
+
+        // Renewed through the other replica: the lease outlived three lengths of it, and the cache is as it was.
+        Assert.True(cache.LeaseExpires > killed + 2 * lease, $"the lease ends at {cache.LeaseExpires:O}, {killed:O} + 2 × {lease}");
+        await WriteAndVerifyAsync(cache.Client, 0, 100_000);
+        Assert.Contains(await client.ListAsync(), c => c.CacheId == cache.CacheId);
+        Assert.Contains(log.Snapshot().OfType<LeaseRenewedEvent>(), e => e.Time > killed);
+
+        // A reshape made elsewhere reaches this cache through its event stream, which moved to the other replica.
+        await using var direct = manager.ManagedClient();
+        await using var elsewhere = await direct.OpenAsync(cache.CacheId);
+        await elsewhere.ReshapeAsync(256 * MiB);
+        await EventuallyAsync(() => cache.Client.ServerCount == 2, "the reshape was followed");
+        Assert.Equal(256 * MiB, cache.Client.Capacity);
+        var sequences = log.Snapshot().Where(e => e.Sequence > 0).Select(e => e.Sequence).ToList();
+        Assert.Equal(sequences.Distinct().Order(), sequences);  // none twice, in order
+    }
+
+    private static async Task<List<ManagedCacheEvent>> CollectAsync(IAsyncEnumerable<ManagedCacheEvent> events)
+    {
+        var list = new List<ManagedCacheEvent>();
+        await Task.Run(async () =>
+        {
+            await foreach (var e in events)
+                list.Add(e);
+        }).WaitAsync(Patience);
+        return list;
+    }
+}
