@@ -214,19 +214,23 @@ public sealed class Bed : IAsyncDisposable
         return removed;
     }
 
-    // NamePrefix + 5 base-36 digits of a pid + a sequence digit: a leftover when that pid is dead, or is this process and
+    // A bed's name: the run id (NamePrefix, 5 base-36 digits of a pid, a sequence digit) and one of the suffixes the bed
+    // uses, nothing else (an unrelated "rcbridge0" is not one). A leftover when that pid is dead, or is this process and
     // the run is not one of its live beds.
+    private static readonly System.Text.RegularExpressions.Regex BedName =
+        new($"^({NamePrefix}([0-9a-z]{{5}})[0-9a-z])(br|[vp][0-9]{{1,3}}|-[a-z0-9]+)$", System.Text.RegularExpressions.RegexOptions.CultureInvariant);
+
+    private const int PidMaxLimit = 4194304;  // the kernel's PID_MAX_LIMIT on 64-bit
+
     private static bool IsLeftover(string name)
     {
-        if (!name.StartsWith(NamePrefix, StringComparison.Ordinal) || name.Length < NamePrefix.Length + 6)
-            return false;
-        string runId = name[..(NamePrefix.Length + 6)];
-        if (!TryParseBase36(runId.Substring(NamePrefix.Length, 5), out int pid))
+        var match = BedName.Match(name);
+        if (!match.Success || !TryParseBase36(match.Groups[2].Value, out int pid) || pid > PidMaxLimit)
             return false;
         if (pid == Environment.ProcessId)
         {
             lock (Live)
-                return !Live.Contains(runId);
+                return !Live.Contains(match.Groups[1].Value);
         }
         return !System.IO.Directory.Exists($"/proc/{pid}");
     }

@@ -81,6 +81,39 @@ public sealed class BedHost
         LinkCut = false;
     }
 
+    /// <summary>
+    /// Drops what this host sends to <paramref name="peer"/> (a blackhole route in the namespace): a selective cut, e.g.
+    /// a manager's link to etcd while its clients still reach it. This host's own new connections to the peer fail at
+    /// once (EINVAL); the peer sees silence — so to make a host see only silence from peers, block it on the peers' side
+    /// (each etcd host blocks the manager's address: the manager's requests arrive, no answer comes back).
+    /// </summary>
+    public async Task BlockAsync(IPAddress peer)
+    {
+        await Ip.InAsync(Namespace, "route", "add", "blackhole", peer + "/32").ConfigureAwait(false);
+        lock (_blocked)
+            _blocked.Add(peer);
+    }
+
+    /// <summary>Undoes <see cref="BlockAsync"/>.</summary>
+    public async Task UnblockAsync(IPAddress peer)
+    {
+        await Ip.InAsync(Namespace, "route", "del", "blackhole", peer + "/32").ConfigureAwait(false);
+        lock (_blocked)
+            _blocked.Remove(peer);
+    }
+
+    /// <summary>The peers <see cref="BlockAsync"/> blocks now.</summary>
+    public IReadOnlyList<IPAddress> Blocked
+    {
+        get
+        {
+            lock (_blocked)
+                return _blocked.ToList();
+        }
+    }
+
+    private readonly HashSet<IPAddress> _blocked = new();
+
     /// <summary>Every process in the namespace (the bed's and any they started), as the kernel sees it.</summary>
     public async Task<IReadOnlyList<int>> PidsAsync()
     {

@@ -13,16 +13,21 @@ public sealed class BedTests
     [ClusterFact]
     public async Task HostsAreReachableCutFrozenAndRemovedAndNothingIsLeftBehind()
     {
-        // A leftover of a crashed run: its pid (beyond any pid_max) is not alive, so the next bed removes it.
-        string leftover = Bed.NamePrefix + "2hzjl0";
+        // A leftover of a crashed run: its pid (4194303, the highest there can be) is not alive, so the next bed removes
+        // it; a name that only starts like the bed's is not the bed's, and stays.
+        string leftover = Bed.NamePrefix + "2hwcf0", stranger = Bed.NamePrefix + "ridge0";
         await Ip.RunAsync("netns", "add", leftover + "-x");
         await Ip.RunAsync("link", "add", leftover + "br", "type", "bridge");
+        await Ip.RunAsync("link", "add", stranger, "type", "bridge");
 
         string runId, ns;
         await using (var bed = await Bed.CreateAsync())
         {
             runId = bed.RunId;
             Assert.DoesNotContain(await Names(), n => n.StartsWith(leftover, StringComparison.Ordinal));
+            bool strangerStayed = (await Names()).Contains(stranger);
+            await Ip.RunAsync("link", "del", stranger);
+            Assert.True(strangerStayed, $"{stranger} is not a bed's name, yet it was removed");
             var files = ManagerFiles.Create(bed);
             var server = await BedServer.StartAsync(bed, files, "srv1");
             var other = await bed.AddHostAsync("cli1");
@@ -40,6 +45,13 @@ public sealed class BedTests
             Assert.Equal(RemoteCacheStatus.Timeout, cut.Status);
             await server.Host.RestoreLinkAsync();
             Assert.Empty(await server.ListCachesAsync());
+
+            // A selective cut: the other host's traffic to the server is dropped; the root namespace still reaches it.
+            await other.BlockAsync(server.Host.Address);
+            Assert.NotEqual(0, await InHost(other, $"exec 3<>/dev/tcp/{server.Host.Address}/{BedServer.Port}"));
+            Assert.Empty(await server.ListCachesAsync());
+            await other.UnblockAsync(server.Host.Address);
+            Assert.Equal(0, await InHost(other, $"exec 3<>/dev/tcp/{server.Host.Address}/{BedServer.Port}"));
 
             // Frozen: the kernel still accepts the connection, the server never answers.
             await server.Process!.PauseAsync();
