@@ -138,7 +138,7 @@ public sealed class BedManager : IAsyncDisposable
                 await Operator().ListServersAsync(new ListServersRequest(), deadline: DateTime.UtcNow.AddSeconds(2)).ResponseAsync.ConfigureAwait(false);
                 return;
             }
-            catch (RpcException e)
+            catch (Exception e) when (e is RpcException or OperationCanceledException)
             {
                 last = e;
                 await Task.Delay(100).ConfigureAwait(false);

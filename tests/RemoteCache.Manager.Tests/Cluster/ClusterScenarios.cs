@@ -106,6 +106,8 @@ public sealed class ClusterScenarios
             await running;
         }
         _output.WriteLine($"{churn.Cycles} cycles; allowed failures: {churn.Allowed.Count} ({string.Join(" | ", churn.Allowed.Take(5))})");
+        foreach (string note in churn.RefusedButDone)
+            _output.WriteLine("refused, but carried out: " + note);
         Assert.True(churn.Unexpected.IsEmpty, "unexpected failures: " + string.Join(" | ", churn.Unexpected));
 
         await load.StopAsync();
@@ -216,6 +218,13 @@ public sealed class Churn
 
     public ConcurrentQueue<string> Unexpected { get; } = new();
 
+    /// <summary>
+    /// Refused calls that had in fact been carried out, as their retry shows: an Allocate whose retry returned a cache
+    /// created before the refusal, a Deallocate whose retry found the cache gone. Not failures of the scenario (the retry
+    /// is what a client does), but a refusal that says "not made" about a change that was made is worth reading.
+    /// </summary>
+    public ConcurrentQueue<string> RefusedButDone { get; } = new();
+
     /// <summary>The refusals a store outage may cause: retried.</summary>
     public static bool IsAllowed(RpcException e) => e.StatusCode is StatusCode.Unavailable or StatusCode.Aborted or StatusCode.DeadlineExceeded;
 
@@ -240,7 +249,22 @@ public sealed class Churn
     private async Task CycleAsync()
     {
         string requestId = Guid.NewGuid().ToString("N");
-        var cache = await RetryAsync(async () => (await Manager.Tenant().AllocateAsync(ClusterBed.Request(64 * TestManager.MiB, requestId), deadline: DateTime.UtcNow.AddSeconds(10))).Cache);
+        RpcException? refused = null;
+        DateTime refusedAt = default;
+        var cache = await RetryAsync("Allocate", async () =>
+        {
+            try
+            {
+                return (await Manager.Tenant().AllocateAsync(ClusterBed.Request(64 * TestManager.MiB, requestId), deadline: DateTime.UtcNow.AddSeconds(10))).Cache;
+            }
+            catch (RpcException e)
+            {
+                (refused, refusedAt) = (e, DateTime.UtcNow);
+                throw;
+            }
+        });
+        if (refused is not null && cache.Created.ToDateTime() < refusedAt)
+            RefusedButDone.Enqueue($"Allocate refused with {refused.StatusCode} at {refusedAt:HH:mm:ss.fff}, yet its retry returned cache {cache.CacheId} created at {cache.Created.ToDateTime():HH:mm:ss.fff} ({refused.Status.Detail})");
         await using (var client = await TestManager.OpenAsync(cache))
         {
             var data = BitConverter.GetBytes(cache.CacheId);
@@ -251,7 +275,7 @@ public sealed class Churn
                 throw new InvalidOperationException($"cache {cache.CacheId} read back other bytes");
         }
         bool retried = false;
-        await RetryAsync(async () =>
+        await RetryAsync("Deallocate", async () =>
         {
             try
             {
@@ -259,7 +283,8 @@ public sealed class Churn
             }
             catch (RpcException e) when (e.StatusCode == StatusCode.NotFound && retried)
             {
-                // The first try was committed though its answer was lost.
+                // An earlier try was carried out though its answer was lost or said otherwise.
+                RefusedButDone.Enqueue($"Deallocate of cache {cache.CacheId} refused, yet its retry found it gone");
             }
             finally
             {
@@ -270,7 +295,7 @@ public sealed class Churn
     }
 
     // Until the call succeeds or fails in a way that is not allowed; an outage longer than RetryLimit is a failure too.
-    private async Task<T> RetryAsync<T>(Func<Task<T>> call)
+    private async Task<T> RetryAsync<T>(string name, Func<Task<T>> call)
     {
         var deadline = DateTime.UtcNow + RetryLimit;
         while (true)
@@ -281,7 +306,7 @@ public sealed class Churn
             }
             catch (RpcException e) when (IsAllowed(e) && DateTime.UtcNow < deadline)
             {
-                Allowed.Enqueue($"{DateTime.UtcNow:HH:mm:ss.fff} {e.StatusCode}: {e.Status.Detail}");
+                Allowed.Enqueue($"{DateTime.UtcNow:HH:mm:ss.fff} {name}: {e.StatusCode}: {e.Status.Detail}");
                 await Task.Delay(100);
             }
         }

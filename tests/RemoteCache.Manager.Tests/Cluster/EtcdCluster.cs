@@ -129,7 +129,8 @@ public sealed class EtcdCluster
                                       null, DateTime.UtcNow.AddSeconds(2)).ConfigureAwait(false);
                 return;
             }
-            catch (Exception e) when (e is Grpc.Core.RpcException or System.Net.Http.HttpRequestException)
+            // dotnet-etcd reports a passed deadline as an RpcException or, from inside its retries, as a cancellation.
+            catch (Exception e) when (e is Grpc.Core.RpcException or System.Net.Http.HttpRequestException or OperationCanceledException)
             {
                 last = e;
                 await Task.Delay(100).ConfigureAwait(false);
@@ -153,7 +154,7 @@ public sealed class EtcdCluster
                 string? name = list.Members.FirstOrDefault(x => x.ID == status.Leader)?.Name;
                 return Members.FirstOrDefault(x => x.Name == name);
             }
-            catch (Grpc.Core.RpcException)
+            catch (Exception e) when (e is Grpc.Core.RpcException or System.Net.Http.HttpRequestException or OperationCanceledException)
             {
                 // This member cannot tell; ask the next.
             }
