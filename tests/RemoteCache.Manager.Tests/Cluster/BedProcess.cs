@@ -50,6 +50,7 @@ public sealed class BedProcess : IAsyncDisposable
     internal static BedProcess Start(BedHost host, string name, string program, IEnumerable<string> args, string logFile,
                                      IReadOnlyDictionary<string, string>? environment)
     {
+        // stdin redirected too: a child gets a pipe of its own rather than sharing the test host's stdin.
         var start = new ProcessStartInfo(Ip.Binary)
         {
             RedirectStandardOutput = true, RedirectStandardError = true, RedirectStandardInput = true, UseShellExecute = false,
