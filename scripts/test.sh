@@ -43,8 +43,10 @@ CTEST_TIMEOUT=300
 # The C compiler of the clang presets (CMakePresets.json), for the sanitizer probe below.
 CLANG_C=clang-14
 
-# etcd-server: the manager's etcd store is tested against a real etcd member.
-PACKAGES=("${NATIVE_PACKAGES[@]}" "${YCSB_PACKAGES[@]}" clang-14 libclang-rt-14-dev llvm-14 redis-server etcd-server)
+# etcd-server: the manager's etcd store is tested against a real etcd member. iproute2: the manager tests' cluster
+# bed (tests/RemoteCache.Manager.Tests/Cluster, docs/testing.md) makes network namespaces with `ip`; its scenarios
+# run inside `dotnet test` below, as root, and skip (saying why) when not root.
+PACKAGES=("${NATIVE_PACKAGES[@]}" "${YCSB_PACKAGES[@]}" clang-14 libclang-rt-14-dev llvm-14 redis-server etcd-server iproute2)
 if (( QUICK )); then
   PACKAGES=("${NATIVE_PACKAGES[@]}" "${YCSB_PACKAGES[@]}")
 fi

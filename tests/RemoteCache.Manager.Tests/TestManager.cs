@@ -62,13 +62,16 @@ public sealed class TestManager : IAsyncDisposable
         Directory.CreateDirectory(Options.Models);
         foreach (string transport in transports)
             Model(transport).Save(Path.Combine(Options.Models, $"{transport}-8.json"));
-        File.WriteAllText(Options.Keys, $$"""
+        File.WriteAllText(Options.Keys, KeysJson);
+    }
+
+    /// <summary>The API keys file of the three keys (also written for the cluster bed's manager processes).</summary>
+    internal static string KeysJson => $$"""
             { "keys": [
               { "tenant": "alice", "sha256": "{{Hash(AliceKey)}}", "roles": ["tenant"], "quotaBytes": {{AliceQuota}} },
               { "tenant": "bob", "sha256": "{{Hash(BobKey)}}", "roles": ["tenant"] },
               { "tenant": "ops", "sha256": "{{Hash(OpsKey)}}", "roles": ["operator"] } ] }
-            """);
-    }
+            """;
 
     /// <summary>small: 256 MiB, 1 core, 0.02/h (spot 0.006); medium: 1 GiB, 2 cores, 0.10/h; regions of 64 MiB.</summary>
     public static VmCatalogue Catalogue { get; } = new()
@@ -269,7 +272,7 @@ public sealed class TestManager : IAsyncDisposable
     private static string Hash(string key) => Convert.ToHexString(SHA256.HashData(Encoding.UTF8.GetBytes(key)));
 
     // Reads: latency 2 µs · b · q / (s + 1) + 5 µs, throughput 1e5 · b · q · (s + 1); q ≤ 4, b ≤ 8, c = 0.
-    private static PerformanceModel Model(string transport)
+    internal static PerformanceModel Model(string transport)
     {
         int minS = transport == "tcp" ? 1 : 0;
         var points = new List<ModelPoint>();
