@@ -7,7 +7,10 @@ using Microsoft.Extensions.Options;
 
 namespace RemoteCache.Manager.Core;
 
-/// <summary>The manager's clockwork: probes every server each probe period; ends and warns leases and retires reclaimed servers every quarter second.</summary>
+/// <summary>
+/// The manager's clockwork: probes every server each probe period; ends and warns leases and retires reclaimed servers
+/// every quarter second; compacts the event log every minute.
+/// </summary>
 public sealed class ManagerWorker : BackgroundService
 {
     private static readonly TimeSpan s_tick = TimeSpan.FromMilliseconds(250);
@@ -25,7 +28,8 @@ public sealed class ManagerWorker : BackgroundService
 
     protected override Task ExecuteAsync(CancellationToken stoppingToken) =>
         Task.WhenAll(Loop(_options.ProbePeriod, _core.ProbeAllAsync, "probing servers", stoppingToken),
-                     Loop(s_tick, _core.TickAsync, "leases and reclaims", stoppingToken));
+                     Loop(s_tick, _core.TickAsync, "leases and reclaims", stoppingToken),
+                     Loop(ManagerCore.CompactionPeriod, _core.CompactEventsAsync, "compacting the event log", stoppingToken));
 
     private async Task Loop(TimeSpan period, Func<CancellationToken, Task> step, string what, CancellationToken stoppingToken)
     {
