@@ -27,6 +27,9 @@ internal static partial class Log
     [LoggerMessage(106, LogLevel.Warning, "Could not follow a change of {CacheName} made elsewhere: {Reason}")]
     public static partial void FollowFailed(ILogger logger, string cacheName, string reason);
 
+    [LoggerMessage(118, LogLevel.Warning, "{CacheName}: events it had not seen were compacted away by the manager; following its current state and new events ({Reason})")]
+    public static partial void EventsCompacted(ILogger logger, string cacheName, string reason);
+
 
     [LoggerMessage(108, LogLevel.Information, "Filled {CacheName} with {Bytes} bytes of {Path} in {ElapsedMs:0} ms")]
     public static partial void Populated(ILogger logger, string cacheName, string path, long bytes, double elapsedMs);

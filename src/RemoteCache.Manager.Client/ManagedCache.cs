@@ -372,8 +372,25 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
     {
         try
         {
-            await foreach (var e in _manager.WatchAsync(CacheId, from, stop).ConfigureAwait(false))
-                await HandleAsync(e, stop).ConfigureAwait(false);
+            while (true)
+            {
+                try
+                {
+                    await foreach (var e in _manager.WatchAsync(CacheId, from, stop).ConfigureAwait(false))
+                        await HandleAsync(e, stop).ConfigureAwait(false);
+                    return;
+                }
+                catch (RemoteCacheManagerException e) when (e.EventsCompacted && from != 0)
+                {
+                    // Events this handle has not seen were compacted away (it was away longer than the manager keeps
+                    // them, or opened an old cache): the cache as it is now stands for them, then only new ones follow.
+                    // An event committed between that read and the new stream is seen by its effect at the next renewal
+                    // (which compares the servers), not as an event. From 0, the refusal cannot come again: no loop.
+                    Log.EventsCompacted(_manager.Logger, Name, e.Message);
+                    await CatchUpAsync(stop).ConfigureAwait(false);
+                    from = 0;
+                }
+            }
         }
         catch (RemoteCacheManagerException e) when (e.Status == StatusCode.NotFound)
         {
@@ -385,6 +402,24 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
         }
         catch (OperationCanceledException) when (stop.IsCancellationRequested)
         {
+        }
+    }
+
+    // Follows the cache as the manager now has it, as after an event that changed it.
+    private async Task CatchUpAsync(CancellationToken stop)
+    {
+        await _gate.WaitAsync(stop).ConfigureAwait(false);
+        try
+        {
+            await FollowLockedAsync(stop).ConfigureAwait(false);
+        }
+        catch (Exception ex) when ((ex is RemoteCacheException or ArgumentException or RemoteCacheManagerException { Status: not StatusCode.NotFound }) && !stop.IsCancellationRequested)
+        {
+            Log.FollowFailed(_manager.Logger, Name, ex.Message);
+        }
+        finally
+        {
+            _gate.Release();
         }
     }
 

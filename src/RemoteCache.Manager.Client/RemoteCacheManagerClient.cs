@@ -205,7 +205,11 @@ public sealed class RemoteCacheManagerClient : IAsyncDisposable, IDisposable
     /// is bridged: the stream resumes on the leader named, or the next replica, after the last event it returned, so
     /// none is missed or repeated. Events of kinds this client does not know (a newer manager) are skipped.
     /// </summary>
-    /// <exception cref="RemoteCacheManagerException">No such cache of this tenant, or the API key was refused.</exception>
+    /// <exception cref="RemoteCacheManagerException">
+    /// No such cache of this tenant, or the API key was refused; or <see cref="StatusCode.OutOfRange"/> with
+    /// <see cref="RemoteCacheManagerException.EventsCompacted"/>: the events from <paramref name="fromSequence"/> (or after
+    /// a long interruption) were compacted away by the manager's retention, and resuming would skip some.
+    /// </exception>
     public async IAsyncEnumerable<ManagedCacheEvent> WatchAsync(ulong cacheId, long fromSequence = 1,
                                                                 [EnumeratorCancellation] CancellationToken cancellationToken = default)
     {

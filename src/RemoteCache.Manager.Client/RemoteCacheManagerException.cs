@@ -34,6 +34,12 @@ public sealed class RemoteCacheManagerException : Exception
     /// </summary>
     public bool MigrationRequired { get; }
 
+    /// <summary>
+    /// A watch from a sequence whose events the manager no longer keeps (status <see cref="StatusCode.OutOfRange"/>):
+    /// they were compacted away. Read the cache's current state and watch again from 0 (new events only).
+    /// </summary>
+    public bool EventsCompacted => Refusal == Refusals.EventsCompacted;
+
     // The refusal's kind the manager named (manager.proto's `remotecache-refusal` trailer), or null.
     internal string? Refusal { get; }
 

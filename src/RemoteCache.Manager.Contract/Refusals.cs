@@ -21,6 +21,13 @@ public static class Refusals
     /// </summary>
     public const string NotLeader = "not-leader";
 
+    /// <summary>
+    /// WatchEvents from a sequence the manager no longer keeps (status OUT_OF_RANGE): the cache's older events were
+    /// compacted away (retention). The message names the sequence asked for and the oldest kept; read the cache's
+    /// current state (GetCache) and watch from that one, or from 0 for new events only.
+    /// </summary>
+    public const string EventsCompacted = "events-compacted";
+
     /// <summary>The trailer that names the leader's address (as it advertises it, http://HOST:PORT) beside <see cref="NotLeader"/>.</summary>
     public const string LeaderTrailer = "remotecache-leader";
 }

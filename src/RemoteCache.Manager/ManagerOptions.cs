@@ -114,6 +114,29 @@ public sealed class ManagerOptions
     /// </summary>
     public TimeSpan ReplacementIdleTimeout { get; set; } = TimeSpan.FromMinutes(2);
 
+    /// <summary>The default of <see cref="EventRetention"/>: a day, so that a watcher that was away overnight resumes.</summary>
+    public static readonly TimeSpan DefaultEventRetention = TimeSpan.FromHours(24);
+
+    /// <summary>Bounds of <see cref="EventRetention"/>: a second (tests) to a year (beyond it the log is unbounded in practice).</summary>
+    public static readonly TimeSpan MinEventRetention = TimeSpan.FromSeconds(1), MaxEventRetention = TimeSpan.FromDays(365);
+
+    /// <summary>
+    /// How long an event is kept after it was appended, by the appending manager's clock (compared by the compacting
+    /// manager's: clocks of managers sharing a store should agree within a small share of this). Older events are
+    /// compacted away (every minute); a watcher that asks for one is refused OUT_OF_RANGE (<c>events-compacted</c>).
+    /// A deleted cache's events, its CacheDeleted last, stay this long too.
+    /// </summary>
+    public TimeSpan EventRetention { get; set; } = DefaultEventRetention;
+
+    /// <summary>The default of <see cref="EventsPerCache"/>: far more than a day of renewals, reshapes and notices.</summary>
+    public const int DefaultEventsPerCache = 10_000;
+
+    /// <summary>Bounds of <see cref="EventsPerCache"/>.</summary>
+    public const int MinEventsPerCache = 1, MaxEventsPerCache = 1_000_000;
+
+    /// <summary>Events kept per cache at most, whatever their age: the oldest beyond it are compacted away first.</summary>
+    public int EventsPerCache { get; set; } = DefaultEventsPerCache;
+
     /// <summary>Local allocator: the remotecache-server to start; null: the one shipped with the RemoteCache package.</summary>
     public string? ServerPath { get; set; }
 

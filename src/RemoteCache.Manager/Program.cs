@@ -61,13 +61,23 @@ public static class Program
         var leaderLease = new Option<double>("--leader-lease") { Description = "--store etcd: seconds of the leader's etcd lease; a dead leader is replaced about this long after", DefaultValueFactory = _ => 2 };
         var advertise = new Option<string?>("--advertise") { Description = "--store etcd: the address clients reach this manager at (http://HOST:PORT), named by followers when they refer clients to the leader [default: --listen]" };
         var lease = new Option<double>("--default-lease") { Description = "Seconds of a lease when Allocate names none", DefaultValueFactory = _ => 600 };
+        var retention = new Option<double>("--event-retention")
+        {
+            Description = $"Seconds an event is kept for watchers that resume from its sequence; older ones are compacted away (a watcher asking for one is refused OUT_OF_RANGE) [default: {ManagerOptions.DefaultEventRetention.TotalSeconds} (24 h)]",
+            DefaultValueFactory = _ => ManagerOptions.DefaultEventRetention.TotalSeconds,
+        };
+        var perCache = new Option<int>("--events-per-cache")
+        {
+            Description = $"Events kept per cache at most, the oldest going first (the newest, e.g. a deleted cache's CacheDeleted, always stays) [default: {ManagerOptions.DefaultEventsPerCache}]",
+            DefaultValueFactory = _ => ManagerOptions.DefaultEventsPerCache,
+        };
         var replacementIdle = new Option<double>("--replacement-idle-timeout") { Description = "Seconds a pending replacement's mover may do nothing before the replacement is given back and the server's notice goes out again", DefaultValueFactory = _ => 120 };
         var certificate = new Option<string?>("--certificate") { Description = "PEM certificate: serve TLS (with --certificate-key)" };
         var certificateKey = new Option<string?>("--certificate-key") { Description = "PEM private key of --certificate" };
         var root = new RootCommand("remotecache-manager: allocates SLO-driven remote-memory caches over a priced VM catalogue, issues capabilities and leases, watches the servers")
         {
             listen, state, catalogue, models, keys, admission, allocator, transports, warm, commit, verbs, server, probe, failure, storeKind, leaderLease, advertise, lease,
-            replacementIdle, certificate, certificateKey,
+            retention, perCache, replacementIdle, certificate, certificateKey,
         };
         root.SetAction(async (parse, cancellationToken) =>
         {
@@ -98,6 +108,8 @@ public static class Program
                 Advertise = parse.GetValue(advertise),
                 DefaultLease = TimeSpan.FromSeconds(parse.GetValue(lease)),
                 ReplacementIdleTimeout = TimeSpan.FromSeconds(parse.GetValue(replacementIdle)),
+                EventRetention = Seconds(parse.GetValue(retention)),
+                EventsPerCache = parse.GetValue(perCache),
                 Certificate = parse.GetValue(certificate),
                 CertificateKey = parse.GetValue(certificateKey),
             };
@@ -164,10 +176,11 @@ public static class Program
         await using var from = await SqliteManagerStore.OpenAsync(path, cancellationToken).ConfigureAwait(false);
         var state = await from.LoadAsync(cancellationToken).ConfigureAwait(false);
         var events = await from.AllEventsAsync(cancellationToken).ConfigureAwait(false);
+        var floors = await from.EventFloorsAsync(cancellationToken).ConfigureAwait(false);
         try
         {
             await using var to = await EtcdManagerStore.OpenForImportAsync(etcd, etcdPrefix, cancellationToken).ConfigureAwait(false);
-            await to.ImportAsync(state, events, cancellationToken).ConfigureAwait(false);
+            await to.ImportAsync(state, events, floors, cancellationToken).ConfigureAwait(false);
         }
         catch (Exception e) when (e is StoreUnavailableException or InvalidOperationException or ArgumentException or UriFormatException)
         {
@@ -205,6 +218,10 @@ public static class Program
             throw new StartupException($"--failure-timeout ({options.FailureTimeout.TotalSeconds} s) must be at least --probe-period ({options.ProbePeriod.TotalSeconds} s): one missed probe is no evidence of a failure");
         if (options.ReplacementIdleTimeout <= TimeSpan.Zero)
             throw new StartupException($"--replacement-idle-timeout must be positive, not {options.ReplacementIdleTimeout.TotalSeconds} s");
+        if (options.EventRetention < ManagerOptions.MinEventRetention || options.EventRetention > ManagerOptions.MaxEventRetention)
+            throw new StartupException($"--event-retention must be between {ManagerOptions.MinEventRetention.TotalSeconds} s and {ManagerOptions.MaxEventRetention.TotalSeconds} s, not {options.EventRetention.TotalSeconds} s");
+        if (options.EventsPerCache < ManagerOptions.MinEventsPerCache || options.EventsPerCache > ManagerOptions.MaxEventsPerCache)
+            throw new StartupException($"--events-per-cache must be between {ManagerOptions.MinEventsPerCache} and {ManagerOptions.MaxEventsPerCache}, not {options.EventsPerCache}");
         CheckVerbs(options);
         var endpoint = CheckListen(listen, options);
         CheckReplicas(options, listen);
@@ -306,6 +323,14 @@ public static class Program
         app.Lifetime.ApplicationStarted.Register(() => console.WriteLine(string.Create(CultureInfo.InvariantCulture,
             $"remotecache-manager serving on {listen} ({options.Allocator} allocator, {catalogue.VmTypes.Count} VM types, transports {string.Join(",", options.Transports)}, state in {options.StateDirectory})")));
         return app;
+    }
+
+    // Seconds from the command line as a duration, clamped to what TimeSpan holds (NaN: its least) so that the bounds
+    // checked later refuse it rather than TimeSpan throwing.
+    private static TimeSpan Seconds(double seconds)
+    {
+        double limit = TimeSpan.MaxValue.TotalSeconds / 2;
+        return double.IsNaN(seconds) ? TimeSpan.MinValue : TimeSpan.FromSeconds(Math.Clamp(seconds, -limit, limit));
     }
 
     /// <summary>Where a started manager serves (with port 0 in --listen, the port the system chose).</summary>

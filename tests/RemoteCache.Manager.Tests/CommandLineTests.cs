@@ -32,6 +32,9 @@ public sealed class CommandLineTests
                 (new[] { "--verbs-address", "rxe0" }, "--verbs-address rxe0 is not an IPv4 address"),
                 (new[] { "--allocator", "static", "--verbs-address", "10.0.2.15" }, "is for the local allocator's servers"),
                 (new[] { "--replacement-idle-timeout", "0" }, "--replacement-idle-timeout must be positive"),
+                (new[] { "--event-retention", "0" }, "--event-retention must be between 1 s and 31536000 s, not 0 s"),
+                (new[] { "--event-retention", "1e300" }, "--event-retention must be between"),
+                (new[] { "--events-per-cache", "0" }, "--events-per-cache must be between 1 and 1000000, not 0"),
             })
             {
                 var (exit, _, error) = await Run(new[] { "--state-dir", state }.Concat(flags).ToArray());
@@ -50,7 +53,7 @@ public sealed class CommandLineTests
     {
         var (exit, output, _) = await Run("--help");
         Assert.Equal(0, exit);
-        foreach (string flag in new[] { "--listen", "--catalogue", "--keys", "--allocator", "--warm", "--commit-memory", "--verbs-address", "--replacement-idle-timeout", "--certificate" })
+        foreach (string flag in new[] { "--listen", "--catalogue", "--keys", "--allocator", "--warm", "--commit-memory", "--verbs-address", "--replacement-idle-timeout", "--event-retention", "--events-per-cache", "--certificate" })
             Assert.Contains(flag, output);
     }
 }

@@ -57,6 +57,46 @@ public sealed class EtcdStoreTests : StoreContract, IClassFixture<EtcdFixture>
     }
 
     [Fact]
+    public async Task APrefixOfLayout1GetsItsLogIndexAndItsEventsAreKeptAWholeWindow()
+    {
+        await using (var store = await OpenEtcdAsync())
+        {
+            var change = new StoreChange { Time = DateTimeOffset.UnixEpoch };
+            change.Events.Add((4, "a", _ => new byte[] { 1 }));
+            await store.ApplyAsync(change, CancellationToken.None);
+        }
+        // Layout 1 had events and no log/ index.
+        using (var client = new EtcdClient(_fixture.Etcd.Endpoint))
+        {
+            await client.DeleteRangeAsync(_prefix + "log/");
+            await client.PutAsync(_prefix + "meta/schema", "1");
+        }
+        await using (var store = await OpenEtcdAsync())
+        {
+            await store.CompactEventsAsync(DateTimeOffset.UtcNow.AddMinutes(-1), 10, CancellationToken.None);
+            Assert.Single(await store.EventsAsync(4, 1, CancellationToken.None));
+            await store.CompactEventsAsync(DateTimeOffset.UtcNow.AddMinutes(1), 10, CancellationToken.None);
+            Assert.Empty(await store.EventsAsync(4, 1, CancellationToken.None));
+        }
+        using (var client = new EtcdClient(_fixture.Etcd.Endpoint))
+            Assert.Equal(EtcdManagerStore.SchemaVersion.ToString(System.Globalization.CultureInfo.InvariantCulture), await client.GetValAsync(_prefix + "meta/schema"));
+    }
+
+    [Fact]
+    public async Task AnImportCarriesTheFloorsOver()
+    {
+        await using (var store = await EtcdManagerStore.OpenForImportAsync(new EtcdConnection(_fixture.Etcd.Endpoint), _prefix, CancellationToken.None))
+        {
+            var state = new StoreSnapshot(new[] { Cache(4, "a") }, Array.Empty<ServerRecord>(), 9);
+            var events = new[] { new StoredEvent(9, 4, "a", new byte[] { 1 }) { Appended = DateTimeOffset.UtcNow } };
+            await store.ImportAsync(state, events, new System.Collections.Generic.Dictionary<ulong, long> { [4] = 9 }, CancellationToken.None);
+        }
+        await using var opened = await OpenEtcdAsync();
+        Assert.Equal(9, await opened.EventFloorAsync(4, CancellationToken.None));
+        Assert.Single(await opened.EventsAsync(4, 9, CancellationToken.None));
+    }
+
+    [Fact]
     public async Task AnEtcdThatDoesNotAnswerIsRefusedNamingItsEndpoints()
     {
         const string nobody = "http://127.0.0.1:9";

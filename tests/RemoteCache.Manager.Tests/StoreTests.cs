@@ -83,6 +83,110 @@ public abstract class StoreContract
         Assert.Empty(await store.EventsAsync(1, 1, CancellationToken.None));
     }
 
+    private static readonly DateTimeOffset T0 = new(2026, 1, 1, 0, 0, 0, TimeSpan.Zero);
+
+    // One change at `time`: an event for each cache named, in order, with the payload "<cache> <sequence>".
+    private static async Task<List<long>> AppendAsync(IManagerStore store, DateTimeOffset time, params ulong[] caches)
+    {
+        var change = new StoreChange { Time = time };
+        foreach (ulong cache in caches)
+            change.Events.Add((cache, "a", seq => Encoding.UTF8.GetBytes($"{cache} {seq}")));
+        return (await store.ApplyAsync(change, CancellationToken.None)).Select(e => e.Sequence).ToList();
+    }
+
+    private static async Task<long[]> SequencesAsync(IManagerStore store, ulong cache) =>
+        (await store.EventsAsync(cache, 0, CancellationToken.None)).Select(e => e.Sequence).ToArray();
+
+    [Fact]
+    public async Task CompactionByAgeRaisesTheFloorsDurablyAndSequencesGoOn()
+    {
+        await using (var store = await OpenAsync())
+        {
+            var live = new StoreChange();
+            live.PutCaches.Add(Cache(1, "a"));
+            live.PutCaches.Add(Cache(3, "a"));
+            await store.ApplyAsync(live, CancellationToken.None);
+            Assert.Equal(new long[] { 1, 2, 3 }, await AppendAsync(store, T0, 1, 1, 2));            // old
+            Assert.Equal(new long[] { 4, 5, 6 }, await AppendAsync(store, T0.AddMinutes(10), 1, 2, 3));  // young
+            Assert.Equal(1, await store.EventFloorAsync(1, CancellationToken.None));
+
+            var result = await store.CompactEventsAsync(T0.AddMinutes(5), 100, CancellationToken.None);
+            Assert.Equal(3, result.Events);
+            Assert.Equal(new long[] { 4 }, await SequencesAsync(store, 1));
+            Assert.Equal(new long[] { 5 }, await SequencesAsync(store, 2));
+            Assert.Equal(new long[] { 6 }, await SequencesAsync(store, 3));
+            Assert.Equal(3, await store.EventFloorAsync(1, CancellationToken.None));
+            Assert.Equal(4, await store.EventFloorAsync(2, CancellationToken.None));
+            Assert.Equal(1, await store.EventFloorAsync(3, CancellationToken.None));  // nothing of it went
+
+            // Again with the same bound: nothing more goes, no floor moves.
+            Assert.Equal(0, (await store.CompactEventsAsync(T0.AddMinutes(5), 100, CancellationToken.None)).Events);
+            Assert.Equal(3, await store.EventFloorAsync(1, CancellationToken.None));
+        }
+        await using (var store = await OpenAsync())
+        {
+            Assert.Equal(6, (await store.LoadAsync(CancellationToken.None)).LastSequence);
+            Assert.Equal(3, await store.EventFloorAsync(1, CancellationToken.None));
+            Assert.Equal(4, await store.EventFloorAsync(2, CancellationToken.None));
+            // Compact everything: a live cache keeps its floor with no event left; sequences still go on, never reused.
+            await store.CompactEventsAsync(T0.AddDays(1), 100, CancellationToken.None);
+            Assert.Empty(await SequencesAsync(store, 1));
+            Assert.Equal(5, await store.EventFloorAsync(1, CancellationToken.None));
+            Assert.Equal(new long[] { 7 }, await AppendAsync(store, T0.AddDays(2), 1));
+            Assert.Equal(new long[] { 7 }, await SequencesAsync(store, 1));
+            // Cache 2 never was live here (no record) and has no event left: its floor is forgotten, as the cache is.
+            Assert.Equal(1, await store.EventFloorAsync(2, CancellationToken.None));
+        }
+    }
+
+    [Fact]
+    public async Task CompactionByCountKeepsTheNewestOfEachLiveCache()
+    {
+        await using var store = await OpenAsync();
+        var live = new StoreChange();
+        live.PutCaches.Add(Cache(1, "a"));
+        live.PutCaches.Add(Cache(2, "a"));
+        await store.ApplyAsync(live, CancellationToken.None);
+        await AppendAsync(store, T0, 1, 1, 2, 1, 1, 2, 1);  // cache 1: 1 2 4 5 7; cache 2: 3 6
+        var result = await store.CompactEventsAsync(T0.AddDays(-1), 2, CancellationToken.None);
+        Assert.Equal(3, result.Events);
+        Assert.Equal(new long[] { 5, 7 }, await SequencesAsync(store, 1));
+        Assert.Equal(5, await store.EventFloorAsync(1, CancellationToken.None));
+        Assert.Equal(new long[] { 3, 6 }, await SequencesAsync(store, 2));
+        Assert.Equal(1, await store.EventFloorAsync(2, CancellationToken.None));
+
+        // Events appended since are counted at the next compaction.
+        await AppendAsync(store, T0, 2, 2);  // cache 2: 3 6 8 9
+        await store.CompactEventsAsync(T0.AddDays(-1), 2, CancellationToken.None);
+        Assert.Equal(new long[] { 8, 9 }, await SequencesAsync(store, 2));
+        Assert.Equal(7, await store.EventFloorAsync(2, CancellationToken.None));
+        Assert.Equal(new long[] { 5, 7 }, await SequencesAsync(store, 1));
+    }
+
+    [Fact]
+    public async Task ADeletedCachesEventsStayForTheWindowThenGoWithTheirFloor()
+    {
+        await using var store = await OpenAsync();
+        var live = new StoreChange { Time = T0 };
+        live.PutCaches.Add(Cache(1, "a"));
+        live.Events.Add((1, "a", seq => Encoding.UTF8.GetBytes($"allocated {seq}")));
+        await store.ApplyAsync(live, CancellationToken.None);
+        await AppendAsync(store, T0.AddMinutes(1), 1, 1, 1);
+        var delete = new StoreChange { Time = T0.AddMinutes(2) };
+        delete.DeleteCaches.Add(1);
+        delete.Events.Add((1, "a", seq => Encoding.UTF8.GetBytes($"deleted {seq}")));
+        await store.ApplyAsync(delete, CancellationToken.None);
+        // The cap is for live caches: a deleted one's log no longer grows, and keeps its CacheDeleted for the window.
+        await store.CompactEventsAsync(T0.AddMinutes(1), 1, CancellationToken.None);
+        Assert.Equal(new long[] { 2, 3, 4, 5 }, await SequencesAsync(store, 1));
+        Assert.Equal(2, await store.EventFloorAsync(1, CancellationToken.None));
+        await store.CompactEventsAsync(T0.AddMinutes(2), 1, CancellationToken.None);
+        Assert.Equal("deleted 5", Encoding.UTF8.GetString(Assert.Single(await store.EventsAsync(1, 0, CancellationToken.None)).Payload));
+        Assert.Equal(5, await store.EventFloorAsync(1, CancellationToken.None));
+        await store.CompactEventsAsync(T0.AddMinutes(3), 1, CancellationToken.None);
+        Assert.Empty(await SequencesAsync(store, 1));
+        Assert.Equal(1, await store.EventFloorAsync(1, CancellationToken.None));
+    }
 }
 
 /// <summary>The SQLite store: the contract, and what is its own (old records, schema versions).</summary>
@@ -120,6 +224,35 @@ public sealed class StoreTests : StoreContract, IDisposable
             Assert.Null(cache.RequestId);
             Assert.Null(cache.AllocateRequest);
         }
+    }
+
+    [Fact]
+    public async Task AFileOfSchema1IsUpgradedAndItsEventsKeptAWholeWindow()
+    {
+        string path = Path.Combine(_dir, "v1.db");
+        using (var connection = new Microsoft.Data.Sqlite.SqliteConnection($"Data Source={path};Pooling=False"))
+        {
+            connection.Open();
+            using var command = connection.CreateCommand();
+            // Schema 1 as the manager created it, with one event.
+            command.CommandText = """
+                CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+                CREATE TABLE caches (cache_id INTEGER PRIMARY KEY, tenant TEXT NOT NULL, record TEXT NOT NULL);
+                CREATE TABLE servers (server_id TEXT PRIMARY KEY, record TEXT NOT NULL);
+                CREATE TABLE events (sequence INTEGER PRIMARY KEY AUTOINCREMENT, cache_id INTEGER NOT NULL, tenant TEXT NOT NULL, payload BLOB NOT NULL);
+                CREATE INDEX events_by_cache ON events (cache_id, sequence);
+                INSERT INTO meta (key, value) VALUES ('schema', '1');
+                INSERT INTO events (cache_id, tenant, payload) VALUES (4, 'a', x'01');
+                """;
+            command.ExecuteNonQuery();
+        }
+        await using var store = await SqliteManagerStore.OpenAsync(path, CancellationToken.None);
+        await store.CompactEventsAsync(DateTimeOffset.UtcNow.AddMinutes(-1), 10, CancellationToken.None);
+        Assert.Single(await store.EventsAsync(4, 1, CancellationToken.None));
+        Assert.Equal(1, await store.EventFloorAsync(4, CancellationToken.None));
+        var change = new StoreChange();
+        change.Events.Add((4, "a", _ => new byte[] { 2 }));
+        Assert.Equal(2, Assert.Single(await store.ApplyAsync(change, CancellationToken.None)).Sequence);
     }
 
     [Fact]

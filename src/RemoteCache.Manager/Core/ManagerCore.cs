@@ -904,11 +904,20 @@ public sealed class ManagerCore : IAsyncDisposable
         var events = await _store.EventsAsync(cacheId, Math.Max(fromSequence, 1), cancellationToken).ConfigureAwait(false);
         if (!live && (events.Count == 0 || events.Any(e => e.Tenant != tenant)))
         {
-            // A deleted cache's events stay readable by its tenant (a watcher resuming after the deletion gets it).
+            // A deleted cache's events stay readable by its tenant for the retention window (a watcher resuming after
+            // the deletion gets it); once they are compacted away too, the cache is as unknown as one that never was.
             var all = events.Count > 0 ? events : await _store.EventsAsync(cacheId, 1, cancellationToken).ConfigureAwait(false);
             if (all.Count == 0 || all[0].Tenant != tenant)
                 throw NotFound(cacheId);
         }
+        // Read after the events (IManagerStore.EventFloorAsync): a compaction in between refuses a whole backlog, never
+        // passes one with a hole. Only the cache's tenant gets here, so the floor tells nobody else anything.
+        long floor = await _store.EventFloorAsync(cacheId, cancellationToken).ConfigureAwait(false);
+        if (fromSequence < floor)
+            throw new ManagerException(StatusCode.OutOfRange,
+                $"cache {cacheId}'s events before sequence {floor} were compacted away (events are kept {_options.EventRetention.TotalSeconds:0} s, " +
+                $"at most {_options.EventsPerCache} per cache), so sequence {fromSequence} can no longer be streamed: read the cache's current state " +
+                $"(GetCache) and watch from sequence {floor}, or from 0 for new events only", Refusals.EventsCompacted);
         return (events, live);
     }
 
@@ -1206,6 +1215,21 @@ public sealed class ManagerCore : IAsyncDisposable
         }
     }
 
+    /// <summary>How often the leader compacts the event log (<see cref="CompactEventsAsync"/>).</summary>
+    public static readonly TimeSpan CompactionPeriod = TimeSpan.FromMinutes(1);
+
+    /// <summary>
+    /// Bounds the event log (<see cref="ManagerOptions.EventRetention"/>, <see cref="ManagerOptions.EventsPerCache"/>):
+    /// each run removes what aged out or overflowed since the last, so its cost follows what it removes. Not under the
+    /// state lock: the store orders it with changes itself, and a change need not wait for it.
+    /// </summary>
+    public async Task CompactEventsAsync(CancellationToken cancellationToken)
+    {
+        var result = await _store.CompactEventsAsync(_time.GetUtcNow() - _options.EventRetention, _options.EventsPerCache, cancellationToken).ConfigureAwait(false);
+        if (result.Events > 0)
+            _logger.LogInformation("Compacted the event log: {Events} events of {Caches} caches removed", result.Events, result.Caches);
+    }
+
     /// <summary>At shutdown: free local servers stop; the ones holding caches keep serving.</summary>
     public async ValueTask DisposeAsync()
     {
@@ -1282,6 +1306,7 @@ public sealed class ManagerCore : IAsyncDisposable
     private async Task<IReadOnlyList<StoredEvent>> CommitAsync(StoreChange change, CancellationToken cancellationToken)
     {
         IReadOnlyList<StoredEvent> events;
+        change.Time = _time.GetUtcNow();  // the events' append time, by this manager's clock (what retention compares)
         try
         {
             events = await _store.ApplyAsync(change, cancellationToken).ConfigureAwait(false);

@@ -11,7 +11,7 @@ namespace RemoteCache.Manager.Core;
 
 /// <summary>
 /// The leader's clockwork: in each term of this manager as leader, takes the state over, then probes every server each
-/// probe period and ends and warns leases and retires reclaimed servers every quarter second, until the term ends.
+/// probe period and ends and warns leases and retires reclaimed servers every quarter second, and compacts the event log every minute, until the term ends.
 /// A follower runs none of it.
 /// </summary>
 public sealed class ManagerWorker : BackgroundService
@@ -43,7 +43,8 @@ public sealed class ManagerWorker : BackgroundService
                 if (_leadership.Role != ManagerRole.Leader && !await TakeOverAsync(term, duty.Token).ConfigureAwait(false))
                     continue;
                 await Task.WhenAll(Loop(_options.ProbePeriod, _core.ProbeAllAsync, "probing servers", duty.Token),
-                                   Loop(s_tick, _core.TickAsync, "leases and reclaims", duty.Token)).ConfigureAwait(false);
+                                   Loop(s_tick, _core.TickAsync, "leases and reclaims", duty.Token),
+                                   Loop(ManagerCore.CompactionPeriod, _core.CompactEventsAsync, "compacting the event log", duty.Token)).ConfigureAwait(false);
             }
         }
         catch (OperationCanceledException) when (stoppingToken.IsCancellationRequested)

@@ -20,6 +20,9 @@ namespace RemoteCache.Manager.Store;
 /// <c>meta/change</c>: the id of the last change committed.</item>
 /// <item><c>caches/&lt;id, 16 hex digits&gt;</c> and <c>servers/&lt;id&gt;</c>: the records, JSON as in SQLite.</item>
 /// <item><c>events/&lt;cache id, 16 hex&gt;/&lt;sequence, 19 digits&gt;</c>: an event (its tenant and payload).</item>
+/// <item><c>log/&lt;sequence, 19 digits&gt;</c>: the same event's cache and append time (unix ms), in sequence order
+/// across caches: what compaction by age reads, oldest first, without listing the events.</item>
+/// <item><c>floors/&lt;cache id, 16 hex&gt;</c>: the cache's compaction floor (<see cref="EventFloorAsync"/>).</item>
 /// </list>
 /// Every change is one etcd transaction that compares <c>meta/sequence</c>'s revision with the one of the state its
 /// user last loaded or committed (the state the change was built on), and rewrites that key: a change made by another
@@ -29,8 +32,15 @@ namespace RemoteCache.Manager.Store;
 /// </summary>
 public sealed class EtcdManagerStore : IManagerStore
 {
-    /// <summary>The layout version this manager reads and writes.</summary>
-    public const int SchemaVersion = 1;
+    /// <summary>The layout version this manager reads and writes (2: the <c>log/</c> index and <c>floors/</c>; 1 is upgraded at open).</summary>
+    public const int SchemaVersion = 2;
+
+    // Log entries read per page by compaction, and pages per compaction: one run is bounded, the next goes on.
+    private const int CompactionPage = 500;
+    private const int CompactionPages = 100;
+
+    // Caches per compaction transaction: a compare, a floor write and a range delete each, within MaxTxnOps.
+    private const int FloorBatch = 60;
 
     // Present while a state is being imported (ImportAsync): no manager starts on the prefix then.
     private const string MigratingKey = "meta/migrating";
@@ -99,7 +109,9 @@ public sealed class EtcdManagerStore : IManagerStore
             if (!response.Succeeded)
             {
                 string version = response.Responses[0].ResponseRange.Kvs[0].Value.ToStringUtf8();
-                if (version != SchemaVersion.ToString(CultureInfo.InvariantCulture))
+                if (version == "1")
+                    await store.UpgradeFrom1Async(cancellationToken).ConfigureAwait(false);
+                else if (version != SchemaVersion.ToString(CultureInfo.InvariantCulture))
                     throw new InvalidOperationException($"etcd {endpoints} holds layout version {version} under '{prefix}'; this manager reads version {SchemaVersion}");
             }
             if (!forImport && await store.GetAsync(MigratingKey, cancellationToken).ConfigureAwait(false) is not null)
@@ -113,6 +125,38 @@ public sealed class EtcdManagerStore : IManagerStore
             await store.DisposeAsync().ConfigureAwait(false);
             throw;
         }
+    }
+
+    // Layout 1 had no log/ index: one entry per event, as appended now (kept a whole retention window from the upgrade,
+    // never dropped early), then the version, compared on 1. Idempotent: an upgrade cut off is run again by the next open.
+    // Managers of layout 1 refuse 2 at their start; stop them before starting this one.
+    private async Task UpgradeFrom1Async(CancellationToken cancellationToken)
+    {
+        long now = DateTimeOffset.UtcNow.ToUnixTimeMilliseconds();
+        var events = Key("events/");
+        var from = events;
+        while (true)
+        {
+            var page = new RangeRequest { Key = from, RangeEnd = RangeEnd(events), KeysOnly = true, Limit = ImportBatch, SortOrder = RangeRequest.Types.SortOrder.Ascend };
+            var response = await CallAsync((deadline, ct) => _client.GetAsync(page, null, deadline, ct), cancellationToken).ConfigureAwait(false);
+            if (response.Kvs.Count == 0)
+                break;
+            var txn = new TxnRequest();
+            foreach (var kv in response.Kvs)
+            {
+                var (cacheId, sequence) = ParseEventKey(kv.Key);
+                txn.Success.Add(Put(LogKey(sequence), LogEntry(cacheId, now)));
+            }
+            await CallAsync((deadline, ct) => _client.TransactionAsync(txn, null, deadline, ct), cancellationToken).ConfigureAwait(false);
+            if (!response.More)
+                break;
+            from = ByteString.CopyFrom(response.Kvs[^1].Key.Concat(new byte[] { 0 }).ToArray());
+        }
+        var schema = Key("meta/schema");
+        var finish = new TxnRequest();
+        finish.Compare.Add(new Compare { Key = schema, Target = Compare.Types.CompareTarget.Value, Result = Compare.Types.CompareResult.Equal, Value = ByteString.CopyFromUtf8("1") });
+        finish.Success.Add(Put(schema, Encoding.UTF8.GetBytes(SchemaVersion.ToString(CultureInfo.InvariantCulture))));
+        await CallAsync((deadline, ct) => _client.TransactionAsync(finish, null, deadline, ct), cancellationToken).ConfigureAwait(false);
     }
 
     public async Task<StoreSnapshot> LoadAsync(CancellationToken cancellationToken)
@@ -181,6 +225,7 @@ public sealed class EtcdManagerStore : IManagerStore
                 long sequence = last + appended.Count + 1;
                 byte[] bytes = payload(sequence);
                 txn.Success.Add(Put(EventKey(cacheId, sequence), JsonSerializer.SerializeToUtf8Bytes(new EventEnvelope(tenant, bytes), RecordJson.Options)));
+                txn.Success.Add(Put(LogKey(sequence), LogEntry(cacheId, change.Time.ToUnixTimeMilliseconds())));
                 appended.Add(new StoredEvent(sequence, cacheId, tenant, bytes));
             }
             txn.Success.Add(Put(sequenceKey, Encoding.UTF8.GetBytes((last + appended.Count).ToString(CultureInfo.InvariantCulture))));
@@ -315,7 +360,7 @@ public sealed class EtcdManagerStore : IManagerStore
     /// no manager uses, and an import run again over it starts over.
     /// </summary>
     /// <exception cref="InvalidOperationException">The prefix already holds a state.</exception>
-    public async Task ImportAsync(StoreSnapshot state, IReadOnlyList<StoredEvent> events, CancellationToken cancellationToken)
+    public async Task ImportAsync(StoreSnapshot state, IReadOnlyList<StoredEvent> events, IReadOnlyDictionary<ulong, long> floors, CancellationToken cancellationToken)
     {
         await _gate.WaitAsync(cancellationToken).ConfigureAwait(false);
         try
@@ -326,7 +371,7 @@ public sealed class EtcdManagerStore : IManagerStore
                 // Only an empty state is written over: no sequence, no record, no event.
                 var begin = new TxnRequest();
                 begin.Compare.Add(new Compare { Key = Key("meta/sequence"), Target = Compare.Types.CompareTarget.Create, Result = Compare.Types.CompareResult.Equal, CreateRevision = 0 });
-                foreach (string part in new[] { "caches/", "servers/", "events/" })
+                foreach (string part in new[] { "caches/", "servers/", "events/", "log/", "floors/" })
                     begin.Compare.Add(new Compare
                     {
                         Key = Key(part), RangeEnd = RangeEnd(Key(part)), Target = Compare.Types.CompareTarget.Create,
@@ -339,7 +384,7 @@ public sealed class EtcdManagerStore : IManagerStore
             else
             {
                 // An import that did not finish: what it wrote goes, the marker stays.
-                foreach (string part in new[] { "caches/", "servers/", "events/", "meta/sequence", "meta/change" })
+                foreach (string part in new[] { "caches/", "servers/", "events/", "log/", "floors/", "meta/sequence", "meta/change" })
                 {
                     var range = new DeleteRangeRequest { Key = Key(part) };
                     if (part.EndsWith('/'))
@@ -349,7 +394,9 @@ public sealed class EtcdManagerStore : IManagerStore
             }
             var puts = state.Caches.Select(c => Put(CacheKey(c.CacheId), JsonSerializer.SerializeToUtf8Bytes(c, RecordJson.Options)))
                 .Concat(state.Servers.Select(s => Put(Key("servers/" + s.ServerId), JsonSerializer.SerializeToUtf8Bytes(s, RecordJson.Options))))
-                .Concat(events.Select(e => Put(EventKey(e.CacheId, e.Sequence), JsonSerializer.SerializeToUtf8Bytes(new EventEnvelope(e.Tenant, e.Payload), RecordJson.Options))));
+                .Concat(events.Select(e => Put(EventKey(e.CacheId, e.Sequence), JsonSerializer.SerializeToUtf8Bytes(new EventEnvelope(e.Tenant, e.Payload), RecordJson.Options))))
+                .Concat(events.Select(e => Put(LogKey(e.Sequence), LogEntry(e.CacheId, (e.Appended ?? DateTimeOffset.UtcNow).ToUnixTimeMilliseconds()))))
+                .Concat(floors.Select(f => Put(FloorKey(f.Key), Encoding.UTF8.GetBytes(f.Value.ToString(CultureInfo.InvariantCulture)))));
             foreach (var batch in puts.Chunk(ImportBatch))
             {
                 var txn = new TxnRequest();
@@ -388,6 +435,162 @@ public sealed class EtcdManagerStore : IManagerStore
             var envelope = JsonSerializer.Deserialize<EventEnvelope>(kv.Value.Span, RecordJson.Options)!;
             return new StoredEvent(sequence, cacheId, envelope.Tenant, envelope.Payload);
         }).ToList();
+    }
+
+    public async Task<long> EventFloorAsync(ulong cacheId, CancellationToken cancellationToken)
+    {
+        var kv = await GetAsync($"floors/{cacheId:x16}", cancellationToken).ConfigureAwait(false);
+        return kv is null ? 1 : ParseFloor(kv);
+    }
+
+    // Not under _gate: it writes none of what changes are compared on (meta/sequence), and each of its transactions
+    // compares the floors it raises, so that two compactions (two managers) never lower one another's.
+    public async Task<CompactionResult> CompactEventsAsync(DateTimeOffset olderThan, int perCacheCap, CancellationToken cancellationToken)
+    {
+        ArgumentOutOfRangeException.ThrowIfLessThan(perCacheCap, 1);
+        int removed = 0, raised = 0;
+
+        // By age: the log index oldest first, up to the first young entry (or a bounded number of pages).
+        long cutoff = olderThan.ToUnixTimeMilliseconds();
+        var through = new Dictionary<ulong, long>();
+        long? lastOld = null;
+        var log = Key("log/");
+        var from = log;
+        for (int page = 0; page < CompactionPages; page++)
+        {
+            var request = new RangeRequest { Key = from, RangeEnd = RangeEnd(log), Limit = CompactionPage, SortOrder = RangeRequest.Types.SortOrder.Ascend };
+            var response = await CallAsync((deadline, ct) => _client.GetAsync(request, null, deadline, ct), cancellationToken).ConfigureAwait(false);
+            bool young = false;
+            foreach (var kv in response.Kvs)
+            {
+                long sequence = long.Parse(kv.Key.ToStringUtf8().AsSpan(_prefix.Length + "log/".Length), CultureInfo.InvariantCulture);
+                var (cacheId, appended) = ParseLogEntry(kv.Value);
+                if (appended >= cutoff)
+                {
+                    young = true;
+                    break;
+                }
+                through[cacheId] = sequence;
+                lastOld = sequence;
+            }
+            if (young || !response.More || response.Kvs.Count == 0)
+                break;
+            from = LogKey(lastOld!.Value + 1);
+        }
+        var (aged, agedCaches) = await RaiseFloorsAsync(through, cancellationToken).ConfigureAwait(false);
+        if (aged is null)
+            return new CompactionResult(0, 0);  // another compaction raised a floor meanwhile: the next run goes on
+        removed += aged.Value;
+        raised += agedCaches;
+        if (lastOld is { } old)
+        {
+            // Only once every event it points at is gone: a crash before leaves entries whose deletions the next run redoes.
+            var drop = new DeleteRangeRequest { Key = log, RangeEnd = LogKey(old + 1) };
+            await CallAsync((deadline, ct) => _client.DeleteAsync(drop, null, deadline, ct), cancellationToken).ConfigureAwait(false);
+        }
+
+        // By count: every live cache's events counted by etcd (count-only ranges, MaxTxnOps a transaction); the log entries
+        // of what goes stay until they age out (deleting an absent range again is harmless).
+        var caches = await KeysAsync("caches/", cancellationToken).ConfigureAwait(false);
+        var live = caches.Select(k => ulong.Parse(k.AsSpan(_prefix.Length + "caches/".Length), NumberStyles.HexNumber, CultureInfo.InvariantCulture)).ToList();
+        var over = new Dictionary<ulong, long>();
+        foreach (var batch in live.Chunk(MaxTxnOps))
+        {
+            var count = new TxnRequest();
+            foreach (ulong id in batch)
+                count.Success.Add(new RequestOp { RequestRange = new RangeRequest { Key = Key($"events/{id:x16}/"), RangeEnd = RangeEnd(Key($"events/{id:x16}/")), CountOnly = true } });
+            var counted = await CallAsync((deadline, ct) => _client.TransactionAsync(count, null, deadline, ct), cancellationToken).ConfigureAwait(false);
+            for (int i = 0; i < batch.Length; i++)
+            {
+                long excess = counted.Responses[i].ResponseRange.Count - perCacheCap;
+                if (excess <= 0)
+                    continue;
+                // The oldest `excess` events go: the last of them bounds the range.
+                var oldest = new RangeRequest
+                {
+                    Key = Key($"events/{batch[i]:x16}/"), RangeEnd = RangeEnd(Key($"events/{batch[i]:x16}/")), KeysOnly = true, Limit = excess,
+                    SortOrder = RangeRequest.Types.SortOrder.Ascend,
+                };
+                var keys = await CallAsync((deadline, ct) => _client.GetAsync(oldest, null, deadline, ct), cancellationToken).ConfigureAwait(false);
+                if (keys.Kvs.Count > 0)
+                    over[batch[i]] = ParseEventKey(keys.Kvs[^1].Key).Sequence;
+            }
+        }
+        var (capped, cappedCaches) = await RaiseFloorsAsync(over, cancellationToken).ConfigureAwait(false);
+        removed += capped ?? 0;
+        raised += cappedCaches;
+
+        await ForgetFloorsAsync(live.ToHashSet(), cancellationToken).ConfigureAwait(false);
+        return new CompactionResult(removed, raised);
+    }
+
+    // For each cache, raises its floor to past `through[cache]` and deletes its events up to that, in one transaction per
+    // FloorBatch caches that compares each floor with the one read: the floor never goes down and never lags a deletion.
+    // Returns the events deleted and the caches whose floor rose, or null events when a comparison failed.
+    private async Task<(int? Events, int Caches)> RaiseFloorsAsync(Dictionary<ulong, long> through, CancellationToken cancellationToken)
+    {
+        int removed = 0, caches = 0;
+        foreach (var batch in through.Chunk(FloorBatch))
+        {
+            var read = new TxnRequest();
+            foreach (var (id, _) in batch)
+                read.Success.Add(new RequestOp { RequestRange = new RangeRequest { Key = FloorKey(id) } });
+            var floors = await CallAsync((deadline, ct) => _client.TransactionAsync(read, null, deadline, ct), cancellationToken).ConfigureAwait(false);
+            var write = new TxnRequest();
+            for (int i = 0; i < batch.Length; i++)
+            {
+                var (id, last) = batch[i];
+                var kvs = floors.Responses[i].ResponseRange.Kvs;
+                long floor = kvs.Count == 0 ? 1 : ParseFloor(kvs[0]);
+                write.Compare.Add(kvs.Count == 0
+                    ? new Compare { Key = FloorKey(id), Target = Compare.Types.CompareTarget.Create, Result = Compare.Types.CompareResult.Equal, CreateRevision = 0 }
+                    : new Compare { Key = FloorKey(id), Target = Compare.Types.CompareTarget.Mod, Result = Compare.Types.CompareResult.Equal, ModRevision = kvs[0].ModRevision });
+                write.Success.Add(Put(FloorKey(id), Encoding.UTF8.GetBytes(Math.Max(floor, last + 1).ToString(CultureInfo.InvariantCulture))));
+                write.Success.Add(new RequestOp { RequestDeleteRange = new DeleteRangeRequest { Key = EventKey(id, 0), RangeEnd = EventKey(id, last + 1) } });
+            }
+            var response = await CallAsync((deadline, ct) => _client.TransactionAsync(write, null, deadline, ct), cancellationToken).ConfigureAwait(false);
+            if (!response.Succeeded)
+                return (null, caches);
+            removed += response.Responses.Where(r => r.ResponseCase == ResponseOp.ResponseOneofCase.ResponseDeleteRange).Sum(r => (int)r.ResponseDeleteRange.Deleted);
+            caches += batch.Length;
+        }
+        return (removed, caches);
+    }
+
+    // Deletes the floors of caches that are gone and whose events are all gone too (a watcher of such a cache is told it
+    // does not exist): each compared on the floor as read and on the cache's absence.
+    private async Task ForgetFloorsAsync(HashSet<ulong> live, CancellationToken cancellationToken)
+    {
+        var request = new RangeRequest { Key = Key("floors/"), RangeEnd = RangeEnd(Key("floors/")) };
+        var floors = await CallAsync((deadline, ct) => _client.GetAsync(request, null, deadline, ct), cancellationToken).ConfigureAwait(false);
+        var gone = floors.Kvs.Select(kv => (Kv: kv, Id: ulong.Parse(kv.Key.ToStringUtf8().AsSpan(_prefix.Length + "floors/".Length), NumberStyles.HexNumber, CultureInfo.InvariantCulture)))
+                         .Where(f => !live.Contains(f.Id)).ToList();
+        foreach (var batch in gone.Chunk(FloorBatch))
+        {
+            var count = new TxnRequest();
+            foreach (var (_, id) in batch)
+                count.Success.Add(new RequestOp { RequestRange = new RangeRequest { Key = Key($"events/{id:x16}/"), RangeEnd = RangeEnd(Key($"events/{id:x16}/")), CountOnly = true } });
+            var counted = await CallAsync((deadline, ct) => _client.TransactionAsync(count, null, deadline, ct), cancellationToken).ConfigureAwait(false);
+            var forget = new TxnRequest();
+            for (int i = 0; i < batch.Length; i++)
+            {
+                if (counted.Responses[i].ResponseRange.Count > 0)
+                    continue;
+                var (kv, id) = batch[i];
+                forget.Compare.Add(new Compare { Key = kv.Key, Target = Compare.Types.CompareTarget.Mod, Result = Compare.Types.CompareResult.Equal, ModRevision = kv.ModRevision });
+                forget.Compare.Add(new Compare { Key = CacheKey(id), Target = Compare.Types.CompareTarget.Create, Result = Compare.Types.CompareResult.Equal, CreateRevision = 0 });
+                forget.Success.Add(new RequestOp { RequestDeleteRange = new DeleteRangeRequest { Key = kv.Key } });
+            }
+            if (forget.Success.Count > 0)
+                await CallAsync((deadline, ct) => _client.TransactionAsync(forget, null, deadline, ct), cancellationToken).ConfigureAwait(false);
+        }
+    }
+
+    private async Task<List<string>> KeysAsync(string part, CancellationToken cancellationToken)
+    {
+        var request = new RangeRequest { Key = Key(part), RangeEnd = RangeEnd(Key(part)), KeysOnly = true };
+        var response = await CallAsync((deadline, ct) => _client.GetAsync(request, null, deadline, ct), cancellationToken).ConfigureAwait(false);
+        return response.Kvs.Select(kv => kv.Key.ToStringUtf8()).ToList();
     }
 
     public async Task<bool> PingAsync(CancellationToken cancellationToken)
@@ -441,6 +644,28 @@ public sealed class EtcdManagerStore : IManagerStore
     private ByteString CacheKey(ulong cacheId) => Key($"caches/{cacheId:x16}");
 
     private ByteString EventKey(ulong cacheId, long sequence) => Key($"events/{cacheId:x16}/{sequence:D19}");
+
+    private (ulong CacheId, long Sequence) ParseEventKey(ByteString key)
+    {
+        // <prefix>events/<16 hex>/<19 digits>
+        var rest = key.ToStringUtf8().AsSpan(_prefix.Length + "events/".Length);
+        return (ulong.Parse(rest[..16], NumberStyles.HexNumber, CultureInfo.InvariantCulture), long.Parse(rest[17..], CultureInfo.InvariantCulture));
+    }
+
+    private ByteString LogKey(long sequence) => Key($"log/{sequence:D19}");
+
+    private ByteString FloorKey(ulong cacheId) => Key($"floors/{cacheId:x16}");
+
+    // A log entry: "<cache id, 16 hex> <append time, unix ms>".
+    private static byte[] LogEntry(ulong cacheId, long appendedMs) => Encoding.UTF8.GetBytes(string.Create(CultureInfo.InvariantCulture, $"{cacheId:x16} {appendedMs}"));
+
+    private static (ulong CacheId, long AppendedMs) ParseLogEntry(ByteString value)
+    {
+        var text = value.ToStringUtf8().AsSpan();
+        return (ulong.Parse(text[..16], NumberStyles.HexNumber, CultureInfo.InvariantCulture), long.Parse(text[17..], CultureInfo.InvariantCulture));
+    }
+
+    private static long ParseFloor(Mvccpb.KeyValue kv) => long.Parse(kv.Value.ToStringUtf8(), CultureInfo.InvariantCulture);
 
     private static RequestOp Put(ByteString key, byte[] value) => new() { RequestPut = new PutRequest { Key = key, Value = ByteString.CopyFrom(value) } };
 

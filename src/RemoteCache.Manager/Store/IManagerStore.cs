@@ -23,6 +23,25 @@ public interface IManagerStore : IAsyncDisposable
     /// <summary>The events of <paramref name="cacheId"/> with a sequence of at least <paramref name="fromSequence"/>, in order.</summary>
     Task<IReadOnlyList<StoredEvent>> EventsAsync(ulong cacheId, long fromSequence, CancellationToken cancellationToken);
 
+    /// <summary>
+    /// Bounds the event log. By age: every event appended before <paramref name="olderThan"/> goes, in sequence order
+    /// up to the first that is younger (so a clock that stepped back between two managers keeps events longer, never
+    /// shorter); a deleted cache's events, its CacheDeleted last, go this way. By count: of each live cache that holds
+    /// more than <paramref name="perCacheCap"/> events, the oldest beyond that many go (the newest always stays). A cache's floor
+    /// (<see cref="EventFloorAsync"/>) is raised in the same transaction as the deletions below it, so that a crash
+    /// at any instant leaves no deleted event above a floor. Sequences are not given back: the next event continues
+    /// after the last ever given. The sequence that changes are compared on (etcd's <c>meta/sequence</c>) is not
+    /// written, so compaction never refuses a concurrent change nor is refused by one.
+    /// </summary>
+    Task<CompactionResult> CompactEventsAsync(DateTimeOffset olderThan, int perCacheCap, CancellationToken cancellationToken);
+
+    /// <summary>
+    /// The lowest sequence of <paramref name="cacheId"/>'s events that compaction has kept: every event of the cache
+    /// below it was removed (1: none ever was). A reader that must not miss an event reads the events first and the
+    /// floor after: a floor raised in between then refuses a read that was whole (safe), never passes one that was not.
+    /// </summary>
+    Task<long> EventFloorAsync(ulong cacheId, CancellationToken cancellationToken);
+
     /// <summary>Whether the store answers (health check).</summary>
     Task<bool> PingAsync(CancellationToken cancellationToken);
 }

@@ -128,7 +128,17 @@ public sealed record ReplacementRecord(string ServerId, string Mover);
 public sealed record LineageRecord(string Replaced, IReadOnlyList<int> LostRegions);
 
 /// <summary>An event as stored: its sequence, whose cache and tenant, and the serialized protobuf CacheEvent.</summary>
-public sealed record StoredEvent(long Sequence, ulong CacheId, string Tenant, byte[] Payload);
+public sealed record StoredEvent(long Sequence, ulong CacheId, string Tenant, byte[] Payload)
+{
+    /// <summary>
+    /// When the store appended it (<see cref="StoreChange.Time"/>), as far as the store says (a migration carries it
+    /// over); null when not read back.
+    /// </summary>
+    public DateTimeOffset? Appended { get; init; }
+}
+
+/// <summary>What one compaction of the event log removed: events, and the caches whose floor it raised.</summary>
+public sealed record CompactionResult(int Events, int Caches);
 
 /// <summary>What the manager recovers at start.</summary>
 public sealed record StoreSnapshot(IReadOnlyList<CacheRecord> Caches, IReadOnlyList<ServerRecord> Servers, long LastSequence);
@@ -146,6 +156,12 @@ public sealed class StoreChange
     public List<ServerRecord> PutServers { get; } = new();
 
     public List<string> DeleteServers { get; } = new();
+
+    /// <summary>
+    /// When the change is made, by the clock of the manager that makes it: the store records it as its events' append
+    /// time, which is all that compaction by age (<see cref="IManagerStore.CompactEventsAsync"/>) compares.
+    /// </summary>
+    public DateTimeOffset Time { get; set; } = DateTimeOffset.UtcNow;
 
     /// <summary>Events to append: cache, tenant and a payload built from the sequence the store assigns.</summary>
     public List<(ulong CacheId, string Tenant, Func<long, byte[]> Payload)> Events { get; } = new();
