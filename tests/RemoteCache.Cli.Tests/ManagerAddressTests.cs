@@ -52,4 +52,18 @@ public sealed class ManagerAddressTests
         Assert.Equal(ManagerExitCodes.Usage, exit);
         Assert.Contains(refusal, error.ToString());
     }
+
+    [Fact]
+    public async Task TimeoutBoundsEachCallAndIsCheckedBeforeAnythingIsSent()
+    {
+        Assert.Equal(TimeSpan.FromSeconds(2.5), ManagerCommandAction.Options(Parse("caches", "--timeout", "2.5", "--api-key", "k"), _ => null).CallTimeout);
+        Assert.Equal(new RemoteCacheManagerOptions().CallTimeout, ManagerCommandAction.Options(Parse("caches", "--api-key", "k"), _ => null).CallTimeout);
+        foreach (string bad in new[] { "0", "-1", "3601", "NaN" })
+        {
+            var error = new StringWriter();
+            int exit = await Parse("caches", "--timeout", bad, "--api-key", "k").InvokeAsync(new InvocationConfiguration { Output = new StringWriter(), Error = error });
+            Assert.Equal(ManagerExitCodes.Usage, exit);
+            Assert.Contains("--timeout", error.ToString());
+        }
+    }
 }

@@ -136,7 +136,7 @@ public sealed class CliTests
         var servers = Json(await RunAsync(Env(manager, OpsKey), "servers", "--json"));
         Assert.Equal(JsonValueKind.Array, servers.ValueKind);
 
-        var down = await RunAsync(new Dictionary<string, string?> { ["REMOTECACHE_API_KEY"] = AliceKey }, "caches", "--manager", "http://127.0.0.1:1");
+        var down = await RunAsync(new Dictionary<string, string?> { ["REMOTECACHE_API_KEY"] = AliceKey }, "caches", "--manager", "http://127.0.0.1:1", "--timeout", "1");
         Assert.Equal(5, down.ExitCode);
         Assert.Contains("did not answer", down.Error);
         await using var client = manager.ManagedClient();

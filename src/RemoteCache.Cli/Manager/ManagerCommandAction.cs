@@ -80,6 +80,12 @@ internal sealed class ManagerCommandAction : AsynchronousCommandLineAction
             : (environment(RemoteCacheManagerOptions.AddressVariable), RemoteCacheManagerOptions.AddressVariable);
         string? key = parse.GetValue(ManagerCommands.ApiKey) ?? environment(RemoteCacheManagerOptions.ApiKeyVariable);
         var options = new RemoteCacheManagerOptions { ApiKey = string.IsNullOrEmpty(key) ? null : key };
+        if (parse.GetValue(ManagerCommands.Timeout) is { } seconds)
+        {
+            if (!(seconds > 0 && seconds <= 3600))
+                throw new UsageException($"--timeout {seconds}: seconds, more than 0 and at most 3600");
+            options.CallTimeout = TimeSpan.FromSeconds(seconds);
+        }
         if (!string.IsNullOrEmpty(addresses))
         {
             try

@@ -35,13 +35,21 @@ internal static class ManagerCommands
         Recursive = true,
     };
 
+    public static readonly Option<double?> Timeout = new("--timeout")
+    {
+        Description = "Seconds a call may take, retries on other replicas and waits for a manager that is down included [default: 30]",
+        HelpName = "SECONDS",
+        Recursive = true,
+    };
+
     private static readonly JsonSerializerOptions Json = new(JsonSerializerDefaults.Web) { WriteIndented = true };
 
-    /// <summary>Adds the commands, and the recursive --manager and --api-key options, to <paramref name="root"/>.</summary>
+    /// <summary>Adds the commands, and the recursive --manager, --api-key and --timeout options, to <paramref name="root"/>.</summary>
     public static void AddTo(RootCommand root)
     {
         root.Add(Address);
         root.Add(ApiKey);
+        root.Add(Timeout);
         root.Add(Caches());
         root.Add(Create());
         root.Add(Reshape());
