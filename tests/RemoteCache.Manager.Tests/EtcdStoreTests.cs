@@ -32,6 +32,34 @@ public sealed class EtcdStoreTests : StoreContract, IClassFixture<EtcdFixture>
     private Task<EtcdManagerStore> OpenEtcdAsync() => EtcdManagerStore.OpenAsync(new EtcdConnection(_fixture.Etcd.Endpoint), _prefix, CancellationToken.None);
 
     [Fact]
+    public async Task AFencedStoreCommitsOnlyWhileTheLeaderKeyIsTheOneItWasElectedWith()
+    {
+        await using var store = await OpenEtcdAsync();
+        using var etcd = new dotnet_etcd.EtcdClient(_fixture.Etcd.Endpoint);
+        StoreChange Put(ulong id)
+        {
+            var change = new StoreChange();
+            change.PutCaches.Add(Cache(id, "a"));
+            return change;
+        }
+
+        // Not elected: nothing commits.
+        store.Fence(null);
+        Assert.Contains("not the leader", (await Assert.ThrowsAsync<StoreFencedException>(() => store.ApplyAsync(Put(1), CancellationToken.None))).Message);
+        // Elected with the key as it is: changes commit.
+        await etcd.PutAsync(_prefix + "meta/leader", "{}");
+        long elected = (await etcd.GetAsync(_prefix + "meta/leader")).Kvs[0].CreateRevision;
+        store.Fence(elected);
+        await store.ApplyAsync(Put(2), CancellationToken.None);
+        // The key deleted and written again (another leader's): the same manager commits nothing, and says why.
+        await etcd.DeleteAsync(_prefix + "meta/leader");
+        await etcd.PutAsync(_prefix + "meta/leader", "{}");
+        var e = await Assert.ThrowsAsync<StoreFencedException>(() => store.ApplyAsync(Put(3), CancellationToken.None));
+        Assert.Contains("no longer the leader", e.Message);
+        Assert.Equal(new ulong[] { 2 }, (await store.LoadAsync(CancellationToken.None)).Caches.Select(c => c.CacheId));
+    }
+
+    [Fact]
     public async Task AChangeBuiltOnStateAnotherWriterChangedIsRefusedNotMerged()
     {
         await using var first = await OpenEtcdAsync();

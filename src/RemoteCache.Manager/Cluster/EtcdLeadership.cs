@@ -122,6 +122,36 @@ public sealed class EtcdLeadership : BackgroundService, ILeadership
 
     public void StepDown(string reason) => EndTerm(reason);
 
+    public async Task<bool> ConfirmAsync(CancellationToken cancellationToken)
+    {
+        long revision;
+        lock (_gate)
+        {
+            if (_term is null)
+                return false;
+            revision = _leaderRevision;
+        }
+        RangeResponse response;
+        try
+        {
+            response = await _store.Client.GetAsync(new RangeRequest { Key = _store.KeyOf(EtcdManagerStore.LeaderKey) }, null,
+                                                    DateTime.UtcNow + EtcdManagerStore.CallTimeout, cancellationToken).ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is RpcException or OperationCanceledException && !cancellationToken.IsCancellationRequested)
+        {
+            return false;  // unconfirmed: the watchdog decides whether the term ends
+        }
+        if (response.Kvs.Count == 1 && response.Kvs[0].CreateRevision == revision)
+            return true;
+        lock (_gate)
+        {
+            if (_leaderRevision != revision)
+                return false;  // a later term already
+        }
+        EndTerm("its leader key in etcd was deleted or is another's");
+        return false;
+    }
+
     /// <summary>
     /// Refuses to join when replicas would share this prefix with a local allocator (its servers are processes of one
     /// host, which no other manager could reach or recover): a manager with the local allocator starts only where no
@@ -242,7 +272,11 @@ public sealed class EtcdLeadership : BackgroundService, ILeadership
         lock (_gate)
         {
             if (_term is not null)
+            {
+                // A leader checks that the key is still its own (one deleted by hand, say): if not, it steps down within a poll.
+                _ = ConfirmAsync(stoppingToken);
                 return;
+            }
             lease = _lease;
             fresh = lease != 0 && Stopwatch.GetElapsedTime(_answeredSentAt) < _ttl * StepDownShare;
         }

@@ -39,6 +39,12 @@ public interface ILeadership
     /// <summary>The state is taken over: from now until <paramref name="term"/> ends, this manager is <see cref="ManagerRole.Leader"/>.</summary>
     void Serve(CancellationToken term);
 
+    /// <summary>
+    /// Whether this manager still leads, asked of the store now: done before an action the store cannot fence (dropping a
+    /// cache's memory on a server), so that a deposed leader does not take it. False also when the store does not answer.
+    /// </summary>
+    Task<bool> ConfirmAsync(CancellationToken cancellationToken);
+
     /// <summary>Ends this manager's term now (the store refused it as leader, or taking over failed); it may be elected again later.</summary>
     void StepDown(string reason);
 }

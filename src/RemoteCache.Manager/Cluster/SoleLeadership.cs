@@ -24,6 +24,8 @@ public sealed class SoleLeadership : ILeadership
 
     public void Serve(CancellationToken term) => Volatile.Write(ref _serving, true);
 
+    public Task<bool> ConfirmAsync(CancellationToken cancellationToken) => Task.FromResult(true);
+
     // Nobody else could lead: the manager goes on.
     public void StepDown(string reason)
     {

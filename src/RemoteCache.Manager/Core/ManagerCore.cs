@@ -1293,6 +1293,13 @@ public sealed class ManagerCore : IAsyncDisposable
         try
         {
             using var timeout = new CancellationTokenSource(_options.ProbeTimeout * 3);
+            // The store fences every change, but not a server's memory: a leader deposed without knowing it yet (its view
+            // stale: the cache renewed or placed there by its successor) must not free it.
+            if (!await _leadership.ConfirmAsync(timeout.Token).ConfigureAwait(false))
+            {
+                _logger.LogWarning("Not dropping cache {CacheId} on {ServerId}: this manager's leadership is not confirmed", cacheId, server.ServerId);
+                return;
+            }
             await _admin.DropAsync(server, cacheId, timeout.Token).ConfigureAwait(false);
         }
         catch (Exception e) when (e is RemoteCacheException or OperationCanceledException)
