@@ -9,6 +9,7 @@ using Google.Protobuf.WellKnownTypes;
 using Grpc.Core;
 using Grpc.Health.V1;
 using Grpc.Net.Client;
+using Microsoft.Extensions.DependencyInjection;
 using RemoteCache.Manager.Cluster;
 using RemoteCache.Manager.Services;
 using RemoteCache.Manager.V1;
@@ -104,7 +105,9 @@ public sealed class LeadershipTests : IClassFixture<EtcdFixture>
         Assert.Single((await leader.Tenant(AliceKey).ListCachesAsync(new ListCachesRequest())).Caches);
         Assert.Equal(ServerState.Ready, (await leader.Operator().ListServersAsync(new ListServersRequest())).Servers.Single().State);
 
-        // Health: both serve; only the leader serves the leader's service.
+        // The gauge and health: both serve; only the leader serves the leader's service.
+        using (var leading = new MetricsTests.Recorder(follower.App.Services.GetRequiredService<Core.ManagerMetrics>().Meter))
+            Assert.Equal(0, Assert.Single(leading.Observe("remotecache.manager.leader")).Value);
         Assert.Equal(HealthCheckResponse.Types.ServingStatus.Serving, await HealthAsync(leader, ""));
         Assert.Equal(HealthCheckResponse.Types.ServingStatus.Serving, await HealthAsync(leader, ManagerHealth.LeaderService));
         Assert.Equal(HealthCheckResponse.Types.ServingStatus.Serving, await HealthAsync(follower, ""));

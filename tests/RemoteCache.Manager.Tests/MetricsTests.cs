@@ -18,7 +18,7 @@ namespace RemoteCache.Manager.Tests;
 [Collection(nameof(ManagerServiceTests))]
 public sealed class MetricsTests
 {
-    private sealed class Recorder : IDisposable
+    internal sealed class Recorder : IDisposable
     {
         private readonly MeterListener _listener = new();
 
@@ -76,6 +76,7 @@ public sealed class MetricsTests
         Assert.Contains(recorder.Seen, m => m.Name == "remotecache.manager.search.duration" && m.Value > 0);
 
         Assert.Equal(1, Assert.Single(recorder.Observe("remotecache.manager.caches")).Value);
+        Assert.Equal(1, Assert.Single(recorder.Observe("remotecache.manager.leader")).Value);  // the sole manager leads
 
         // Memory lent is what the servers' probes report: a server creates its share when the first client connects,
         // and then each of the cache's two servers lends 192 MiB.

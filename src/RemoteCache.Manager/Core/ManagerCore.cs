@@ -71,7 +71,7 @@ public sealed class ManagerCore : IAsyncDisposable
         _logger = logger;
         _metrics = metrics;
         _started = time.GetUtcNow();
-        metrics.Observe(() => CacheCount, () => Events.Count, ServerMemory);
+        metrics.Observe(() => CacheCount, () => Events.Count, ServerMemory, () => leadership.Role == ManagerRole.Leader ? 1 : 0);
     }
 
     /// <summary>Live events to watchers.</summary>

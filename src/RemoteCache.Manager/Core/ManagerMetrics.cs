@@ -7,7 +7,7 @@ namespace RemoteCache.Manager.Core;
 
 /// <summary>
 /// The manager's instruments (meter <see cref="MeterName"/>): allocations and refusals, Allocate and SLO-search time,
-/// and, observed from its state, caches, watchers and the memory each server lends (by server and VM type).
+/// and, observed from its state, caches, watchers, the memory each server lends (by server and VM type) and whether it leads.
 /// </summary>
 public sealed class ManagerMetrics
 {
@@ -40,8 +40,10 @@ public sealed class ManagerMetrics
     public void Searched(TimeSpan elapsed) => _searchDuration.Record(elapsed.TotalSeconds);
 
     /// <summary>Registers the gauges read from the manager's state.</summary>
-    public void Observe(Func<int> caches, Func<int> watchers, Func<IEnumerable<Measurement<long>>> serverMemory)
+    public void Observe(Func<int> caches, Func<int> watchers, Func<IEnumerable<Measurement<long>>> serverMemory, Func<int> leading)
     {
+        Meter.CreateObservableGauge("remotecache.manager.leader", leading, "{manager}",
+            "1 while this manager leads its replicas (always, for a manager on SQLite), 0 while it follows or no leader is known");
         Meter.CreateObservableGauge("remotecache.manager.caches", caches, "{cache}", "Caches allocated");
         Meter.CreateObservableGauge("remotecache.manager.watchers", watchers, "{watcher}", "WatchEvents streams open");
         Meter.CreateObservableGauge("remotecache.manager.server.memory.lent", serverMemory, "By",
