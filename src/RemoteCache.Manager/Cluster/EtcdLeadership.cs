@@ -311,7 +311,12 @@ public sealed class EtcdLeadership : BackgroundService, ILeadership
         }
         var held = response.Responses[0].ResponseRange.Kvs;
         if (held.Count == 0)
+        {
+            // Nobody leads (this one could not campaign): clients are not sent to a leader that is gone.
+            lock (_gate)
+                _leaderAddress = null;
             return;
+        }
         var leader = Parse(held[0].Value);
         if (fresh && leader.Lease == lease)
         {
