@@ -44,6 +44,9 @@ public static class Program
         {
             iterations, seconds, clients, creates, populateMiB, json,
         };
+        // The control plane with real manager processes (ControlBench); the in-process suite stays the root's action.
+        root.Subcommands.Add(ControlBench.ControlCommand());
+        root.Subcommands.Add(ControlBench.FailoverCommand());
         root.SetAction(async (parse, ct) =>
         {
             string dir = Directory.CreateTempSubdirectory("manager-bench-").FullName;
@@ -333,22 +336,29 @@ public static class Program
     // 512 MiB VMs: a 1 GiB cache takes two (the cheapest placement).
     private static VmCatalogue HalfGiBCatalogue => new() { VmTypes = new[] { new VmType("half", 512L << 20, 1, 0.02, null, 4, 0), new VmType("big", 2 * GiB, 2, 0.5, null, 2, 0) } };
 
-    private static AllocateRequest Request() => new()
+    internal static AllocateRequest Request(long capacity = GiB) => new()
     {
-        Capacity = (ulong)GiB,
+        Capacity = (ulong)capacity,
         Transport = "tcp",
         Slo = new RemoteCache.Manager.V1.Slo { ReadLatency = Duration.FromTimeSpan(TimeSpan.FromMicroseconds(100)) },
         Name = "bench",
         Lease = Duration.FromTimeSpan(TimeSpan.FromMinutes(10)),
     };
 
-    private static double Quantile(List<double> values, double q)
+    internal static double Quantile(List<double> values, double q)
     {
         var sorted = values.OrderBy(v => v).ToList();
         return sorted[Math.Clamp((int)Math.Ceiling(q * sorted.Count) - 1, 0, sorted.Count - 1)];
     }
 
-    private static string Invariant(FormattableString s) => s.ToString(CultureInfo.InvariantCulture);
+    /// <summary>An API keys file (the manager's --keys) of one key per tenant, each with one role.</summary>
+    internal static void WriteKeys(string path, params (string Tenant, string Key, string Role)[] keys) =>
+        File.WriteAllText(path, JsonSerializer.Serialize(new
+        {
+            keys = keys.Select(k => new { tenant = k.Tenant, sha256 = Convert.ToHexString(SHA256.HashData(Encoding.UTF8.GetBytes(k.Key))), roles = new[] { k.Role } }),
+        }));
+
+    internal static string Invariant(FormattableString s) => s.ToString(CultureInfo.InvariantCulture);
 
     /// <summary>A manager over a temporary state directory, with the shipped models and one API key.</summary>
     private sealed class Manager : IAsyncDisposable
@@ -367,8 +377,7 @@ public static class Program
             Directory.CreateDirectory(dir);
             string catalogueFile = Path.Combine(dir, "catalogue.json"), keys = Path.Combine(dir, "keys.json");
             await File.WriteAllTextAsync(catalogueFile, catalogue.ToJson());
-            string hash = Convert.ToHexString(SHA256.HashData(Encoding.UTF8.GetBytes(Key)));
-            await File.WriteAllTextAsync(keys, $$"""{ "keys": [ { "tenant": "bench", "sha256": "{{hash}}", "roles": ["tenant"] } ] }""");
+            WriteKeys(keys, ("bench", Key, "tenant"));
             var options = new ManagerOptions
             {
                 StateDirectory = Path.Combine(dir, "state"), Catalogue = catalogueFile, Keys = keys, Warm = warm, CommitMemory = commitMemory, Transports = new() { "tcp", "shm" },

@@ -31,9 +31,11 @@ namespace RemoteCache;
 public sealed class RemoteCacheManagerClient : IAsyncDisposable, IDisposable
 {
     // A call's waits between rounds of its replicas: short, since a new leader is elected within seconds and the call's
-    // deadline bounds the whole; never longer than RetryLimit.
+    // deadline bounds the whole; never longer than RetryLimit. The limit is what a call may still wait after the new
+    // leader serves (it serves within a poll, 100 ms, of the old one's lease ending): at 500 ms that wait was a sixth of
+    // the failover after a kill -9 (benchmarks/Manager failover); a round is a few refusals, cheap to repeat.
     private static readonly TimeSpan FailoverFirstWait = TimeSpan.FromMilliseconds(50);
-    private static readonly TimeSpan FailoverWaitLimit = TimeSpan.FromMilliseconds(500);
+    private static readonly TimeSpan FailoverWaitLimit = TimeSpan.FromMilliseconds(200);
 
     // A connection attempt to a replica whose host is gone (SYNs unanswered) gives up after this, so that one dead
     // address does not take a whole call's deadline while the next replica could answer.

@@ -65,7 +65,7 @@ public sealed class RemoteCacheManagerOptions
 
     /// <summary>
     /// The longest wait between two attempts to reach a manager that is down. A call tries the replicas in turn without
-    /// waiting and, after each round that found no leader, waits 50 ms doubling up to 500 ms (or this, if less), for up
+    /// waiting and, after each round that found no leader, waits 50 ms doubling up to 200 ms (or this, if less), for up
     /// to <see cref="CallTimeout"/> in all; the lease renewal and the event stream, which go on past that, wait from
     /// 100 ms doubling up to this between their attempts. Default: 5 s.
     /// </summary>

@@ -1,0 +1,402 @@
+using System;
+using System.Collections.Generic;
+using System.CommandLine;
+using System.Diagnostics;
+using System.IO;
+using System.Linq;
+using System.Text.Json;
+using System.Threading;
+using System.Threading.Tasks;
+using dotnet_etcd;
+using Etcdserverpb;
+using Google.Protobuf;
+using Grpc.Core;
+using Microsoft.Extensions.Logging;
+using RemoteCache.Manager.V1;
+using RemoteCache.Slo;
+using static RemoteCache.Benchmarks.Manager.Program;
+
+namespace RemoteCache.Benchmarks.Manager;
+
+/// <summary>
+/// The control plane on etcd against SQLite, with real manager processes (<see cref="ControlPlane"/>): Allocate latency
+/// and Allocate + Deallocate throughput per store in one run (<c>control</c>), and the time the control plane is
+/// unavailable when the leader is killed or stopped (<c>failover</c>).
+/// </summary>
+internal static class ControlBench
+{
+    // A cache of one region: one whole bench server (the static pool rents whole servers).
+    private static AllocateRequest CacheRequest() => Request(ControlPlane.RegionBytes);
+
+    public static Command ControlCommand()
+    {
+        var stores = new Option<string[]>("--store") { Description = "Stores to measure, in this order (sqlite: one manager; etcd: 3 members and --replicas managers)", DefaultValueFactory = _ => new[] { "sqlite", "etcd" }, AllowMultipleArgumentsPerToken = true };
+        var replicas = new Option<int>("--replicas") { Description = "Manager replicas on etcd", DefaultValueFactory = _ => 3 };
+        var iterations = new Option<int>("--iterations") { Description = "Allocate/Deallocate pairs timed for latency, one caller", DefaultValueFactory = _ => 300 };
+        var seconds = new Option<double>("--seconds") { Description = "Seconds of the throughput run", DefaultValueFactory = _ => 5 };
+        var clients = new Option<int>("--clients") { Description = "Concurrent callers in the throughput run", DefaultValueFactory = _ => 8 };
+        var json = new Option<string>("--json") { Description = "Where the figures go (JSON)", DefaultValueFactory = _ => Path.Combine("artifacts", "manager-control.json") };
+        var command = new Command("control", "Allocate latency and Allocate + Deallocate throughput against the leader, SQLite vs etcd (3 loopback members), static pool of real servers, real manager processes")
+        {
+            stores, replicas, iterations, seconds, clients, json,
+        };
+        command.SetAction(async (parse, ct) =>
+        {
+            var results = new List<StoreFigures>();
+            foreach (string store in parse.GetValue(stores)!)
+            {
+                string dir = Directory.CreateTempSubdirectory($"control-{store}-").FullName;
+                try
+                {
+                    int n = parse.GetValue(clients);
+                    await using var plane = await ControlPlane.StartAsync(dir, store, store == "etcd" ? parse.GetValue(replicas) : 1, servers: n + 2);
+                    var leader = plane.Managers[await plane.SettledAsync(TimeSpan.FromSeconds(30))].Tenant;
+                    var latency = await LatencyAsync(leader, parse.GetValue(iterations));
+                    double rate = await ThroughputAsync(leader, n, TimeSpan.FromSeconds(parse.GetValue(seconds)));
+                    var figures = new StoreFigures(store, plane.Managers.Count, latency.Count, latency.P50, latency.P99, latency.DeallocateP50, latency.DeallocateP99, n, rate);
+                    results.Add(figures);
+                    Console.WriteLine(Invariant($"{store} ({figures.Managers} manager{(figures.Managers > 1 ? "s" : "")}): Allocate p50 {figures.AllocateP50Ms:0.00} ms, p99 {figures.AllocateP99Ms:0.00} ms; Deallocate p50 {figures.DeallocateP50Ms:0.00} ms, p99 {figures.DeallocateP99Ms:0.00} ms ({figures.Calls} calls); Allocate+Deallocate from {n} callers: {rate:0} per s"));
+                }
+                finally
+                {
+                    Directory.Delete(dir, recursive: true);
+                }
+            }
+            var sqlite = results.FirstOrDefault(r => r.Store == "sqlite");
+            var etcd = results.FirstOrDefault(r => r.Store == "etcd");
+            Comparison? comparison = null;
+            if (sqlite is not null && etcd is not null)
+            {
+                comparison = new Comparison(etcd.AllocateP99Ms / sqlite.AllocateP99Ms, etcd.AllocateP50Ms / sqlite.AllocateP50Ms, etcd.PerSecond / sqlite.PerSecond);
+                Console.WriteLine(Invariant($"etcd / sqlite: Allocate p99 {comparison.AllocateP99Ratio:0.00}× (target ≤ 2×: {Met(comparison.AllocateP99Ratio <= 2)}; etcd p99 ≤ 20 ms: {Met(etcd.AllocateP99Ms <= 20)}), p50 {comparison.AllocateP50Ratio:0.00}×; throughput {comparison.ThroughputRatio:0.00}× (target ≥ 1: {Met(comparison.ThroughputRatio >= 1)})"));
+            }
+            await WriteJsonAsync(parse.GetValue(json)!, new { date = Today(), setup = "loopback, distinct ports; static pool; raw gRPC against the leader", loadAverageAtEnd = LoadAverage(), stores = results, comparison }, ct);
+            return 0;
+        });
+        return command;
+    }
+
+    private sealed record StoreFigures(string Store, int Managers, int Calls, double AllocateP50Ms, double AllocateP99Ms, double DeallocateP50Ms, double DeallocateP99Ms,
+                                       int Callers, double PerSecond);
+
+    private sealed record Comparison(double AllocateP99Ratio, double AllocateP50Ratio, double ThroughputRatio);
+
+    private static async Task<(int Count, double P50, double P99, double DeallocateP50, double DeallocateP99)> LatencyAsync(CacheManager.CacheManagerClient leader, int iterations)
+    {
+        var allocate = new List<double>();
+        var deallocate = new List<double>();
+        for (int i = -20; i < iterations; i++)  // the first 20 warm up
+        {
+            var t = Stopwatch.StartNew();
+            var cache = (await leader.AllocateAsync(CacheRequest(), deadline: DateTime.UtcNow.AddSeconds(10))).Cache;
+            double a = t.Elapsed.TotalMilliseconds;
+            t.Restart();
+            await leader.DeallocateAsync(new DeallocateRequest { CacheId = cache.CacheId }, deadline: DateTime.UtcNow.AddSeconds(10));
+            double d = t.Elapsed.TotalMilliseconds;
+            if (i < 0)
+                continue;
+            allocate.Add(a);
+            deallocate.Add(d);
+        }
+        return (iterations, Quantile(allocate, 0.5), Quantile(allocate, 0.99), Quantile(deallocate, 0.5), Quantile(deallocate, 0.99));
+    }
+
+    private static async Task<double> ThroughputAsync(CacheManager.CacheManagerClient leader, int clients, TimeSpan duration)
+    {
+        long pairs = 0;
+        var clock = Stopwatch.StartNew();
+        await Task.WhenAll(Enumerable.Range(0, clients).Select(async _ =>
+        {
+            while (clock.Elapsed < duration)
+            {
+                var cache = (await leader.AllocateAsync(CacheRequest(), deadline: DateTime.UtcNow.AddSeconds(10))).Cache;
+                await leader.DeallocateAsync(new DeallocateRequest { CacheId = cache.CacheId }, deadline: DateTime.UtcNow.AddSeconds(10));
+                Interlocked.Increment(ref pairs);
+            }
+        }));
+        return pairs / clock.Elapsed.TotalSeconds;
+    }
+
+    public static Command FailoverCommand()
+    {
+        var signal = new Option<string>("--signal") { Description = "kill: kill -9 of the leader; term: SIGTERM (a graceful stop)", DefaultValueFactory = _ => "kill" };
+        signal.AcceptOnlyFromAmong("kill", "term");
+        var trials = new Option<int>("--trials") { Description = "Leaders stopped, one after another (each restarted before the next)", DefaultValueFactory = _ => 20 };
+        var lease = new Option<double>("--leader-lease") { Description = "The managers' --leader-lease, seconds", DefaultValueFactory = _ => 2 };
+        var json = new Option<string?>("--json") { Description = "Where the figures go (JSON) [default: artifacts/manager-failover-SIGNAL.json]" };
+        var clientLog = new Option<bool>("--client-log") { Description = "Print the managed client's log (its retries, with times): where a failover's time goes on the client's side" };
+        var keep = new Option<bool>("--keep") { Description = "Keep the run's directory (the managers' logs) and say where it is" };
+        var command = new Command("failover", "Time from stopping the leader (kill -9 or SIGTERM) to the first Allocate that succeeds through the managed client's failover: 3 etcd members, 3 manager processes, static pool, on loopback")
+        {
+            signal, trials, lease, json, clientLog, keep,
+        };
+        command.SetAction(async (parse, ct) =>
+        {
+            string how = parse.GetValue(signal)!;
+            string dir = Directory.CreateTempSubdirectory("failover-").FullName;
+            try
+            {
+                var result = await FailoverAsync(dir, how, parse.GetValue(trials), parse.GetValue(lease), parse.GetValue(clientLog), ct);
+                await WriteJsonAsync(parse.GetValue(json) ?? Path.Combine("artifacts", $"manager-failover-{how}.json"), result, ct);
+                return 0;
+            }
+            finally
+            {
+                if (parse.GetValue(keep))
+                    Console.WriteLine($"the run's files (managers' logs mgrN.log) are in {dir}");
+                else
+                    Directory.Delete(dir, recursive: true);
+            }
+        });
+        return command;
+    }
+
+    /// <summary>
+    /// One leader stopped: when each step came after the signal (ms), null where it was not seen. FirstCallMs is how long
+    /// the first successful CreateAsync took from its start (its failover waits included if it started before the
+    /// signal; otherwise mostly the new leader's first Allocate).
+    /// </summary>
+    private sealed record Trial(int Index, string Stopped, double UnavailableMs, double? LeaderKeyGoneMs, double? ElectedMs, double? ServingMs,
+                                double FirstCallMs, bool FirstCallStartedBefore, int FailedCalls, double RestartedAndSettledMs);
+
+    private sealed record Distribution(int Count, double P50Ms, double P90Ms, double P99Ms, double MaxMs);
+
+    private sealed record FailoverResult(string Date, string Signal, double LeaderLeaseSeconds, string Setup, string LoadAverageAtEnd, Distribution Unavailable,
+                                         Distribution? LeaderKeyGone, Distribution? Elected, Distribution? Serving, double TargetMs, bool Met,
+                                         IReadOnlyList<Trial> Trials);
+
+    private static async Task<FailoverResult> FailoverAsync(string dir, string how, int trials, double leaderLease, bool clientLog, CancellationToken ct)
+    {
+        using var logging = LoggerFactory.Create(b =>
+        {
+            if (clientLog)
+                b.AddSimpleConsole(o => (o.TimestampFormat, o.SingleLine) = ("HH:mm:ss.fff ", true)).SetMinimumLevel(LogLevel.Warning)
+                 .AddFilter("RemoteCache.RemoteCacheManagerClient", LogLevel.Information);
+        });
+        await using var plane = await ControlPlane.StartAsync(dir, "etcd", replicas: 3, servers: 3, leaderLease);
+        await using var client = new RemoteCacheManagerClient(new RemoteCacheManagerOptions
+        {
+            Addresses = plane.Addresses.ToList(), ApiKey = ControlPlane.TenantKey, CallTimeout = TimeSpan.FromSeconds(20), ReplaceServers = false,
+            Cache = new RemoteCacheOptions { LoggerFactory = logging },
+        });
+        using var stop = CancellationTokenSource.CreateLinkedTokenSource(ct);
+        var loop = new AllocateLoop(client);
+        var running = loop.RunAsync(stop.Token);
+        var watch = new LeaderKeyWatch(plane.EtcdEndpoints!);
+        var watching = watch.RunAsync(stop.Token);
+        var results = new List<Trial>();
+        try
+        {
+            for (int i = 0; i < trials; i++)
+            {
+                int leader = await plane.SettledAsync(TimeSpan.FromSeconds(30));
+                // A few Allocates through the settled cluster first; then the signal lands at a random point of the
+                // leader's keep-alive period (the lease ends TTL after the last keep-alive etcd answered).
+                await loop.WaitSuccessesAsync(3, TimeSpan.FromSeconds(20));
+                await Task.Delay(TimeSpan.FromMilliseconds(100 + Random.Shared.Next(400)), ct);
+                var victim = plane.Managers[leader];
+                long before = watch.CreateRevision;
+                int failedBefore = loop.Failures;
+                long t0 = victim.Signal(how == "kill" ? 9 : 15);
+                if (clientLog)
+                    Console.WriteLine($"{DateTime.Now:HH:mm:ss.fff} signalled {victim.Name} ({victim.Address})");
+                var (firstStart, first) = await loop.FirstSuccessAfterAsync(t0, victim.Address, TimeSpan.FromSeconds(30));
+                var others = plane.Managers.Where(m => m != victim).ToList();
+                double? Since(long? at) => at is { } a ? Stopwatch.GetElapsedTime(t0, a).TotalMilliseconds : null;
+                double? MinOver(Func<ManagerProcess, long?> at) => others.Select(at).Where(x => x is not null).Min() is { } m ? Since(m) : null;
+                var trial = new Trial(i + 1, victim.Name, Stopwatch.GetElapsedTime(t0, first).TotalMilliseconds, Since(watch.ChangedAfter(t0, before)),
+                                      MinOver(m => m.LineAfter(t0, "Elected leader")), MinOver(m => m.LineAfter(t0, "Leading the managers")),
+                                      Stopwatch.GetElapsedTime(firstStart, first).TotalMilliseconds, firstStart < t0, loop.Failures - failedBefore, 0);
+                var restart = Stopwatch.StartNew();
+                await victim.WaitExitAsync(TimeSpan.FromSeconds(10));
+                victim.Start();
+                await plane.SettledAsync(TimeSpan.FromSeconds(60));
+                trial = trial with { RestartedAndSettledMs = restart.Elapsed.TotalMilliseconds };
+                results.Add(trial);
+                Console.WriteLine(Invariant($"trial {trial.Index,2}: {how} {trial.Stopped}: unavailable {trial.UnavailableMs,6:0} ms (leader key gone {trial.LeaderKeyGoneMs,6:0}, elected {trial.ElectedMs,6:0}, serving {trial.ServingMs,6:0}; that CreateAsync took {trial.FirstCallMs,5:0}{(trial.FirstCallStartedBefore ? " from before the signal" : "")}; {trial.FailedCalls} calls failed); back and settled in {trial.RestartedAndSettledMs:0} ms"));
+            }
+        }
+        finally
+        {
+            stop.Cancel();
+            await Task.WhenAll(running, watching);
+        }
+        double target = how == "kill" ? 3000 : 500;
+        var unavailable = Distribute(results.Select(t => t.UnavailableMs));
+        var result = new FailoverResult(Today(), how, leaderLease, "loopback, distinct ports: 3 etcd 3.4 members (--pre-vote), 3 remotecache-manager processes (--store etcd, --allocator static), 3 servers; RemoteCacheManagerClient with the 3 addresses",
+                                        LoadAverage(),
+                                        unavailable, Distribute(results.Select(t => t.LeaderKeyGoneMs)), Distribute(results.Select(t => t.ElectedMs)),
+                                        Distribute(results.Select(t => t.ServingMs)), target, unavailable.P99Ms <= target, results);
+        Console.WriteLine($"load average at the end: {result.LoadAverageAtEnd}");
+        Console.WriteLine(Invariant($"control plane unavailable after {(how == "kill" ? "kill -9" : "SIGTERM")} of the leader ({unavailable.Count} trials, lease {leaderLease:0.#} s): p50 {unavailable.P50Ms:0} ms, p90 {unavailable.P90Ms:0} ms, p99 {unavailable.P99Ms:0} ms, max {unavailable.MaxMs:0} ms (target p99 ≤ {target:0} ms: {Met(result.Met)})"));
+        foreach (var (name, d) in new[] { ("leader key gone", result.LeaderKeyGone), ("new leader elected", result.Elected), ("new leader serving", result.Serving) })
+            if (d is not null)
+                Console.WriteLine(Invariant($"  {name} after the signal: p50 {d.P50Ms:0} ms, p90 {d.P90Ms:0} ms, max {d.MaxMs:0} ms"));
+        return result;
+    }
+
+    private static Distribution? Distribute(IEnumerable<double?> values) =>
+        values.OfType<double>().ToList() is { Count: > 0 } list ? Distribute(list) : null;
+
+    private static Distribution Distribute(IEnumerable<double> values)
+    {
+        var list = values.ToList();
+        return new Distribution(list.Count, Quantile(list, 0.5), Quantile(list, 0.9), Quantile(list, 0.99), list.Max());
+    }
+
+    // The box is shared: the load when a run ended says how much its figures were contended.
+    internal static string LoadAverage() => File.Exists("/proc/loadavg") ? File.ReadAllText("/proc/loadavg").Trim() : "";
+
+    private static string Met(bool met) => met ? "met" : "MISSED";
+
+    private static string Today() => DateTime.UtcNow.ToString("yyyy-MM-dd", System.Globalization.CultureInfo.InvariantCulture);
+
+    private static async Task WriteJsonAsync(string path, object figures, CancellationToken ct)
+    {
+        if (Path.GetDirectoryName(path) is { Length: > 0 } parent)
+            Directory.CreateDirectory(parent);
+        await File.WriteAllTextAsync(path, JsonSerializer.Serialize(figures, new JsonSerializerOptions { WriteIndented = true }), ct);
+        Console.WriteLine($"figures written to {path}");
+    }
+
+    /// <summary>
+    /// One caller creating and deleting caches through the managed client without pause; each success is kept with when
+    /// it started and ended and the replica that answered (the client's preferred address right after it).
+    /// </summary>
+    private sealed class AllocateLoop
+    {
+        private readonly RemoteCacheManagerClient _client;
+        private readonly object _gate = new();
+        private readonly List<(long Start, long End, Uri ServedBy)> _successes = new();
+        private int _failures;
+
+        public AllocateLoop(RemoteCacheManagerClient client) => _client = client;
+
+        public int Failures => Volatile.Read(ref _failures);
+
+        public async Task RunAsync(CancellationToken stop)
+        {
+            var request = new ManagedCacheRequest
+            {
+                Capacity = ControlPlane.RegionBytes, Transport = "tcp", Slo = new RemoteCacheSlo { ReadLatency = TimeSpan.FromMicroseconds(100) },
+            };
+            while (!stop.IsCancellationRequested)
+            {
+                try
+                {
+                    long start = Stopwatch.GetTimestamp();
+                    var cache = await _client.CreateAsync(request, stop);
+                    long end = Stopwatch.GetTimestamp();
+                    var servedBy = _client.Address;
+                    lock (_gate)
+                        _successes.Add((start, end, servedBy));
+                    // Closed, then deallocated by id: ManagedCache.DeleteAsync also waits up to 1 s for the deletion to
+                    // come back on the cache's event stream, and right after a failover that stream is still down, so
+                    // the wait would be timed as the control plane's (it is the client's: see docs/benchmarks.md).
+                    ulong id = cache.CacheId;
+                    await cache.DisposeAsync();
+                    await _client.DeleteAsync(id, stop);
+                }
+                catch (OperationCanceledException) when (stop.IsCancellationRequested)
+                {
+                    return;
+                }
+                catch (Exception e) when (e is RemoteCacheManagerException or RemoteCacheException or RpcException)
+                {
+                    // A call that outlived its CallTimeout, or a delete that lost its cache: counted, and the loop goes on.
+                    Interlocked.Increment(ref _failures);
+                    await Task.Delay(10, CancellationToken.None);
+                }
+            }
+        }
+
+        public async Task WaitSuccessesAsync(int count, TimeSpan timeout)
+        {
+            long since = Stopwatch.GetTimestamp();
+            while (true)
+            {
+                lock (_gate)
+                    if (_successes.Count(s => s.Start >= since) >= count)
+                        return;
+                if (Stopwatch.GetElapsedTime(since) > timeout)
+                    throw new TimeoutException($"no {count} Allocates through the client within {timeout.TotalSeconds} s ({Failures} failed so far)");
+                await Task.Delay(5);
+            }
+        }
+
+        /// <summary>
+        /// When the first Allocate that ended after <paramref name="t0"/> and was answered by another replica than
+        /// <paramref name="stopped"/> ended (one the stopped leader answered just before its end does not count).
+        /// </summary>
+        public async Task<(long Start, long End)> FirstSuccessAfterAsync(long t0, Uri stopped, TimeSpan timeout)
+        {
+            while (true)
+            {
+                lock (_gate)
+                    foreach (var s in _successes)
+                        if (s.End >= t0 && s.ServedBy != stopped)
+                            return (s.Start, s.End);
+                if (Stopwatch.GetElapsedTime(t0) > timeout)
+                    throw new TimeoutException($"no Allocate succeeded within {timeout.TotalSeconds} s of stopping the leader ({Failures} failed so far)");
+                await Task.Delay(5);
+            }
+        }
+    }
+
+    /// <summary>
+    /// Polls the managers' leader key every 10 ms (a watch would tell the same, with more code): when the stopped
+    /// leader's key went away (its lease ended, or it resigned) or another's replaced it.
+    /// </summary>
+    private sealed class LeaderKeyWatch
+    {
+        private readonly string _endpoints;
+        private readonly object _gate = new();
+        private readonly List<(long At, long CreateRevision)> _samples = new();
+
+        public LeaderKeyWatch(string endpoints) => _endpoints = endpoints;
+
+        /// <summary>The leader key's create revision as last seen (0: absent).</summary>
+        public long CreateRevision
+        {
+            get
+            {
+                lock (_gate)
+                    return _samples.Count == 0 ? 0 : _samples[^1].CreateRevision;
+            }
+        }
+
+        public long? ChangedAfter(long t0, long revision)
+        {
+            lock (_gate)
+                return _samples.Where(s => s.At >= t0 && s.CreateRevision != revision).Select(s => (long?)s.At).FirstOrDefault();
+        }
+
+        public async Task RunAsync(CancellationToken stop)
+        {
+            using var client = new EtcdClient(_endpoints);
+            var key = ByteString.CopyFromUtf8(ControlPlane.LeaderKey);
+            using var timer = new PeriodicTimer(TimeSpan.FromMilliseconds(10));
+            try
+            {
+                do
+                {
+                    try
+                    {
+                        var response = await client.GetAsync(new RangeRequest { Key = key }, null, DateTime.UtcNow.AddSeconds(1), stop);
+                        long at = Stopwatch.GetTimestamp();
+                        lock (_gate)
+                            _samples.Add((at, response.Kvs.Count == 0 ? 0 : response.Kvs[0].CreateRevision));
+                    }
+                    catch (RpcException) when (!stop.IsCancellationRequested)
+                    {
+                        // A missed sample; the next one tells.
+                    }
+                }
+                while (await timer.WaitForNextTickAsync(stop));
+            }
+            catch (OperationCanceledException) when (stop.IsCancellationRequested)
+            {
+            }
+        }
+    }
+}
