@@ -423,7 +423,7 @@ public sealed class ManagerCore : IAsyncDisposable
             if (capacity != cache.RequestedBytes)
             {
                 long share = cache.RegionsPerServer * cache.RegionBytes;
-                int servers = checked((int)((capacity + share - 1) / share));  // capacity is bounded far below share × 2^31
+                int servers = checked((int)WholeServers.Servers(capacity, share));  // capacity is bounded far below share × 2^31
                 if (_keys.QuotaOf(tenant) is { } quota && servers > cache.Servers.Count)
                 {
                     long used = _caches.Values.Where(c => c.Tenant == tenant).Sum(c => c.CapacityBytes);
