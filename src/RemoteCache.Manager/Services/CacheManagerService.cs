@@ -19,27 +19,34 @@ namespace RemoteCache.Manager.Services;
 [Authorize(Policy = Roles.Tenant)]
 public sealed class CacheManagerService : CacheManager.CacheManagerBase
 {
-    private readonly ManagerCore _core;
+    private readonly TenantCalls _tenants;
+    private readonly Replacements _replacements;
+    private readonly CacheViews _views;
+    private readonly EventHub _events;
     private readonly IHostApplicationLifetime _lifetime;
     private readonly ILeadership _leadership;
 
-    public CacheManagerService(ManagerCore core, IHostApplicationLifetime lifetime, ILeadership leadership)
+    public CacheManagerService(TenantCalls tenants, Replacements replacements, CacheViews views, EventHub events, IHostApplicationLifetime lifetime,
+                               ILeadership leadership)
     {
-        _core = core;
+        _tenants = tenants;
+        _replacements = replacements;
+        _views = views;
+        _events = events;
         _lifetime = lifetime;
         _leadership = leadership;
     }
 
     public override Task<AllocateResponse> Allocate(AllocateRequest request, ServerCallContext context) => Guard(async () =>
     {
-        var (cache, sequence) = await _core.AllocateAsync(Tenant(context), request, context.CancellationToken).ConfigureAwait(false);
-        return new AllocateResponse { Cache = _core.Describe(cache), EventSequence = (ulong)sequence };
+        var (cache, sequence) = await _tenants.AllocateAsync(Tenant(context), request, context.CancellationToken).ConfigureAwait(false);
+        return new AllocateResponse { Cache = _views.Describe(cache), EventSequence = (ulong)sequence };
     });
 
     public override Task<ReallocateResponse> Reallocate(ReallocateRequest request, ServerCallContext context) => Guard(async () =>
     {
-        var (cache, changed, added, removed) = await _core.ReallocateAsync(Tenant(context), request, context.CancellationToken).ConfigureAwait(false);
-        var response = new ReallocateResponse { Cache = _core.Describe(cache), ConfigChanged = changed };
+        var (cache, changed, added, removed) = await _tenants.ReallocateAsync(Tenant(context), request, context.CancellationToken).ConfigureAwait(false);
+        var response = new ReallocateResponse { Cache = _views.Describe(cache), ConfigChanged = changed };
         response.Added.AddRange(response.Cache.Servers.Where(s => added.Contains(s.ServerId)));
         response.Removed.AddRange(removed.Select(id => new CacheServer { ServerId = id }));
         return response;
@@ -47,36 +54,36 @@ public sealed class CacheManagerService : CacheManager.CacheManagerBase
 
     public override Task<DeallocateResponse> Deallocate(DeallocateRequest request, ServerCallContext context) => Guard(async () =>
     {
-        await _core.DeallocateAsync(Tenant(context), request.CacheId, context.CancellationToken).ConfigureAwait(false);
+        await _tenants.DeallocateAsync(Tenant(context), request.CacheId, context.CancellationToken).ConfigureAwait(false);
         return new DeallocateResponse();
     });
 
     public override Task<Cache> GetCache(GetCacheRequest request, ServerCallContext context) => Guard(() =>
     {
-        var cache = _core.Get(Tenant(context), request.CacheId);
-        return Task.FromResult(_core.Describe(cache));
+        var cache = _tenants.Get(Tenant(context), request.CacheId);
+        return Task.FromResult(_views.Describe(cache));
     });
 
     public override Task<ListCachesResponse> ListCaches(ListCachesRequest request, ServerCallContext context) => Guard(() =>
     {
         var response = new ListCachesResponse();
-        response.Caches.AddRange(_core.List(Tenant(context)).Select(_core.Describe));
+        response.Caches.AddRange(_tenants.List(Tenant(context)).Select(_views.Describe));
         return Task.FromResult(response);
     });
 
     public override Task<RenewLeaseResponse> RenewLease(RenewLeaseRequest request, ServerCallContext context) => Guard(async () =>
     {
-        var cache = await _core.RenewLeaseAsync(Tenant(context), request.CacheId, request.ExtendBy, context.CancellationToken).ConfigureAwait(false);
+        var cache = await _tenants.RenewLeaseAsync(Tenant(context), request.CacheId, request.ExtendBy, context.CancellationToken).ConfigureAwait(false);
         var response = new RenewLeaseResponse { Lease = Protos.ToProto(cache, Array.Empty<CacheServer>()).Lease };
-        response.Servers.AddRange(_core.ServersOf(cache));
-        response.Replacements.AddRange(_core.ReplacementsOf(cache));
+        response.Servers.AddRange(_views.ServersOf(cache));
+        response.Replacements.AddRange(_views.ReplacementsOf(cache));
         return response;
     });
 
     public override Task<CacheServer> BeginReplacement(ReplacementRequest request, ServerCallContext context) => Guard(async () =>
     {
-        var (cache, _) = await _core.BeginReplacementAsync(Tenant(context), request, context.CancellationToken).ConfigureAwait(false);
-        return _core.ReplacementsOf(cache).First(r => r.Replaces == request.ServerId).Server;
+        var (cache, _) = await _replacements.BeginReplacementAsync(Tenant(context), request, context.CancellationToken).ConfigureAwait(false);
+        return _views.ReplacementsOf(cache).First(r => r.Replaces == request.ServerId).Server;
     });
 
     public override Task<MoveRegionResponse> MoveRegion(MoveRegionRequest request, ServerCallContext context) => Guard(async () =>
@@ -85,15 +92,15 @@ public sealed class CacheManagerService : CacheManager.CacheManagerBase
         TimeSpan? timeout = context.Deadline == DateTime.MaxValue ? null : context.Deadline - DateTime.UtcNow;
         if (timeout <= TimeSpan.Zero)
             throw new RpcException(new Status(StatusCode.DeadlineExceeded, "the call's deadline passed before the copy began"));
-        var result = await _core.MoveRegionAsync(Tenant(context), request, timeout, context.CancellationToken).ConfigureAwait(false);
+        var result = await _replacements.MoveRegionAsync(Tenant(context), request, timeout, context.CancellationToken).ConfigureAwait(false);
         return new MoveRegionResponse { Bytes = (ulong)result.Bytes, Elapsed = Duration.FromTimeSpan(result.Elapsed), OneSided = result.OneSided };
     });
 
     public override Task<Cache> CompleteReplacement(ReplacementRequest request, ServerCallContext context) => Guard(async () =>
-        _core.Describe(await _core.CompleteReplacementAsync(Tenant(context), request, context.CancellationToken).ConfigureAwait(false)));
+        _views.Describe(await _replacements.CompleteReplacementAsync(Tenant(context), request, context.CancellationToken).ConfigureAwait(false)));
 
     public override Task<Cache> AbandonReplacement(ReplacementRequest request, ServerCallContext context) => Guard(async () =>
-        _core.Describe(await _core.AbandonReplacementAsync(Tenant(context), request, context.CancellationToken).ConfigureAwait(false)));
+        _views.Describe(await _replacements.AbandonReplacementAsync(Tenant(context), request, context.CancellationToken).ConfigureAwait(false)));
 
     public override Task WatchEvents(WatchEventsRequest request, IServerStreamWriter<CacheEvent> responseStream, ServerCallContext context) => Guard(async () =>
     {
@@ -103,14 +110,14 @@ public sealed class CacheManagerService : CacheManager.CacheManagerBase
         using var stopping = CancellationTokenSource.CreateLinkedTokenSource(context.CancellationToken, _lifetime.ApplicationStopping, _leadership.Term);
         var token = stopping.Token;
         // Subscribe before reading the backlog, so nothing committed in between is missed; duplicates are skipped by sequence.
-        var subscription = _core.Events.Subscribe(request.CacheId);
+        var subscription = _events.Subscribe(request.CacheId);
         try
         {
             long last = 0;
             long from = Input.Sequence(request.FromSequence, "from_sequence");
             if (from > 0)
             {
-                var (backlog, live) = await _core.BacklogAsync(tenant, request.CacheId, from, token).ConfigureAwait(false);
+                var (backlog, live) = await _tenants.BacklogAsync(tenant, request.CacheId, from, token).ConfigureAwait(false);
                 foreach (var stored in backlog)
                 {
                     var e = CacheEvent.Parser.ParseFrom(stored.Payload);
@@ -124,7 +131,7 @@ public sealed class CacheManagerService : CacheManager.CacheManagerBase
             }
             else
             {
-                _core.Get(tenant, request.CacheId);  // NotFound unless it is the tenant's
+                _tenants.Get(tenant, request.CacheId);  // NotFound unless it is the tenant's
             }
             await foreach (var stored in subscription.Reader.ReadAllAsync(token).ConfigureAwait(false))
             {
@@ -144,7 +151,7 @@ public sealed class CacheManagerService : CacheManager.CacheManagerBase
         }
         finally
         {
-            _core.Events.Unsubscribe(request.CacheId, subscription);
+            _events.Unsubscribe(request.CacheId, subscription);
         }
     });
 

@@ -1,0 +1,71 @@
+using System;
+using System.Collections.Generic;
+using System.Diagnostics.Metrics;
+using System.Linq;
+using System.Security.Cryptography;
+using System.Threading;
+using System.Threading.Tasks;
+using Google.Protobuf;
+using Google.Protobuf.WellKnownTypes;
+using Grpc.Core;
+using Microsoft.Extensions.Logging;
+using RemoteCache.Admin;
+using RemoteCache.Manager.Admin;
+using RemoteCache.Manager.Allocators;
+using RemoteCache.Manager.Catalogue;
+using RemoteCache.Manager.Cluster;
+using RemoteCache.Manager.Placement;
+using RemoteCache.Manager.Security;
+using RemoteCache.Manager.Slo;
+using RemoteCache.Manager.Store;
+using RemoteCache.Manager.V1;
+using RemoteCache.Slo;
+using PlacementResult = RemoteCache.Manager.Placement.Placement;
+
+namespace RemoteCache.Manager.Core;
+
+/// <summary>Caches as clients see them: their servers and pending replacements, with capabilities for the current lease.</summary>
+public sealed class CacheViews : StateUnit
+{
+    private readonly byte[] _admissionKey;
+
+    public CacheViews(ManagerState state, byte[] admissionKey) : base(state) => _admissionKey = admissionKey;
+
+    /// <summary>The servers of <paramref name="cache"/> as a client needs them: endpoint, regions and a capability valid until the lease ends.</summary>
+    public IReadOnlyList<CacheServer> ServersOf(CacheRecord cache)
+    {
+        lock (_caches)
+            return cache.Servers.Where(_servers.ContainsKey).Select(id => ToCacheServer(cache, _servers[id])).ToList();
+    }
+
+    private CacheServer ToCacheServer(CacheRecord cache, ServerRecord server) => new()
+    {
+        ServerId = server.ServerId,
+        Endpoint = server.Endpoints.TryGetValue(cache.Transport, out var e) ? e : "",
+        Regions = (uint)cache.RegionsPerServer,
+        RegionSize = (ulong)cache.RegionBytes,
+        Capability = RemoteCacheCapability.Mint(_admissionKey, cache.CacheId, server.ServerId, cache.RegionsPerServer, cache.LeaseExpires),
+        VmType = server.VmType,
+        Spot = server.Spot,
+        Replaced = cache.Lineage.TryGetValue(server.ServerId, out var lineage) ? lineage.Replaced : "",
+        LostRegions = { lineage?.LostRegions.Select(r => (uint)r) ?? [] },
+    };
+
+    /// <summary>The cache as the contract describes it: its servers and pending replacements, with capabilities for the current lease.</summary>
+    public Cache Describe(CacheRecord cache)
+    {
+        var proto = Protos.ToProto(cache, ServersOf(cache));
+        proto.Replacements.AddRange(ReplacementsOf(cache));
+        return proto;
+    }
+
+    /// <summary>The servers rented to replace some of <paramref name="cache"/>'s, with capabilities for the current lease.</summary>
+    public IReadOnlyList<Replacement> ReplacementsOf(CacheRecord cache)
+    {
+        lock (_caches)
+            return cache.Replacements
+                .Where(r => _servers.ContainsKey(r.Value.ServerId))
+                .Select(r => new Replacement { Replaces = r.Key, Server = ToCacheServer(cache, _servers[r.Value.ServerId]) })
+                .ToList();
+    }
+}
