@@ -7,7 +7,6 @@ using System.Threading;
 using System.Threading.Tasks;
 using Google.Protobuf;
 using Google.Protobuf.WellKnownTypes;
-using Grpc.Core;
 using Microsoft.Extensions.Logging;
 using RemoteCache.Admin;
 using RemoteCache.Manager.Admin;
@@ -56,7 +55,7 @@ public sealed class CacheServers : StateUnit
                                          (!o.Spot || _catalogue.SpotPolicy.Allows(cache.Duration, cache.RegionsPerServer * cache.RegionBytes)))
                              .OrderBy(o => o.Type.PricePerHour(o.Spot)).ToList();
         if (eligible.Sum(o => o.Count) < count)
-            throw new ManagerException(StatusCode.ResourceExhausted,
+            throw new ManagerRefusal(RefusalKind.ResourceExhausted,
                 $"growing the cache needs {count} more VM(s) with {cache.RegionsPerServer} regions and {Math.Max(1, cache.Config.ServerThreads)} core(s); {eligible.Sum(o => o.Count)} are available ({request.CapacityBytes} bytes)");
         var acquired = new List<ServerRecord>();
         try
@@ -74,7 +73,7 @@ public sealed class CacheServers : StateUnit
         {
             foreach (var s in acquired)
                 await _allocator.ReleaseAsync(s, _servers.Values.ToList(), CancellationToken.None).ConfigureAwait(false);
-            throw new ManagerException(StatusCode.ResourceExhausted, $"cannot rent more VMs: {e.Message}");
+            throw new ManagerRefusal(RefusalKind.ResourceExhausted, $"cannot rent more VMs: {e.Message}");
         }
     }
 

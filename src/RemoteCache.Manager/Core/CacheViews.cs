@@ -7,7 +7,6 @@ using System.Threading;
 using System.Threading.Tasks;
 using Google.Protobuf;
 using Google.Protobuf.WellKnownTypes;
-using Grpc.Core;
 using Microsoft.Extensions.Logging;
 using RemoteCache.Admin;
 using RemoteCache.Manager.Admin;
@@ -32,40 +31,30 @@ public sealed class CacheViews : StateUnit
     public CacheViews(ManagerState state, byte[] admissionKey) : base(state) => _admissionKey = admissionKey;
 
     /// <summary>The servers of <paramref name="cache"/> as a client needs them: endpoint, regions and a capability valid until the lease ends.</summary>
-    public IReadOnlyList<CacheServer> ServersOf(CacheRecord cache)
+    public IReadOnlyList<GrantedServer> ServersOf(CacheRecord cache)
     {
         lock (_caches)
-            return cache.Servers.Where(_servers.ContainsKey).Select(id => ToCacheServer(cache, _servers[id])).ToList();
-    }
-
-    private CacheServer ToCacheServer(CacheRecord cache, ServerRecord server) => new()
-    {
-        ServerId = server.ServerId,
-        Endpoint = server.Endpoints.TryGetValue(cache.Transport, out var e) ? e : "",
-        Regions = (uint)cache.RegionsPerServer,
-        RegionSize = (ulong)cache.RegionBytes,
-        Capability = RemoteCacheCapability.Mint(_admissionKey, cache.CacheId, server.ServerId, cache.RegionsPerServer, cache.LeaseExpires),
-        VmType = server.VmType,
-        Spot = server.Spot,
-        Replaced = cache.Lineage.TryGetValue(server.ServerId, out var lineage) ? lineage.Replaced : "",
-        LostRegions = { lineage?.LostRegions.Select(r => (uint)r) ?? [] },
-    };
-
-    /// <summary>The cache as the contract describes it: its servers and pending replacements, with capabilities for the current lease.</summary>
-    public Cache Describe(CacheRecord cache)
-    {
-        var proto = Protos.ToProto(cache, ServersOf(cache));
-        proto.Replacements.AddRange(ReplacementsOf(cache));
-        return proto;
+            return cache.Servers.Where(_servers.ContainsKey).Select(id => Granted(cache, _servers[id])).ToList();
     }
 
     /// <summary>The servers rented to replace some of <paramref name="cache"/>'s, with capabilities for the current lease.</summary>
-    public IReadOnlyList<Replacement> ReplacementsOf(CacheRecord cache)
+    public IReadOnlyList<GrantedReplacement> ReplacementsOf(CacheRecord cache)
     {
         lock (_caches)
             return cache.Replacements
                 .Where(r => _servers.ContainsKey(r.Value.ServerId))
-                .Select(r => new Replacement { Replaces = r.Key, Server = ToCacheServer(cache, _servers[r.Value.ServerId]) })
+                .Select(r => new GrantedReplacement(r.Key, Granted(cache, _servers[r.Value.ServerId])))
                 .ToList();
     }
+
+    private GrantedServer Granted(CacheRecord cache, ServerRecord server) => new(
+        server.ServerId,
+        server.Endpoints.TryGetValue(cache.Transport, out var e) ? e : "",
+        cache.RegionsPerServer,
+        cache.RegionBytes,
+        RemoteCacheCapability.Mint(_admissionKey, cache.CacheId, server.ServerId, cache.RegionsPerServer, cache.LeaseExpires),
+        server.VmType,
+        server.Spot,
+        cache.Lineage.TryGetValue(server.ServerId, out var lineage) ? lineage.Replaced : "",
+        lineage?.LostRegions ?? []);
 }

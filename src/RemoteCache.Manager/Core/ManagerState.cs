@@ -7,7 +7,6 @@ using System.Threading;
 using System.Threading.Tasks;
 using Google.Protobuf;
 using Google.Protobuf.WellKnownTypes;
-using Grpc.Core;
 using Microsoft.Extensions.Logging;
 using RemoteCache.Admin;
 using RemoteCache.Manager.Admin;
@@ -227,10 +226,10 @@ public sealed class ManagerState
         _caches.TryGetValue(cacheId, out var cache) && cache.Tenant == tenant ? cache : throw NotFound(cacheId);
 
     // Another tenant's cache and no cache get the same answer: ids say nothing about who holds what.
-    internal static ManagerException NotFound(ulong cacheId) => new(StatusCode.NotFound, $"cache {cacheId} does not exist (or is not yours)");
+    internal static ManagerRefusal NotFound(ulong cacheId) => new(RefusalKind.NotFound, $"cache {cacheId} does not exist (or is not yours)");
 
     internal ServerRecord Server(string serverId) =>
-        _servers.TryGetValue(serverId, out var s) ? s : throw new ManagerException(StatusCode.NotFound, $"server {Input.Quote(serverId)} is not in the pool");
+        _servers.TryGetValue(serverId, out var s) ? s : throw new ManagerRefusal(RefusalKind.NotFound, $"server {Input.Quote(serverId)} is not in the pool");
 
     private IEnumerable<Measurement<long>> ServerMemory()
     {

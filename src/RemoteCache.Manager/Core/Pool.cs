@@ -7,7 +7,6 @@ using System.Threading;
 using System.Threading.Tasks;
 using Google.Protobuf;
 using Google.Protobuf.WellKnownTypes;
-using Grpc.Core;
 using Microsoft.Extensions.Logging;
 using RemoteCache.Admin;
 using RemoteCache.Manager.Admin;
@@ -66,12 +65,12 @@ public sealed class Pool : StateUnit, IAsyncDisposable
     public async Task<ServerRecord> AddServerAsync(IReadOnlyDictionary<string, string> endpoints, string vmType, bool spot, CancellationToken cancellationToken)
     {
         if (_allocator.Name != StaticPoolAllocator.AllocatorName)
-            throw new ManagerException(StatusCode.FailedPrecondition, $"this manager runs the {_allocator.Name} allocator; servers are added to a static pool only (--allocator static)");
-        var type = _catalogue.Find(vmType) ?? throw new ManagerException(StatusCode.InvalidArgument, $"vm_type {Input.Quote(vmType)} is not in the catalogue");
+            throw new ManagerRefusal(RefusalKind.FailedPrecondition, $"this manager runs the {_allocator.Name} allocator; servers are added to a static pool only (--allocator static)");
+        var type = _catalogue.Find(vmType) ?? throw new ManagerRefusal(RefusalKind.InvalidArgument, $"vm_type {Input.Quote(vmType)} is not in the catalogue");
         if (spot && type.SpotPerHour is null)
-            throw new ManagerException(StatusCode.InvalidArgument, $"vm_type {Input.Quote(vmType)} has no spot price");
+            throw new ManagerRefusal(RefusalKind.InvalidArgument, $"vm_type {Input.Quote(vmType)} has no spot price");
         if (!endpoints.ContainsKey("tcp"))
-            throw new ManagerException(StatusCode.InvalidArgument, "endpoints must include a tcp one (the admin interface is reached there)");
+            throw new ManagerRefusal(RefusalKind.InvalidArgument, "endpoints must include a tcp one (the admin interface is reached there)");
         var probeTarget = new ServerRecord("", endpoints, vmType, spot, StaticPoolAllocator.AllocatorName);
         ServerProbe probe;
         try
@@ -82,18 +81,18 @@ public sealed class Pool : StateUnit, IAsyncDisposable
         }
         catch (Exception e) when (e is RemoteCacheException or OperationCanceledException && !cancellationToken.IsCancellationRequested)
         {
-            throw new ManagerException(StatusCode.FailedPrecondition, $"the server at {Input.Quote(endpoints["tcp"])} did not answer the admin interface with this manager's admission key: {e.Message}");
+            throw new ManagerRefusal(RefusalKind.FailedPrecondition, $"the server at {Input.Quote(endpoints["tcp"])} did not answer the admin interface with this manager's admission key: {e.Message}");
         }
         if (probe.RegionBytes != _catalogue.RegionBytes)
-            throw new ManagerException(StatusCode.FailedPrecondition, $"the server {probe.ServerId} lends regions of {probe.RegionBytes} bytes; the catalogue's are {_catalogue.RegionBytes} (--region-size)");
+            throw new ManagerRefusal(RefusalKind.FailedPrecondition, $"the server {probe.ServerId} lends regions of {probe.RegionBytes} bytes; the catalogue's are {_catalogue.RegionBytes} (--region-size)");
         long needed = _catalogue.RegionsOf(type) * _catalogue.RegionBytes;
         if (probe.MemoryLimit < needed)
-            throw new ManagerException(StatusCode.FailedPrecondition, $"the server {probe.ServerId} may lend {probe.MemoryLimit} bytes; a {vmType} lends {needed} (--memory-limit)");
+            throw new ManagerRefusal(RefusalKind.FailedPrecondition, $"the server {probe.ServerId} may lend {probe.MemoryLimit} bytes; a {vmType} lends {needed} (--memory-limit)");
         await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
         try
         {
             if (_servers.ContainsKey(probe.ServerId))
-                throw new ManagerException(StatusCode.AlreadyExists, $"server {probe.ServerId} is already in the pool");
+                throw new ManagerRefusal(RefusalKind.AlreadyExists, $"server {probe.ServerId} is already in the pool");
             var server = probeTarget with { ServerId = probe.ServerId, LastProbe = _time.GetUtcNow(), MemoryLent = probe.MemoryLent };
             var change = new StoreChange();
             change.PutServers.Add(server);
@@ -113,7 +112,7 @@ public sealed class Pool : StateUnit, IAsyncDisposable
         {
             var server = Server(serverId);
             if (server.CacheId != 0)
-                throw new ManagerException(StatusCode.FailedPrecondition, $"server {serverId} holds cache {server.CacheId}; drain it and wait for the cache to leave");
+                throw new ManagerRefusal(RefusalKind.FailedPrecondition, $"server {serverId} holds cache {server.CacheId}; drain it and wait for the cache to leave");
             // Out of the manager's care, a server keeps nothing it was granted: whatever it still holds (a cache deallocated
             // while it was unreachable) is dropped now, or ends with its lease.
             try
@@ -143,12 +142,12 @@ public sealed class Pool : StateUnit, IAsyncDisposable
     public async Task<DateTimeOffset> ReclaimServerAsync(string serverId, TimeSpan notice, CancellationToken cancellationToken)
     {
         if (notice <= TimeSpan.Zero || notice > TimeSpan.FromDays(1))
-            throw new ManagerException(StatusCode.InvalidArgument, $"notice {notice} must be positive and at most a day");
+            throw new ManagerRefusal(RefusalKind.InvalidArgument, $"notice {notice} must be positive and at most a day");
         var deadline = _time.GetUtcNow() + notice;
         var server = await UpdateServerAsync(serverId, s =>
         {
             if (s.Status == ServerStatus.Failed)
-                throw new ManagerException(StatusCode.FailedPrecondition, $"server {serverId} has failed; there is nothing left to reclaim");
+                throw new ManagerRefusal(RefusalKind.FailedPrecondition, $"server {serverId} has failed; there is nothing left to reclaim");
             return s with { Status = ServerStatus.Reclaiming, ReclaimDeadline = s.ReclaimDeadline is { } d && d < deadline ? d : deadline };
         }, (change, s, cache) => AddReclaimEvent(change, cache, s), cancellationToken).ConfigureAwait(false);
         return server.ReclaimDeadline!.Value;

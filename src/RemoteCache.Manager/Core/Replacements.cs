@@ -7,7 +7,6 @@ using System.Threading;
 using System.Threading.Tasks;
 using Google.Protobuf;
 using Google.Protobuf.WellKnownTypes;
-using Grpc.Core;
 using Microsoft.Extensions.Logging;
 using RemoteCache.Admin;
 using RemoteCache.Manager.Admin;
@@ -54,9 +53,8 @@ public sealed class Replacements : StateUnit
     }
 
     /// <summary>Rents a server to take the place of one of the cache's that is being reclaimed or has failed.</summary>
-    public async Task<(CacheRecord Cache, ServerRecord Replacement)> BeginReplacementAsync(string tenant, ReplacementRequest request, CancellationToken cancellationToken)
+    public async Task<(CacheRecord Cache, ServerRecord Replacement)> BeginReplacementAsync(string tenant, ReplacementSpec request, CancellationToken cancellationToken)
     {
-        CheckMover(request.Mover);
         await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
         try
         {
@@ -72,13 +70,13 @@ public sealed class Replacements : StateUnit
             var sized = cache;
             if (request.Slo is not null)
             {
-                var slo = TenantCalls.ToSlo(request.Slo, cache.RecordSize);
+                var slo = request.Slo.For(cache.RecordSize);
                 var (choice, reason) = _models.Choose(cache.Transport, slo);
-                sized = cache with { Config = choice?.Config ?? throw new ManagerException(StatusCode.FailedPrecondition, $"no configuration meets the SLO ({slo}): {reason}") };
+                sized = cache with { Config = choice?.Config ?? throw new ManagerRefusal(RefusalKind.FailedPrecondition, $"no configuration meets the SLO ({slo}): {reason}") };
             }
             else if (old.Status is not (ServerStatus.Reclaiming or ServerStatus.Failed))
             {
-                throw new ManagerException(StatusCode.FailedPrecondition,
+                throw new ManagerRefusal(RefusalKind.FailedPrecondition,
                     $"server {old.ServerId} of cache {cache.CacheId} is {old.Status.ToString().ToLowerInvariant()}: only a server being reclaimed or one that failed is replaced " +
                     "(or any, to reshape the cache to an SLO its servers cannot carry: give the SLO)");
             }
@@ -86,7 +84,7 @@ public sealed class Replacements : StateUnit
             try
             {
                 if (!replacement.Endpoints.ContainsKey(cache.Transport))
-                    throw new ManagerException(StatusCode.ResourceExhausted, $"the replacement server {replacement.ServerId} does not listen on {cache.Transport}");
+                    throw new ManagerRefusal(RefusalKind.ResourceExhausted, $"the replacement server {replacement.ServerId} does not listen on {cache.Transport}");
                 var replacements = new Dictionary<string, ReplacementRecord>(cache.Replacements) { [old.ServerId] = new(replacement.ServerId, request.Mover) };
                 var updated = cache with { Replacements = replacements, PricePerHour = cache.PricePerHour + _cacheServers.PriceOf(replacement) };
                 var change = new StoreChange();
@@ -114,21 +112,20 @@ public sealed class Replacements : StateUnit
     /// Has the replacement of a server copy one region from it (the target pulls it through the admin interface, with
     /// a migration capability for the source). Runs outside the state lock: a copy takes about a second per GiB.
     /// </summary>
-    public async Task<RegionPullResult> MoveRegionAsync(string tenant, MoveRegionRequest request, TimeSpan? timeout, CancellationToken cancellationToken)
+    public async Task<RegionPullResult> MoveRegionAsync(string tenant, MoveRegionSpec request, TimeSpan? timeout, CancellationToken cancellationToken)
     {
-        CheckMover(request.Mover);
         CacheRecord cache;
         ServerRecord source, target;
         lock (_caches)
             (cache, source, target) = Pending(tenant, request.CacheId, request.ServerId, request.Mover);
         long regions = Math.Max(1u, request.Regions);
         if (request.SourceRegion + regions > cache.RegionsPerServer || request.TargetRegion + regions > cache.RegionsPerServer)
-            throw new ManagerException(StatusCode.InvalidArgument,
+            throw new ManagerRefusal(RefusalKind.InvalidArgument,
                 $"regions {request.SourceRegion}..+{regions} -> {request.TargetRegion}..+{regions}: a server lends cache {cache.CacheId} regions 0..{cache.RegionsPerServer - 1}");
         if (request.MaxMibPerS > int.MaxValue)
-            throw new ManagerException(StatusCode.InvalidArgument, $"max_mib_per_s {request.MaxMibPerS} is beyond any transport");
+            throw new ManagerRefusal(RefusalKind.InvalidArgument, $"max_mib_per_s {request.MaxMibPerS} is beyond any transport");
         if (source.Status == ServerStatus.Failed)
-            throw new ManagerException(StatusCode.FailedPrecondition, $"server {source.ServerId} failed ({source.FailureReason}): its regions cannot be copied");
+            throw new ManagerRefusal(RefusalKind.FailedPrecondition, $"server {source.ServerId} failed ({source.FailureReason}): its regions cannot be copied");
         var pullTimeout = timeout ?? RegionPull.DefaultTimeout;
         var pull = new RegionPull
         {
@@ -156,14 +153,14 @@ public sealed class Replacements : StateUnit
         }
         catch (RemoteCacheException e)
         {
-            var code = e.Status == RemoteCacheStatus.Timeout ? StatusCode.DeadlineExceeded : StatusCode.FailedPrecondition;
-            throw new ManagerException(code, $"copying regions {pull.SourceRegion}..+{pull.Regions} of cache {cache.CacheId} from server {source.ServerId} to {target.ServerId} failed: {e.Message}");
+            var code = e.Status == RemoteCacheStatus.Timeout ? RefusalKind.DeadlineExceeded : RefusalKind.FailedPrecondition;
+            throw new ManagerRefusal(code, $"copying regions {pull.SourceRegion}..+{pull.Regions} of cache {cache.CacheId} from server {source.ServerId} to {target.ServerId} failed: {e.Message}");
         }
         catch (ArgumentException e)
         {
             // The target refused the pull as asked: most likely the mover has not connected to the replacement yet (a
             // connection with its capability creates the cache there).
-            throw new ManagerException(StatusCode.FailedPrecondition,
+            throw new ManagerRefusal(RefusalKind.FailedPrecondition,
                 $"server {target.ServerId} refused to copy regions {pull.SourceRegion}..+{pull.Regions} of cache {cache.CacheId} from {source.ServerId}: {e.Message}; " +
                 "connect to the replacement with its capability before MoveRegion");
         }
@@ -174,18 +171,17 @@ public sealed class Replacements : StateUnit
     }
 
     /// <summary>Puts the replacement in the replaced server's place and releases the replaced one.</summary>
-    public async Task<CacheRecord> CompleteReplacementAsync(string tenant, ReplacementRequest request, CancellationToken cancellationToken)
+    public async Task<CacheRecord> CompleteReplacementAsync(string tenant, ReplacementSpec request, CancellationToken cancellationToken)
     {
-        CheckMover(request.Mover);
         await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
         try
         {
             var (cache, old, replacement) = Pending(tenant, request.CacheId, request.ServerId, request.Mover);
-            if (request.LostRegions.FirstOrDefault(r => r >= cache.RegionsPerServer, uint.MaxValue) is var wrong && wrong != uint.MaxValue)
-                throw new ManagerException(StatusCode.InvalidArgument, $"lost region {wrong}: a server lends cache {cache.CacheId} regions 0..{cache.RegionsPerServer - 1}");
+            if ((request.LostRegions ?? []).FirstOrDefault(r => r >= cache.RegionsPerServer, uint.MaxValue) is var wrong && wrong != uint.MaxValue)
+                throw new ManagerRefusal(RefusalKind.InvalidArgument, $"lost region {wrong}: a server lends cache {cache.CacheId} regions 0..{cache.RegionsPerServer - 1}");
             // What the mover says it lost, and whatever this manager did not copy (a mover cannot make the others trust an empty region).
             var activity = Activity(cache.CacheId, old.ServerId);
-            var lost = Enumerable.Range(0, cache.RegionsPerServer).Where(r => request.LostRegions.Contains((uint)r) || !activity.WasCopied(r)).ToList();
+            var lost = Enumerable.Range(0, cache.RegionsPerServer).Where(r => (request.LostRegions?.Contains((uint)r) ?? false) || !activity.WasCopied(r)).ToList();
             int index = cache.Servers.ToList().IndexOf(old.ServerId);
             var servers = cache.Servers.ToList();
             servers[index] = replacement.ServerId;
@@ -220,9 +216,8 @@ public sealed class Replacements : StateUnit
     }
 
     /// <summary>Gives a replacement back; the cache is as before.</summary>
-    public async Task<CacheRecord> AbandonReplacementAsync(string tenant, ReplacementRequest request, CancellationToken cancellationToken)
+    public async Task<CacheRecord> AbandonReplacementAsync(string tenant, ReplacementSpec request, CancellationToken cancellationToken)
     {
-        CheckMover(request.Mover);
         await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
         try
         {
@@ -278,17 +273,11 @@ public sealed class Replacements : StateUnit
 
     private static readonly TimeSpan MigrationCapabilitySlack = TimeSpan.FromMinutes(1);
 
-    private static void CheckMover(string mover)
-    {
-        if (string.IsNullOrEmpty(mover))
-            throw new ManagerException(StatusCode.InvalidArgument, $"mover must name the client moving the cache (1 to {ContractLimits.MaxMoverLength} characters)");
-    }
-
     // Under the lock or the monitor: the cache's server `serverId`.
     private ServerRecord ServerOf(CacheRecord cache, string serverId) =>
         cache.Servers.Contains(serverId) && _servers.TryGetValue(serverId, out var s)
             ? s
-            : throw new ManagerException(StatusCode.FailedPrecondition, $"server {Input.Quote(serverId)} is not one of cache {cache.CacheId}'s");
+            : throw new ManagerRefusal(RefusalKind.FailedPrecondition, $"server {Input.Quote(serverId)} is not one of cache {cache.CacheId}'s");
 
     // Under the lock or the monitor: the cache, its server `serverId` and that server's pending replacement (of `mover`).
     private (CacheRecord Cache, ServerRecord Server, ServerRecord Replacement) Pending(string tenant, ulong cacheId, string serverId, string mover)
@@ -296,13 +285,13 @@ public sealed class Replacements : StateUnit
         var cache = Owned(tenant, cacheId);
         var server = ServerOf(cache, serverId);
         if (!cache.Replacements.TryGetValue(server.ServerId, out var pending))
-            throw new ManagerException(StatusCode.FailedPrecondition, $"no replacement of server {server.ServerId} was begun for cache {cache.CacheId} (BeginReplacement first)");
+            throw new ManagerRefusal(RefusalKind.FailedPrecondition, $"no replacement of server {server.ServerId} was begun for cache {cache.CacheId} (BeginReplacement first)");
         return (cache, server, PendingReplacement(cache, server, pending, mover));
     }
 
     private ServerRecord PendingReplacement(CacheRecord cache, ServerRecord old, ReplacementRecord pending, string mover) =>
         pending.Mover != mover
-            ? throw new ManagerException(StatusCode.FailedPrecondition,
+            ? throw new ManagerRefusal(RefusalKind.FailedPrecondition,
                 $"another client of cache {cache.CacheId} ({Input.Quote(pending.Mover)}) is moving server {old.ServerId}'s regions; follow its ServerReplaced event", Refusals.MovedElsewhere)
             : _servers[pending.ServerId];
 

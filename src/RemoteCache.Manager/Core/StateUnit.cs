@@ -7,7 +7,6 @@ using System.Threading;
 using System.Threading.Tasks;
 using Google.Protobuf;
 using Google.Protobuf.WellKnownTypes;
-using Grpc.Core;
 using Microsoft.Extensions.Logging;
 using RemoteCache.Admin;
 using RemoteCache.Manager.Admin;
@@ -53,7 +52,7 @@ public abstract class StateUnit
 
     private protected CacheRecord Owned(string tenant, ulong cacheId) => _state.Owned(tenant, cacheId);
 
-    private protected static ManagerException NotFound(ulong cacheId) => ManagerState.NotFound(cacheId);
+    private protected static ManagerRefusal NotFound(ulong cacheId) => ManagerState.NotFound(cacheId);
 
     private protected ServerRecord Server(string serverId) => _state.Server(serverId);
 

@@ -7,7 +7,6 @@ using System.Threading;
 using System.Threading.Tasks;
 using Google.Protobuf;
 using Google.Protobuf.WellKnownTypes;
-using Grpc.Core;
 using Microsoft.Extensions.Logging;
 using RemoteCache.Admin;
 using RemoteCache.Manager.Admin;
@@ -57,7 +56,7 @@ public sealed class TenantCalls : StateUnit
         _metrics = metrics;
     }
 
-    public async Task<(CacheRecord Cache, long Sequence)> AllocateAsync(string tenant, AllocateRequest request, CancellationToken cancellationToken)
+    public async Task<(CacheRecord Cache, long Sequence)> AllocateAsync(string tenant, AllocateSpec request, CancellationToken cancellationToken)
     {
         var clock = ManagerMetrics.Time();
         try
@@ -66,25 +65,31 @@ public sealed class TenantCalls : StateUnit
             _metrics.Allocated("ok", clock.Elapsed);
             return result;
         }
-        catch (ManagerException e)
+        catch (ManagerRefusal e)
         {
-            _metrics.Allocated(e.Code.ToString(), clock.Elapsed);
-            _logger.LogInformation("Refused an Allocate of tenant {Tenant}: {Code} {Reason}", tenant, e.Code, e.Message);
+            RefusedAllocate(tenant, e.Kind.ToString(), e.Message, clock.Elapsed);
             throw;
         }
     }
 
-    private async Task<(CacheRecord, long)> AllocateCoreAsync(string tenant, AllocateRequest request, CancellationToken cancellationToken)
+    /// <summary>Counts and logs an Allocate refused (<paramref name="code"/>: the refusal's kind, as its status is named), here or before it got here.</summary>
+    public void RefusedAllocate(string tenant, string code, string reason, TimeSpan elapsed)
     {
-        long capacity = Input.Capacity(request.Capacity, "capacity");
-        var slo = ToSlo(request.Slo, Input.RecordSize(request.RecordSize, "record_size"));
-        TimeSpan? duration = request.Duration is null ? null : Input.Positive(request.Duration, "duration");
-        var lease = Input.PositiveOr(request.Lease, "lease", _options.DefaultLease);
+        _metrics.Allocated(code, elapsed);
+        _logger.LogInformation("Refused an Allocate of tenant {Tenant}: {Code} {Reason}", tenant, code, reason);
+    }
+
+    private async Task<(CacheRecord, long)> AllocateCoreAsync(string tenant, AllocateSpec request, CancellationToken cancellationToken)
+    {
+        long capacity = request.Capacity;
+        var slo = request.Slo;
+        TimeSpan? duration = request.Duration;
+        var lease = request.Lease ?? _options.DefaultLease;
         if (lease < _options.MinLease || lease > _options.MaxLease)
-            throw new ManagerException(StatusCode.InvalidArgument, $"lease {lease} must be between {_options.MinLease} and {_options.MaxLease}");
+            throw new ManagerRefusal(RefusalKind.InvalidArgument, $"lease {lease} must be between {_options.MinLease} and {_options.MaxLease}");
         var transports = string.IsNullOrEmpty(request.Transport) ? _options.Transports : new List<string> { request.Transport };
         if (!string.IsNullOrEmpty(request.Transport) && !_options.Transports.Contains(request.Transport))
-            throw new ManagerException(StatusCode.InvalidArgument, $"transport {Input.Quote(request.Transport)} is not offered (offered: {string.Join(", ", _options.Transports)})");
+            throw new ManagerRefusal(RefusalKind.InvalidArgument, $"transport {Input.Quote(request.Transport)} is not offered (offered: {string.Join(", ", _options.Transports)})");
 
         await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
         try
@@ -93,7 +98,7 @@ public sealed class TenantCalls : StateUnit
                 return retried;
             long used = _caches.Values.Where(c => c.Tenant == tenant).Sum(c => c.CapacityBytes);
             if (_keys.QuotaOf(tenant) is { } quota && used + capacity > quota)
-                throw new ManagerException(StatusCode.ResourceExhausted,
+                throw new ManagerRefusal(RefusalKind.ResourceExhausted,
                     $"tenant '{tenant}' holds {used} bytes of its quota of {quota}; {capacity} more would exceed it");
 
             var search = ManagerMetrics.Time();
@@ -113,7 +118,7 @@ public sealed class TenantCalls : StateUnit
                         _servers[server.ServerId] = server;  // a new local server must not be offered again in this loop
                 }
                 if (acquired.Any(s => !s.Endpoints.ContainsKey(choice.Transport)))
-                    throw new ManagerException(StatusCode.ResourceExhausted, $"a server of the placement does not listen on {choice.Transport}");
+                    throw new ManagerRefusal(RefusalKind.ResourceExhausted, $"a server of the placement does not listen on {choice.Transport}");
                 var now = _time.GetUtcNow();
                 var cache = new CacheRecord
                 {
@@ -124,7 +129,7 @@ public sealed class TenantCalls : StateUnit
                     RegionsPerServer = placement.RegionsPerServer, RegionBytes = placement.RegionBytes,
                     Created = now, LeaseExpires = now + lease, LeaseLength = lease, Duration = duration,
                     PricePerHour = placement.PricePerHour, PredictedLatencyUs = choice.PredictedLatencyUs, PredictedThroughput = choice.PredictedThroughput,
-                    RequestId = request.RequestId.Length == 0 ? null : request.RequestId, AllocateRequest = AsSent(request),
+                    RequestId = request.RequestId, AllocateRequest = request.Sent.Text,
                 };
                 var change = new StoreChange();
                 change.PutCaches.Add(cache);
@@ -139,7 +144,7 @@ public sealed class TenantCalls : StateUnit
             }
             catch (AllocatorException e)
             {
-                throw new ManagerException(StatusCode.ResourceExhausted, $"cannot rent the VMs of the placement: {e.Message}");
+                throw new ManagerRefusal(RefusalKind.ResourceExhausted, $"cannot rent the VMs of the placement: {e.Message}");
             }
             finally
             {
@@ -165,17 +170,16 @@ public sealed class TenantCalls : StateUnit
     // connection dropped) gets the cache the first placed while that lives, with the first answer's event sequence;
     // null: no request_id, or no live cache of this tenant placed with it. Only the tenant's own caches are looked at,
     // so another tenant's request_id reveals nothing.
-    private async Task<(CacheRecord, long)?> RetriedAllocateAsync(string tenant, AllocateRequest request, CancellationToken cancellationToken)
+    private async Task<(CacheRecord, long)?> RetriedAllocateAsync(string tenant, AllocateSpec request, CancellationToken cancellationToken)
     {
-        string requestId = request.RequestId;
-        if (requestId.Length == 0)
+        if (request.RequestId is not { Length: > 0 } requestId)
             return null;
         var earlier = _caches.Values.FirstOrDefault(c => c.Tenant == tenant && c.RequestId == requestId);
         if (earlier is null)
             return null;
-        var differ = DifferingFields(earlier.AllocateRequest, request);
+        var differ = request.Sent.DifferingFrom(earlier.AllocateRequest);
         if (differ.Count > 0)
-            throw new ManagerException(StatusCode.AlreadyExists,
+            throw new ManagerRefusal(RefusalKind.AlreadyExists,
                 $"request_id {Input.Quote(requestId)} already placed cache {earlier.CacheId} with other parameters " +
                 $"({string.Join(", ", differ)} differ): a retry repeats its request; another request needs another request_id");
         // A cache's first event is its CacheAllocated (the event log is append-only).
@@ -183,25 +187,6 @@ public sealed class TenantCalls : StateUnit
         long sequence = events.FirstOrDefault(e => CacheEvent.Parser.ParseFrom(e.Payload).KindCase == CacheEvent.KindOneofCase.CacheAllocated)?.Sequence ?? 0;
         _logger.LogInformation("Allocate of {Tenant} retried with its request id: cache {CacheId} again", tenant, earlier.CacheId);
         return (earlier, sequence);
-    }
-
-    // The request as the cache keeps it for comparing retries: without its request_id, protobuf in base64.
-    private static string AsSent(AllocateRequest request)
-    {
-        var sent = request.Clone();
-        sent.RequestId = "";
-        return Convert.ToBase64String(sent.ToByteArray());
-    }
-
-    // The fields (proto names) in which a retry differs from the request that placed the cache (compared as sent).
-    private static List<string> DifferingFields(string? stored, AllocateRequest retry)
-    {
-        var first = stored is null ? new AllocateRequest() : AllocateRequest.Parser.ParseFrom(Convert.FromBase64String(stored));
-        var asked = retry.Clone();
-        asked.RequestId = "";
-        return AllocateRequest.Descriptor.Fields.InFieldNumberOrder()
-                              .Where(f => !Equals(f.Accessor.GetValue(first), f.Accessor.GetValue(asked)))
-                              .Select(f => f.Name).ToList();
     }
 
     // The cheapest (configuration, placement) over the transports, ties to the first transport listed.
@@ -231,7 +216,7 @@ public sealed class TenantCalls : StateUnit
         }
         if (best is { } found)
             return found;
-        throw new ManagerException(anyConfig ? StatusCode.ResourceExhausted : StatusCode.FailedPrecondition,
+        throw new ManagerRefusal(anyConfig ? RefusalKind.ResourceExhausted : RefusalKind.FailedPrecondition,
             (anyConfig ? "no VMs can hold the cache: " : $"no configuration meets the SLO ({slo}): ") + string.Join("; ", reasons));
     }
 
@@ -261,16 +246,16 @@ public sealed class TenantCalls : StateUnit
             return _caches.Values.Where(c => c.Tenant == tenant).OrderBy(c => c.Created).ToList();
     }
 
-    public async Task<CacheRecord> RenewLeaseAsync(string tenant, ulong cacheId, Duration? extendBy, CancellationToken cancellationToken)
+    public async Task<CacheRecord> RenewLeaseAsync(string tenant, ulong cacheId, TimeSpan? extendBy, CancellationToken cancellationToken)
     {
-        TimeSpan? by = Input.PositiveOrDefault(extendBy, "extend_by");
+        TimeSpan? by = extendBy;
         await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
         try
         {
             var cache = Owned(tenant, cacheId);
             var length = by ?? cache.LeaseLength;
             if (length > _options.MaxLease)
-                throw new ManagerException(StatusCode.InvalidArgument, $"extend_by {length} is longer than the longest lease, {_options.MaxLease}");
+                throw new ManagerRefusal(RefusalKind.InvalidArgument, $"extend_by {length} is longer than the longest lease, {_options.MaxLease}");
             var renewed = cache with { LeaseExpires = _time.GetUtcNow() + length, ExpiryWarned = false };
             var change = new StoreChange();
             change.PutCaches.Add(renewed);
@@ -290,7 +275,7 @@ public sealed class TenantCalls : StateUnit
     }
 
     public async Task<(CacheRecord Cache, bool ConfigChanged, IReadOnlyList<string> Added, IReadOnlyList<string> Removed)> ReallocateAsync(
-        string tenant, ReallocateRequest request, CancellationToken cancellationToken)
+        string tenant, ReallocateSpec request, CancellationToken cancellationToken)
     {
         await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
         try
@@ -299,13 +284,13 @@ public sealed class TenantCalls : StateUnit
             var updated = cache;
             if (request.Slo is not null)
             {
-                var slo = ToSlo(request.Slo, cache.RecordSize);
+                var slo = request.Slo.For(cache.RecordSize);
                 var (choice, reason) = _models.Choose(cache.Transport, slo);
                 if (choice is null)
-                    throw new ManagerException(StatusCode.FailedPrecondition, $"no configuration meets the SLO ({slo}): {reason}");
+                    throw new ManagerRefusal(RefusalKind.FailedPrecondition, $"no configuration meets the SLO ({slo}): {reason}");
                 int cores = cache.Servers.Min(id => _catalogue.Find(_servers[id].VmType)?.Cores ?? 0);
                 if (choice.Config.ServerThreads > cores)
-                    throw new ManagerException(StatusCode.FailedPrecondition,
+                    throw new ManagerRefusal(RefusalKind.FailedPrecondition,
                         $"the SLO ({slo}) needs {choice.Config} with {choice.Config.ServerThreads} server threads; the cache's VMs have {cores} core(s): " +
                         "it needs new servers and its content moved over (BeginReplacement with the SLO for each server, then Reallocate again)",
                         Refusals.MigrationRequired);
@@ -313,7 +298,7 @@ public sealed class TenantCalls : StateUnit
             }
             var added = new List<ServerRecord>();
             var removed = new List<string>();
-            long capacity = request.Capacity == 0 ? cache.RequestedBytes : Input.Capacity(request.Capacity, "capacity");
+            long capacity = request.Capacity ?? cache.RequestedBytes;
             if (capacity != cache.RequestedBytes)
             {
                 long share = cache.RegionsPerServer * cache.RegionBytes;
@@ -322,7 +307,7 @@ public sealed class TenantCalls : StateUnit
                 {
                     long used = _caches.Values.Where(c => c.Tenant == tenant).Sum(c => c.CapacityBytes);
                     if (used + (servers - cache.Servers.Count) * share > quota)
-                        throw new ManagerException(StatusCode.ResourceExhausted, $"tenant '{tenant}' holds {used} bytes of its quota of {quota}; growing to {capacity} would exceed it");
+                        throw new ManagerRefusal(RefusalKind.ResourceExhausted, $"tenant '{tenant}' holds {used} bytes of its quota of {quota}; growing to {capacity} would exceed it");
                 }
                 if (servers > cache.Servers.Count)
                     added.AddRange(await _cacheServers.AcquireSharesAsync(updated, servers - cache.Servers.Count, cancellationToken).ConfigureAwait(false));
@@ -352,7 +337,7 @@ public sealed class TenantCalls : StateUnit
                     change.PutServers.Add(kept);
             }
             if (configChanged)
-                AddEvent(change, updated, e => e.ConfigChanged = new ConfigChanged { Config = Protos.ToProto(updated.Config) });
+                AddEvent(change, updated, e => e.ConfigChanged = new ConfigChanged { Config = EventProtos.ToProto(updated.Config) });
             if (added.Count > 0 || removed.Count > 0)
                 AddEvent(change, updated, e =>
                 {
@@ -400,7 +385,7 @@ public sealed class TenantCalls : StateUnit
         // passes one with a hole. Only the cache's tenant gets here, so the floor tells nobody else anything.
         long floor = await _store.EventFloorAsync(cacheId, cancellationToken).ConfigureAwait(false);
         if (fromSequence < floor)
-            throw new ManagerException(StatusCode.OutOfRange,
+            throw new ManagerRefusal(RefusalKind.OutOfRange,
                 $"cache {cacheId}'s events before sequence {floor} were compacted away (events are kept {_options.EventRetention.TotalSeconds:0} s, " +
                 $"at most {_options.EventsPerCache} per cache), so sequence {fromSequence} can no longer be streamed: read the cache's current state " +
                 $"(GetCache) and watch from sequence {floor}, or from 0 for new events only", Refusals.EventsCompacted);
@@ -416,23 +401,6 @@ public sealed class TenantCalls : StateUnit
             if (id != 0 && !_caches.ContainsKey(id))
                 return id;
         }
-    }
-
-    // An unset or empty SLO asks for nothing: the cheapest configuration (one that does any work at all).
-    internal static RemoteCacheSlo ToSlo(V1.Slo? slo, int recordSize)
-    {
-        var result = new RemoteCacheSlo
-        {
-            ReadLatency = slo?.ReadLatency is { } r ? Input.Positive(r, "slo.read_latency") : null,
-            WriteLatency = slo?.WriteLatency is { } w ? Input.Positive(w, "slo.write_latency") : null,
-            Throughput = slo?.Throughput ?? 0,
-            RecordSize = recordSize,
-        };
-        if (result.ReadLatency is null && result.WriteLatency is null && result.Throughput == 0)
-            result.Throughput = double.Epsilon;
-        if (result.Problem() is { } problem)
-            throw new ManagerException(StatusCode.InvalidArgument, $"the SLO {problem}");
-        return result;
     }
 
     internal static SloRecord ToRecord(RemoteCacheSlo slo) =>

@@ -49,7 +49,7 @@ public sealed class ServerPoolService : ServerPool.ServerPoolBase
 
     public override Task<ReclaimServerResponse> ReclaimServer(ReclaimServerRequest request, ServerCallContext context) => Guard(async () =>
     {
-        TimeSpan notice = Input.PositiveOr(request.Notice, "notice", s_defaultNotice);
+        TimeSpan notice = WireInput.PositiveOr(request.Notice, "notice", s_defaultNotice);
         var deadline = await _pool.ReclaimServerAsync(request.ServerId, notice, context.CancellationToken).ConfigureAwait(false);
         return new ReclaimServerResponse { Deadline = Timestamp.FromDateTimeOffset(deadline) };
     });
