@@ -1,25 +1,13 @@
 using System;
 using System.Collections.Generic;
-using System.Diagnostics.Metrics;
 using System.Linq;
-using System.Security.Cryptography;
 using System.Threading;
 using System.Threading.Tasks;
-using Google.Protobuf;
 using Google.Protobuf.WellKnownTypes;
 using Microsoft.Extensions.Logging;
-using RemoteCache.Admin;
-using RemoteCache.Manager.Admin;
 using RemoteCache.Manager.Allocators;
-using RemoteCache.Manager.Catalogue;
-using RemoteCache.Manager.Cluster;
-using RemoteCache.Manager.Placement;
-using RemoteCache.Manager.Security;
-using RemoteCache.Manager.Slo;
 using RemoteCache.Manager.Store;
 using RemoteCache.Manager.V1;
-using RemoteCache.Slo;
-using PlacementResult = RemoteCache.Manager.Placement.Placement;
 
 namespace RemoteCache.Manager.Core;
 
