@@ -120,7 +120,7 @@ internal sealed class ControlPlane : IAsyncDisposable
     public void KillServer()
     {
         string id = CacheServer;
-        var server = _app.Services.GetRequiredService<ManagerCore>().Servers().Single(s => s.ServerId == id);
+        var server = _app.Services.GetRequiredService<Pool>().Servers().Single(s => s.ServerId == id);
         using var process = Process.GetProcessById(server.ProcessId);
         process.Kill();
     }

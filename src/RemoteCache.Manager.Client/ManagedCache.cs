@@ -135,7 +135,7 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
     {
         var before = _state;
         long share = (long)before.Servers[0].Regions * (long)before.Servers[0].RegionSize;
-        int servers = capacity == 0 ? before.Servers.Count : (int)Math.Min(int.MaxValue, (capacity + share - 1) / share);
+        int servers = capacity == 0 ? before.Servers.Count : (int)Math.Min(int.MaxValue, WholeServers.Servers(capacity, share));
         var request = new ReallocateRequest { CacheId = CacheId, Capacity = (ulong)capacity };
         if (slo is not null)
             request.Slo = Contract.ToProto(slo);

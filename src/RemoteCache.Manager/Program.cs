@@ -281,9 +281,16 @@ public static class Program
             : new LocalProcessAllocator(catalogue, new LocalServerSettings(options.ServerPath ?? RemoteCacheServer.ExecutablePath, Path.Combine(options.StateDirectory, "local"),
                                                                            admissionPath, options.Warm, options.CommitMemory, options.VerbsAddress),
                                         sp.GetRequiredService<ILoggerFactory>().CreateLogger<LocalProcessAllocator>()));
-        services.AddSingleton(sp => new ManagerCore(sp.GetRequiredService<IManagerStore>(), sp.GetRequiredService<IServerAllocator>(), sp.GetRequiredService<IServerAdmin>(), catalogue, models,
-            options, admissionKey, keys, TimeProvider.System, sp.GetRequiredService<ILogger<ManagerCore>>(), sp.GetRequiredService<ManagerMetrics>(),
-            sp.GetRequiredService<ILeadership>()));
+        // The core: the shared state and the units that work on it, each with the services it uses.
+        services.AddSingleton(options);
+        services.AddSingleton<EventHub>();
+        services.AddSingleton<ManagerState>();
+        services.AddSingleton<CacheServers>();
+        services.AddSingleton(sp => new CacheViews(sp.GetRequiredService<ManagerState>(), admissionKey));
+        services.AddSingleton<TenantCalls>();
+        services.AddSingleton(sp => ActivatorUtilities.CreateInstance<Replacements>(sp, admissionKey));
+        services.AddSingleton<Pool>();
+        services.AddSingleton<Duties>();
         services.AddHostedService<ManagerWorker>();
         services.AddGrpc(grpc =>
         {
@@ -306,20 +313,20 @@ public static class Program
         app.MapGrpcService<ServerPoolService>();
         app.MapGrpcHealthChecksService().AllowAnonymous();
 
-        var core = app.Services.GetRequiredService<ManagerCore>();
+        var pool = app.Services.GetRequiredService<Pool>();  // created now, so that the container disposes it (free local servers stop)
         if (app.Services.GetRequiredService<ILeadership>() is EtcdLeadership replica)
         {
             await JoinAsync(replica, cancellationToken).ConfigureAwait(false);
-            await core.RefreshAsync(cancellationToken).ConfigureAwait(false);  // what it serves until it leads, if ever
+            await app.Services.GetRequiredService<ManagerState>().RefreshAsync(cancellationToken).ConfigureAwait(false);  // what it serves until it leads, if ever
         }
         else
         {
             // The sole manager takes its state over before it serves, so that a failure to is a failure to start.
-            await core.TakeOverAsync(cancellationToken).ConfigureAwait(false);
+            await app.Services.GetRequiredService<Duties>().TakeOverAsync(cancellationToken).ConfigureAwait(false);
             app.Services.GetRequiredService<ILeadership>().Serve(CancellationToken.None);
         }
         if (app.Services.GetRequiredService<IServerAllocator>() is LocalProcessAllocator local)
-            local.ServerExited += id => _ = core.ServerFailedAsync(id, "its process ended", CancellationToken.None);
+            local.ServerExited += id => _ = pool.ServerFailedAsync(id, "its process ended", CancellationToken.None);
         app.Lifetime.ApplicationStarted.Register(() => console.WriteLine(string.Create(CultureInfo.InvariantCulture,
             $"remotecache-manager serving on {listen} ({options.Allocator} allocator, {catalogue.VmTypes.Count} VM types, transports {string.Join(",", options.Transports)}, state in {options.StateDirectory})")));
         return app;

@@ -34,7 +34,7 @@ public sealed class EventRetentionTests
         ulong id = allocated.Cache.CacheId;
         for (int i = 0; i < 3; i++)
             await alice.RenewLeaseAsync(new RenewLeaseRequest { CacheId = id });
-        await manager.App.Services.GetRequiredService<ManagerCore>().CompactEventsAsync(CancellationToken.None);
+        await manager.App.Services.GetRequiredService<Duties>().CompactEventsAsync(CancellationToken.None);
         return (id, allocated.EventSequence, allocated.EventSequence + 2);
     }
 

@@ -4,6 +4,7 @@ using System.Threading.Tasks;
 using Google.Protobuf.WellKnownTypes;
 using Grpc.Core;
 using RemoteCache.Manager.Core;
+using RemoteCache.Manager.Services;
 using RemoteCache.Manager.V1;
 using Xunit;
 using static RemoteCache.Manager.Tests.TestManager;
@@ -155,14 +156,14 @@ public sealed class InputBoundsTests
     [InlineData(0L, -1, "-0.000000001s")]
     [InlineData(3L, 500_000_000, "3.5s")]
     public void DurationsAreQuotedAsSent(long seconds, int nanos, string text) =>
-        Assert.Equal(text, Input.Text(new Duration { Seconds = seconds, Nanos = nanos }));
+        Assert.Equal(text, WireInput.Text(new Duration { Seconds = seconds, Nanos = nanos }));
 
     [Fact]
     public void SubTickDurationsRoundUpToTheNextTick()
     {
-        Assert.Equal(TimeSpan.FromTicks(1), Input.Positive(new Duration { Nanos = 1 }, "d"));
-        Assert.Equal(TimeSpan.FromTicks(2), Input.Positive(new Duration { Nanos = 101 }, "d"));
-        Assert.Equal(TimeSpan.FromSeconds(2), Input.Positive(new Duration { Seconds = 2 }, "d"));
-        Assert.Equal(TimeSpan.FromDays(3), Input.PositiveOr(null, "d", TimeSpan.FromDays(3)));
+        Assert.Equal(TimeSpan.FromTicks(1), WireInput.Positive(new Duration { Nanos = 1 }, "d"));
+        Assert.Equal(TimeSpan.FromTicks(2), WireInput.Positive(new Duration { Nanos = 101 }, "d"));
+        Assert.Equal(TimeSpan.FromSeconds(2), WireInput.Positive(new Duration { Seconds = 2 }, "d"));
+        Assert.Equal(TimeSpan.FromDays(3), WireInput.PositiveOr(null, "d", TimeSpan.FromDays(3)));
     }
 }

@@ -5,7 +5,7 @@ using Xunit;
 
 namespace RemoteCache.Manager.Tests;
 
-// Which of the source's endpoints a target pulls a region from (ManagerCore.PullEndpoint).
+// Which of the source's endpoints a target pulls a region from (Replacements.PullEndpoint).
 public sealed class PullEndpointTests
 {
     private static ServerRecord Server(string id, params string[] transports)
@@ -28,7 +28,7 @@ public sealed class PullEndpointTests
     [InlineData("shm", "tcp shm", "tcp", "tcp:src:7000")]
     public void VerbsWhenBothHaveItElseTheCachesTransportElseTcp(string cacheTransport, string source, string target, string expected)
     {
-        var pulled = ManagerCore.PullEndpoint(Server("src", source.Split(' ')), Server("dst", target.Split(' ')), cacheTransport);
+        var pulled = Replacements.PullEndpoint(Server("src", source.Split(' ')), Server("dst", target.Split(' ')), cacheTransport);
         Assert.Equal(expected, pulled);
     }
 }

@@ -45,7 +45,7 @@ public sealed class EventHub
                     continue;
                 foreach (var channel in list)
                     if (!channel.Writer.TryWrite(e))
-                        channel.Writer.TryComplete(new ManagerException(Grpc.Core.StatusCode.ResourceExhausted,
+                        channel.Writer.TryComplete(new ManagerRefusal(RefusalKind.ResourceExhausted,
                             $"the watcher fell more than 1024 events behind; watch again from sequence {e.Sequence}"));
             }
         }

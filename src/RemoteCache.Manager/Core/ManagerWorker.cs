@@ -18,14 +18,16 @@ public sealed class ManagerWorker : BackgroundService
 {
     private static readonly TimeSpan s_tick = TimeSpan.FromMilliseconds(250);
 
-    private readonly ManagerCore _core;
+    private readonly Duties _duties;
+    private readonly Pool _pool;
     private readonly ILeadership _leadership;
     private readonly ManagerOptions _options;
     private readonly ILogger<ManagerWorker> _logger;
 
-    public ManagerWorker(ManagerCore core, ILeadership leadership, IOptions<ManagerOptions> options, ILogger<ManagerWorker> logger)
+    public ManagerWorker(Duties duties, Pool pool, ILeadership leadership, IOptions<ManagerOptions> options, ILogger<ManagerWorker> logger)
     {
-        _core = core;
+        _duties = duties;
+        _pool = pool;
         _leadership = leadership;
         _options = options.Value;
         _logger = logger;
@@ -42,9 +44,9 @@ public sealed class ManagerWorker : BackgroundService
                 using var duty = CancellationTokenSource.CreateLinkedTokenSource(term, stoppingToken);
                 if (_leadership.Role != ManagerRole.Leader && !await TakeOverAsync(term, duty.Token).ConfigureAwait(false))
                     continue;
-                await Task.WhenAll(Loop(_options.ProbePeriod, _core.ProbeAllAsync, "probing servers", duty.Token),
-                                   Loop(s_tick, _core.TickAsync, "leases and reclaims", duty.Token),
-                                   Loop(ManagerCore.CompactionPeriod, _core.CompactEventsAsync, "compacting the event log", duty.Token)).ConfigureAwait(false);
+                await Task.WhenAll(Loop(_options.ProbePeriod, _pool.ProbeAllAsync, "probing servers", duty.Token),
+                                   Loop(s_tick, _duties.TickAsync, "leases and reclaims", duty.Token),
+                                   Loop(Duties.CompactionPeriod, _duties.CompactEventsAsync, "compacting the event log", duty.Token)).ConfigureAwait(false);
             }
         }
         catch (OperationCanceledException) when (stoppingToken.IsCancellationRequested)
@@ -58,7 +60,7 @@ public sealed class ManagerWorker : BackgroundService
     {
         try
         {
-            await _core.TakeOverAsync(duty).ConfigureAwait(false);
+            await _duties.TakeOverAsync(duty).ConfigureAwait(false);
             _leadership.Serve(term);
             return true;
         }

@@ -44,7 +44,7 @@ public static class Placer
         ArgumentOutOfRangeException.ThrowIfLessThan(request.CapacityBytes, 1);
         ArgumentOutOfRangeException.ThrowIfNegative(request.ServerThreads);
         long regionBytes = catalogue.RegionBytes;
-        long needed = (request.CapacityBytes + regionBytes - 1) / regionBytes;
+        long needed = V1.WholeServers.Regions(request.CapacityBytes, regionBytes);
         int coresNeeded = Math.Max(1, request.ServerThreads);
         // Cheapest first; on equal prices the larger VM (headroom), then the name, so that the choice is deterministic.
         var sorted = offers.Where(o => o.Count > 0)
@@ -54,7 +54,7 @@ public static class Placer
         Placement? best = null;
         for (long k = 1; k <= Math.Min(needed, total); k++)
         {
-            long share = (needed + k - 1) / k;
+            long share = V1.WholeServers.Share(needed, k);
             if (share > RemoteCacheOptions.MaxRegionsPerServer)
                 continue;
             var vms = new List<PlacedVm>();

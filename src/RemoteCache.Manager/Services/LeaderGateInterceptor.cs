@@ -28,12 +28,12 @@ public sealed class LeaderGateInterceptor : Interceptor
     };
 
     private readonly ILeadership _leadership;
-    private readonly ManagerCore _core;
+    private readonly ManagerState _state;
 
-    public LeaderGateInterceptor(ILeadership leadership, ManagerCore core)
+    public LeaderGateInterceptor(ILeadership leadership, ManagerState state)
     {
         _leadership = leadership;
-        _core = core;
+        _state = state;
     }
 
     public override async Task<TResponse> UnaryServerHandler<TRequest, TResponse>(TRequest request, ServerCallContext context,
@@ -84,7 +84,7 @@ public sealed class LeaderGateInterceptor : Interceptor
             throw NotLeader("this manager is not the leader; only the leader serves this call");
         try
         {
-            await _core.RefreshAsync(context.CancellationToken).ConfigureAwait(false);
+            await _state.RefreshAsync(context.CancellationToken).ConfigureAwait(false);
         }
         catch (StoreUnavailableException e)
         {

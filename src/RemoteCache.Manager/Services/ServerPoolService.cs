@@ -4,6 +4,7 @@ using System.Threading.Tasks;
 using Google.Protobuf.WellKnownTypes;
 using Grpc.Core;
 using Microsoft.AspNetCore.Authorization;
+using RemoteCache.Manager.Catalogue;
 using RemoteCache.Manager.Core;
 using RemoteCache.Manager.Security;
 using RemoteCache.Manager.Store;
@@ -18,42 +19,47 @@ public sealed class ServerPoolService : ServerPool.ServerPoolBase
 {
     private static readonly TimeSpan s_defaultNotice = TimeSpan.FromSeconds(30);
 
-    private readonly ManagerCore _core;
+    private readonly Pool _pool;
+    private readonly VmCatalogue _catalogue;
 
-    public ServerPoolService(ManagerCore core) => _core = core;
+    public ServerPoolService(Pool pool, VmCatalogue catalogue)
+    {
+        _pool = pool;
+        _catalogue = catalogue;
+    }
 
     public override Task<ListServersResponse> ListServers(ListServersRequest request, ServerCallContext context)
     {
         var response = new ListServersResponse();
-        response.Servers.AddRange(_core.Servers().Select(ToProto));
+        response.Servers.AddRange(_pool.Servers().Select(ToProto));
         return Task.FromResult(response);
     }
 
     public override Task<V1.Server> AddServer(AddServerRequest request, ServerCallContext context) => Guard(async () =>
-        ToProto(await _core.AddServerAsync(request.Endpoints, request.VmType, request.Spot, context.CancellationToken).ConfigureAwait(false)));
+        ToProto(await _pool.AddServerAsync(request.Endpoints, request.VmType, request.Spot, context.CancellationToken).ConfigureAwait(false)));
 
     public override Task<RemoveServerResponse> RemoveServer(RemoveServerRequest request, ServerCallContext context) => Guard(async () =>
     {
-        await _core.RemoveServerAsync(request.ServerId, context.CancellationToken).ConfigureAwait(false);
+        await _pool.RemoveServerAsync(request.ServerId, context.CancellationToken).ConfigureAwait(false);
         return new RemoveServerResponse();
     });
 
     public override Task<V1.Server> DrainServer(DrainServerRequest request, ServerCallContext context) => Guard(async () =>
-        ToProto(await _core.DrainServerAsync(request.ServerId, context.CancellationToken).ConfigureAwait(false)));
+        ToProto(await _pool.DrainServerAsync(request.ServerId, context.CancellationToken).ConfigureAwait(false)));
 
     public override Task<ReclaimServerResponse> ReclaimServer(ReclaimServerRequest request, ServerCallContext context) => Guard(async () =>
     {
-        TimeSpan notice = Input.PositiveOr(request.Notice, "notice", s_defaultNotice);
-        var deadline = await _core.ReclaimServerAsync(request.ServerId, notice, context.CancellationToken).ConfigureAwait(false);
+        TimeSpan notice = WireInput.PositiveOr(request.Notice, "notice", s_defaultNotice);
+        var deadline = await _pool.ReclaimServerAsync(request.ServerId, notice, context.CancellationToken).ConfigureAwait(false);
         return new ReclaimServerResponse { Deadline = Timestamp.FromDateTimeOffset(deadline) };
     });
 
     private V1.Server ToProto(ServerRecord server)
     {
         var proto = Protos.ToProto(server);
-        if (_core.Catalogue.Find(server.VmType) is { } type)
+        if (_catalogue.Find(server.VmType) is { } type)
         {
-            proto.Memory = (ulong)(_core.Catalogue.RegionsOf(type) * _core.Catalogue.RegionBytes);
+            proto.Memory = (ulong)(_catalogue.RegionsOf(type) * _catalogue.RegionBytes);
             proto.Cores = (uint)type.Cores;
         }
         return proto;

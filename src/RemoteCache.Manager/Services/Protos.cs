@@ -1,18 +1,17 @@
 using System;
 using System.Collections.Generic;
+using System.Linq;
 using Google.Protobuf.WellKnownTypes;
+using RemoteCache.Manager.Core;
 using RemoteCache.Manager.Store;
 using RemoteCache.Manager.V1;
 
-namespace RemoteCache.Manager.Core;
+namespace RemoteCache.Manager.Services;
 
-/// <summary>Records of the manager's state as the contract's messages.</summary>
+/// <summary>Records of the manager's state as the contract's messages, and the contract's messages as the core's inputs.</summary>
 public static class Protos
 {
-    public static V1.CacheConfig ToProto(RemoteCache.CacheConfig c) => new()
-    {
-        ClientThreads = (uint)c.ClientThreads, ServerThreads = (uint)c.ServerThreads, BatchSize = (uint)c.BatchSize, QueueDepth = (uint)c.QueueDepth,
-    };
+    public static V1.CacheConfig ToProto(RemoteCache.CacheConfig c) => EventProtos.ToProto(c);
 
     public static V1.Slo ToProto(SloRecord slo)
     {
@@ -57,4 +56,19 @@ public static class Protos
             proto.ReclaimDeadline = Timestamp.FromDateTimeOffset(d);
         return proto;
     }
+
+    public static CacheServer ToProto(GrantedServer s) => new()
+    {
+        ServerId = s.ServerId, Endpoint = s.Endpoint, Regions = (uint)s.Regions, RegionSize = (ulong)s.RegionSize, Capability = s.Capability,
+        VmType = s.VmType, Spot = s.Spot, Replaced = s.Replaced, LostRegions = { s.LostRegions.Select(r => (uint)r) },
+    };
+
+    public static Replacement ToProto(GrantedReplacement r) => new() { Replaces = r.Replaces, Server = ToProto(r.Server) };
+
+    /// <summary>An SLO as asked: latencies must be positive; unset, nothing asked (<see cref="SloSpec.None"/>).</summary>
+    public static SloSpec ToSpec(V1.Slo? slo) => slo is null
+        ? SloSpec.None
+        : new SloSpec(slo.ReadLatency is { } r ? WireInput.Positive(r, "slo.read_latency") : null,
+                      slo.WriteLatency is { } w ? WireInput.Positive(w, "slo.write_latency") : null,
+                      slo.Throughput);
 }
