@@ -71,7 +71,8 @@ public sealed class ClusterBed : IAsyncDisposable
             for (int i = 0; i < managers; i++)
                 await cluster.AddManagerAsync();
             if (register)
-                Assert.All(await BedServers.AddAllAsync(cluster.Manager, cluster.Servers), s => Assert.Equal(ServerState.Ready, s.State));
+                Assert.All(await BedServers.AddAllAsync(managers > 1 ? await cluster.LeaderAsync(TimeSpan.FromSeconds(15)) : cluster.Manager, cluster.Servers),
+                           s => Assert.Equal(ServerState.Ready, s.State));
             return cluster;
         }
         catch
@@ -87,6 +88,31 @@ public sealed class ClusterBed : IAsyncDisposable
         var manager = await BedManager.StartAsync(Bed, Files, Etcd, $"mgr{_managers.Count + 1}", extraArgs);
         _managers.Add(manager);
         return manager;
+    }
+
+    /// <summary>Every manager's address (what a managed client's <c>Addresses</c> takes).</summary>
+    public IReadOnlyList<Uri> ManagerAddresses => _managers.Select(m => m.Address).ToList();
+
+    /// <summary>
+    /// The one running manager whose health says it leads, once exactly one does; fails after <paramref name="timeout"/>
+    /// (no leader, or two that both say so: the latter is never right, even for a moment).
+    /// </summary>
+    public async Task<BedManager> LeaderAsync(TimeSpan timeout)
+    {
+        var waited = System.Diagnostics.Stopwatch.StartNew();
+        while (true)
+        {
+            var leaders = new List<BedManager>();
+            foreach (var m in _managers.Where(m => m.Running))
+                if (await m.IsLeaderAsync())
+                    leaders.Add(m);
+            Assert.True(leaders.Count <= 1, $"two managers say they lead: {string.Join(", ", leaders.Select(m => m.Host.Name))}");
+            if (leaders.Count == 1)
+                return leaders[0];
+            if (waited.Elapsed > timeout)
+                throw new TimeoutException($"no manager leads after {timeout.TotalSeconds} s");
+            await Task.Delay(50);
+        }
     }
 
     /// <summary>One more server (srvN), added to the first manager's pool unless <paramref name="register"/> is false.</summary>
