@@ -35,7 +35,7 @@ public sealed class ReplicaLoad : IAsyncDisposable
 
     private readonly CancellationTokenSource _stop = new();
     private readonly List<Task> _workers = new();
-    private readonly ConcurrentQueue<DateTime> _allocated = new();
+    private readonly ConcurrentQueue<(DateTime Started, DateTime Done)> _allocated = new();
     private int _churnCycles, _reshapes;
     private bool _stopped;
 
@@ -133,13 +133,16 @@ public sealed class ReplicaLoad : IAsyncDisposable
         }
     }
 
-    /// <summary>When the first Create that completed after <paramref name="since"/> did, waiting for one up to <paramref name="timeout"/>.</summary>
+    /// <summary>
+    /// When the first Create started after <paramref name="since"/> completed (one under way then may have been committed
+    /// just before), waiting for one up to <paramref name="timeout"/>.
+    /// </summary>
     public async Task<DateTime> FirstAllocationAfterAsync(DateTime since, TimeSpan timeout)
     {
         var waited = Stopwatch.StartNew();
         while (true)
         {
-            var after = _allocated.Where(t => t > since).ToList();
+            var after = _allocated.Where(a => a.Started >= since).Select(a => a.Done).ToList();
             if (after.Count > 0)
                 return after.Min();
             if (waited.Elapsed > timeout)
@@ -175,8 +178,9 @@ public sealed class ReplicaLoad : IAsyncDisposable
             try
             {
                 // Not cancelled by `stop`: a cycle under way finishes, so that no churned cache is left behind.
+                var started = DateTime.UtcNow;
                 var cache = await Bob.CreateAsync(Request(64 * MiB, "churn"));
-                _allocated.Enqueue(DateTime.UtcNow);
+                _allocated.Enqueue((started, DateTime.UtcNow));
                 var data = BitConverter.GetBytes(cache.CacheId);
                 var back = new byte[8];
                 await cache.Client.WriteAsync(8, data);
