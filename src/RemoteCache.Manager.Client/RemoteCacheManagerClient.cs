@@ -367,6 +367,7 @@ public sealed class RemoteCacheManagerClient : IAsyncDisposable, IDisposable
     {
         var deadline = DateTime.UtcNow + (timeout ?? Options.CallTimeout);
         var failover = StartFailover(new Backoff(FailoverFirstWait, Options.RetryLimit < FailoverWaitLimit ? Options.RetryLimit : FailoverWaitLimit));
+        var conflicts = new Backoff(FailoverFirstWait, Options.RetryLimit < FailoverWaitLimit ? Options.RetryLimit : FailoverWaitLimit);
         bool outcomeUnknown = false;
         while (true)
         {
@@ -394,6 +395,20 @@ public sealed class RemoteCacheManagerClient : IAsyncDisposable, IDisposable
                 PassOver(replica);
                 failover.Note(failover.Describe(failed));
                 throw RemoteCacheManagerException.NoAnswer(failed, call, failover.Tried);
+            }
+            if (failed.StatusCode == StatusCode.Aborted)
+            {
+                // ABORTED is the manager's store conflict: another write committed first (seen when the leader's term
+                // changes under a call: it stepped down and was elected again, reloading the state). Nothing was done and
+                // the manager re-read the state, so the same call again is built on it: retried on the same replica,
+                // within the deadline, rather than handed to the application as a failure (streams already retry it).
+                Prefer(replica);
+                var again = conflicts.Next();
+                if (DateTime.UtcNow + again >= deadline)
+                    throw RemoteCacheManagerException.From(failed, call, replica.Address);
+                Log.CallRetried(Logger, LogLevel.Information, call, replica.Address, failover.Describe(failed), replica.Address, again.TotalMilliseconds);
+                await Task.Delay(again, cancellationToken).ConfigureAwait(false);
+                continue;
             }
             if (failed.StatusCode != StatusCode.Unavailable)
             {

@@ -58,6 +58,12 @@ public sealed class FakeReplica : IAsyncDisposable
 
     public bool LoseAnswers { get; set; }
 
+    /// <summary>
+    /// How many of the next forwarded unary calls are refused ABORTED (the manager's store conflict: nothing done) without
+    /// reaching the target.
+    /// </summary>
+    public int AbortNext;
+
     /// <summary>Calls received, stream openings included.</summary>
     public int Calls => Volatile.Read(ref _calls);
 
@@ -142,6 +148,8 @@ public sealed class FakeReplica : IAsyncDisposable
     {
         using var token = CancellationTokenSource.CreateLinkedTokenSource(context.CancellationToken, _killed.Token);
         var (client, options) = Begin(context, token.Token);
+        if (Interlocked.Decrement(ref AbortNext) >= 0)
+            throw new RpcException(new Status(StatusCode.Aborted, "the state changed since it was read (another manager wrote it); the change was not made (test)"));
         T answer;
         try
         {

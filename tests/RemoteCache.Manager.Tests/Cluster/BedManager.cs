@@ -8,8 +8,10 @@ using System.Security.Cryptography;
 using System.Threading.Tasks;
 using Grpc.Core;
 using Grpc.Core.Interceptors;
+using Grpc.Health.V1;
 using Grpc.Net.Client;
 using RemoteCache.Manager.Security;
+using RemoteCache.Manager.Services;
 using RemoteCache.Manager.V1;
 
 namespace RemoteCache.Manager.Tests.Cluster;
@@ -66,11 +68,12 @@ public sealed class BedManager : IAsyncDisposable
         _etcdEndpoints = etcdEndpoints;
         ExtraArgs = extraArgs;
         StateDirectory = Path.Combine(Path.GetDirectoryName(files.Directory)!, $"{host.Name}.state");
-        // Short keep-alive pings: a killed manager's connection is noticed in a second or two, and the channel connects
-        // again (to the restarted manager at the same address) on the next call.
+        // Short keep-alive pings: a manager whose host went silent is noticed in seconds, and the channel connects
+        // again (to the restarted manager at the same address) on the next call. Not shorter than 3 s: on a busy 2-core
+        // machine a manager starting up (JIT, GC) misses a 1 s ping, and the call in flight fails with it.
         var handler = new SocketsHttpHandler
         {
-            KeepAlivePingDelay = TimeSpan.FromSeconds(1), KeepAlivePingTimeout = TimeSpan.FromSeconds(1),
+            KeepAlivePingDelay = TimeSpan.FromSeconds(1), KeepAlivePingTimeout = TimeSpan.FromSeconds(3),
             ConnectTimeout = TimeSpan.FromSeconds(2), EnableMultipleHttp2Connections = true,
         };
         _channel = GrpcChannel.ForAddress(Address, new GrpcChannelOptions { HttpHandler = handler });
@@ -79,6 +82,12 @@ public sealed class BedManager : IAsyncDisposable
     public BedHost Host { get; }
 
     public Uri Address => new($"http://{Host.Address}:{Port}");
+
+    /// <summary><see cref="Address"/> without the path: what it advertises (<c>--advertise</c>), and what followers name as the leader.</summary>
+    public string Origin => $"http://{Host.Address}:{Port}";
+
+    /// <summary>Whether the process runs (not killed, or restarted since).</summary>
+    public bool Running => Process is { HasExited: false };
 
     public string StateDirectory { get; }
 
@@ -112,6 +121,8 @@ public sealed class BedManager : IAsyncDisposable
             "--store", "etcd", "--etcd-endpoints", _etcdEndpoints, "--allocator", "static", "--transports", "tcp",
             "--keys", _files.KeysFile, "--admission-key", _files.AdmissionKeyFile, "--catalogue", _files.CatalogueFile, "--models", _files.ModelsDirectory,
             "--probe-period", "0.5", "--failure-timeout", "2",
+            // What followers name in their not-leader refusals: the host's own address, which every other host reaches.
+            "--advertise", Origin,
         };
         args.AddRange(ExtraArgs);
         Process = Host.Start("manager", "dotnet", args, new Dictionary<string, string>
@@ -147,6 +158,29 @@ public sealed class BedManager : IAsyncDisposable
         throw new TimeoutException(string.Create(CultureInfo.InvariantCulture,
             $"the manager on {Host.Name} did not answer within {timeout.TotalSeconds} s ({last?.Message}):\n{Process?.Tail()}"));
     }
+
+    /// <summary>
+    /// The gRPC health status of <paramref name="service"/> (<c>""</c>: serving as leader or follower;
+    /// <see cref="ManagerHealth.LeaderService"/>: serving only on the leader), or null when no answer came within
+    /// <paramref name="timeout"/> (1 s by default: the manager is down, or its store check hangs).
+    /// </summary>
+    public async Task<HealthCheckResponse.Types.ServingStatus?> HealthAsync(string service, TimeSpan? timeout = null)
+    {
+        try
+        {
+            var response = await new Health.HealthClient(_channel).CheckAsync(new HealthCheckRequest { Service = service },
+                                                                              deadline: DateTime.UtcNow + (timeout ?? TimeSpan.FromSeconds(1))).ResponseAsync.ConfigureAwait(false);
+            return response.Status;
+        }
+        catch (RpcException)
+        {
+            return null;
+        }
+    }
+
+    /// <summary>Whether its health says it leads (<see cref="ManagerHealth.LeaderService"/> SERVING).</summary>
+    public async Task<bool> IsLeaderAsync(TimeSpan? timeout = null) =>
+        Running && await HealthAsync(ManagerHealth.LeaderService, timeout).ConfigureAwait(false) == HealthCheckResponse.Types.ServingStatus.Serving;
 
     /// <summary>kill -9 of the manager process.</summary>
     public Task KillAsync() => Process?.KillAsync() ?? Task.CompletedTask;

@@ -70,8 +70,11 @@ public sealed class ClusterBed : IAsyncDisposable
                 await cluster.AddServerAsync(register: false);
             for (int i = 0; i < managers; i++)
                 await cluster.AddManagerAsync();
+            // Through the leader, once there is one (also with one manager: it answers reads before it is elected, and
+            // a write before then is refused not-leader).
             if (register)
-                Assert.All(await BedServers.AddAllAsync(cluster.Manager, cluster.Servers), s => Assert.Equal(ServerState.Ready, s.State));
+                Assert.All(await BedServers.AddAllAsync(await cluster.LeaderAsync(TimeSpan.FromSeconds(15)), cluster.Servers),
+                           s => Assert.Equal(ServerState.Ready, s.State));
             return cluster;
         }
         catch
@@ -87,6 +90,31 @@ public sealed class ClusterBed : IAsyncDisposable
         var manager = await BedManager.StartAsync(Bed, Files, Etcd, $"mgr{_managers.Count + 1}", extraArgs);
         _managers.Add(manager);
         return manager;
+    }
+
+    /// <summary>Every manager's address (what a managed client's <c>Addresses</c> takes).</summary>
+    public IReadOnlyList<Uri> ManagerAddresses => _managers.Select(m => m.Address).ToList();
+
+    /// <summary>
+    /// The one running manager whose health says it leads, once exactly one does; fails after <paramref name="timeout"/>
+    /// (no leader, or two that both say so: the latter is never right, even for a moment).
+    /// </summary>
+    public async Task<BedManager> LeaderAsync(TimeSpan timeout)
+    {
+        var waited = System.Diagnostics.Stopwatch.StartNew();
+        while (true)
+        {
+            var leaders = new List<BedManager>();
+            foreach (var m in _managers.Where(m => m.Running))
+                if (await m.IsLeaderAsync())
+                    leaders.Add(m);
+            Assert.True(leaders.Count <= 1, $"two managers say they lead: {string.Join(", ", leaders.Select(m => m.Host.Name))}");
+            if (leaders.Count == 1)
+                return leaders[0];
+            if (waited.Elapsed > timeout)
+                throw new TimeoutException($"no manager leads after {timeout.TotalSeconds} s");
+            await Task.Delay(50);
+        }
     }
 
     /// <summary>One more server (srvN), added to the first manager's pool unless <paramref name="register"/> is false.</summary>

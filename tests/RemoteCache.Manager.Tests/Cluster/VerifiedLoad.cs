@@ -27,12 +27,15 @@ public sealed class VerifiedLoad : IAsyncDisposable
     private readonly Task _loop;
     private long _operations, _failures, _mismatches;
 
-    private VerifiedLoad(Cache cache, RemoteCacheClient client, int slots)
+    private readonly bool _ownsClient;
+
+    private VerifiedLoad(ulong cacheId, long capacity, RemoteCacheClient client, bool ownsClient, int slots)
     {
-        Cache = cache;
+        CacheId = cacheId;
         _client = client;
+        _ownsClient = ownsClient;
         // Slots spread over the whole address space, so that every server of the cache is written.
-        long stride = (long)cache.Capacity / slots / 8 * 8;
+        long stride = capacity / slots / 8 * 8;
         _addresses = new long[slots];
         for (int i = 0; i < slots; i++)
             _addresses[i] = i * stride;
@@ -40,7 +43,7 @@ public sealed class VerifiedLoad : IAsyncDisposable
         _loop = Task.Run(RunAsync);
     }
 
-    public Cache Cache { get; }
+    public ulong CacheId { get; }
 
     public long Operations => Interlocked.Read(ref _operations);
 
@@ -58,14 +61,21 @@ public sealed class VerifiedLoad : IAsyncDisposable
     }
 
     public string Summary => string.Create(CultureInfo.InvariantCulture,
-        $"cache {Cache.CacheId}: {Operations} ops, {Failures} failed, {Mismatches} mismatched{(Errors.Count > 0 ? "; first errors: " + string.Join(" | ", Errors) : "")}");
+        $"cache {CacheId}: {Operations} ops, {Failures} failed, {Mismatches} mismatched{(Errors.Count > 0 ? "; first errors: " + string.Join(" | ", Errors) : "")}");
 
     /// <summary>Opens the cache as the manager allocated it (<see cref="TestManager.OpenAsync"/>) and starts the load.</summary>
     public static async Task<VerifiedLoad> StartAsync(Cache cache, int slots = 256)
     {
         var client = await TestManager.OpenAsync(cache).ConfigureAwait(false);
-        return new VerifiedLoad(cache, client, slots);
+        return new VerifiedLoad(cache.CacheId, (long)cache.Capacity, client, ownsClient: true, slots);
     }
+
+    /// <summary>
+    /// Starts the load on a managed cache's data client (<see cref="ManagedCache.Client"/>), which the handle keeps: its
+    /// lease is renewed and its capabilities presented to the servers while the load runs; stopping leaves it open.
+    /// </summary>
+    public static VerifiedLoad Start(ManagedCache cache, int slots = 256) =>
+        new(cache.CacheId, cache.Info.Capacity, cache.Client, ownsClient: false, slots);
 
     /// <summary>Waits until <paramref name="more"/> operations beyond the count now have completed (liveness, not speed).</summary>
     public async Task WaitForOperationsAsync(long more, TimeSpan timeout)
@@ -82,7 +92,7 @@ public sealed class VerifiedLoad : IAsyncDisposable
 
     private async Task RunAsync()
     {
-        var random = new Random((int)Cache.CacheId);
+        var random = new Random((int)CacheId);
         var value = new byte[8];
         var back = new byte[8];
         for (long round = 1; !_stop.IsCancellationRequested; round++)
@@ -101,7 +111,7 @@ public sealed class VerifiedLoad : IAsyncDisposable
                 if (_expected[other] is not null)
                     await CheckAsync(other, back).ConfigureAwait(false);
             }
-            catch (Exception e) when (e is RemoteCacheException or TimeoutException or OperationCanceledException)
+            catch (Exception e) when (e is RemoteCacheException or TimeoutException or OperationCanceledException or ObjectDisposedException)
             {
                 Count(ref _failures);
                 Error($"{DateTime.UtcNow:HH:mm:ss.fff} {e.GetType().Name}: {e.Message}");
@@ -138,7 +148,8 @@ public sealed class VerifiedLoad : IAsyncDisposable
         {
             _stop.Cancel();
             await _loop.ConfigureAwait(false);
-            await _client.DisposeAsync().ConfigureAwait(false);
+            if (_ownsClient)
+                await _client.DisposeAsync().ConfigureAwait(false);
         }
     }
 
