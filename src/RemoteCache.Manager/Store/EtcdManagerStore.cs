@@ -57,6 +57,9 @@ public sealed class EtcdManagerStore : IManagerStore
     /// <summary>Bounds each call to etcd: a member that does not answer fails the call, never hangs it.</summary>
     public static readonly TimeSpan CallTimeout = TimeSpan.FromSeconds(5);
 
+    // Bounds PingAsync (health checks), well below a probe's usual timeout.
+    private static readonly TimeSpan PingTimeout = TimeSpan.FromSeconds(1);
+
     private readonly EtcdClient _client;
     private readonly string _prefix;
     private readonly string _endpoints;
@@ -595,11 +598,14 @@ public sealed class EtcdManagerStore : IManagerStore
 
     public async Task<bool> PingAsync(CancellationToken cancellationToken)
     {
+        // A health probe wants an answer within its own timeout: a member that does not answer in a second is not healthy.
+        using var bounded = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
+        bounded.CancelAfter(PingTimeout);
         try
         {
-            return await GetAsync("meta/schema", cancellationToken).ConfigureAwait(false) is not null;
+            return await GetAsync("meta/schema", bounded.Token).ConfigureAwait(false) is not null;
         }
-        catch (StoreUnavailableException)
+        catch (Exception e) when (e is StoreUnavailableException || e is OperationCanceledException && !cancellationToken.IsCancellationRequested)
         {
             return false;
         }
