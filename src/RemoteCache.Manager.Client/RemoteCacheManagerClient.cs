@@ -369,6 +369,7 @@ public sealed class RemoteCacheManagerClient : IAsyncDisposable, IDisposable
         var failover = StartFailover(new Backoff(FailoverFirstWait, Options.RetryLimit < FailoverWaitLimit ? Options.RetryLimit : FailoverWaitLimit));
         var conflicts = new Backoff(FailoverFirstWait, Options.RetryLimit < FailoverWaitLimit ? Options.RetryLimit : FailoverWaitLimit);
         bool outcomeUnknown = false;
+        RpcException? unavailable = null;
         while (true)
         {
             var replica = failover.Replica;
@@ -393,8 +394,13 @@ public sealed class RemoteCacheManagerClient : IAsyncDisposable, IDisposable
                 // The deadline is the call's, not the attempt's: no time is left. A replica that hung (its host gone
                 // without closing the connection) is not tried first by the next call.
                 PassOver(replica);
-                failover.Note(failover.Describe(failed));
-                throw RemoteCacheManagerException.NoAnswer(failed, call, failover.Tried);
+                if (unavailable is null)
+                {
+                    failover.Note(failover.Describe(failed));
+                    throw RemoteCacheManagerException.NoAnswer(failed, call, failover.Tried);
+                }
+                // The deadline passed while the replicas were refusing: what they said is the answer (UNAVAILABLE).
+                throw RemoteCacheManagerException.NoAnswer(unavailable, call, failover.Tried);
             }
             if (failed.StatusCode == StatusCode.Aborted)
             {
@@ -417,6 +423,7 @@ public sealed class RemoteCacheManagerClient : IAsyncDisposable, IDisposable
                     return notFoundOnRetry();
                 throw RemoteCacheManagerException.From(failed, call, replica.Address);
             }
+            unavailable = failed;
             outcomeUnknown |= !Failover.IsNotLeader(failed);
             string said = failover.Describe(failed);
             var wait = failover.MoveOn(failed);
