@@ -36,21 +36,43 @@ internal static class ControlBench
         var seconds = new Option<double>("--seconds") { Description = "Seconds of the throughput run", DefaultValueFactory = _ => 5 };
         var clients = new Option<int>("--clients") { Description = "Concurrent callers in the throughput run", DefaultValueFactory = _ => 8 };
         var json = new Option<string>("--json") { Description = "Where the figures go (JSON)", DefaultValueFactory = _ => Path.Combine("artifacts", "manager-control.json") };
+        var shared = new Option<bool>("--shared-cpus")
+        {
+            Description = "Run the etcd members on the same CPUs as the managers, servers and callers. By default they get the last CPU to " +
+                          "themselves and everything else the others, for both stores: etcd members run on hosts of their own in a cluster, and " +
+                          "on two cores the three of them otherwise take the CPU the manager under test needs",
+        };
         var command = new Command("control", "Allocate latency and Allocate + Deallocate throughput against the leader, SQLite vs etcd (3 loopback members), static pool of real servers, real manager processes")
         {
-            stores, replicas, iterations, seconds, clients, json,
+            stores, replicas, iterations, seconds, clients, json, shared,
         };
         command.SetAction(async (parse, ct) =>
         {
             var results = new List<StoreFigures>();
+            var references = new List<EtcdReference>();
+            // Children inherit this process's CPUs: the managers and servers run where the callers do.
+            IntPtr? etcdCores = null;
+            string cpus = "shared by all";
+            if (!parse.GetValue(shared))
+            {
+                int last = Environment.ProcessorCount - 1;
+                if (last < 1)
+                    throw new InvalidOperationException("etcd on CPUs of its own needs two CPUs at least: run with --shared-cpus");
+                etcdCores = (IntPtr)(1L << last);
+                Process.GetCurrentProcess().ProcessorAffinity = (IntPtr)((1L << last) - 1);
+                cpus = $"etcd members on CPU {last}; managers, servers and callers on CPU 0..{last - 1}";
+                Console.WriteLine(cpus);
+            }
             foreach (string store in parse.GetValue(stores)!)
             {
                 string dir = Directory.CreateTempSubdirectory($"control-{store}-").FullName;
                 try
                 {
                     int n = parse.GetValue(clients);
-                    await using var plane = await ControlPlane.StartAsync(dir, store, store == "etcd" ? parse.GetValue(replicas) : 1, servers: n + 2);
+                    await using var plane = await ControlPlane.StartAsync(dir, store, store == "etcd" ? parse.GetValue(replicas) : 1, servers: n + 2, etcdCores: etcdCores);
                     var leader = plane.Managers[await plane.SettledAsync(TimeSpan.FromSeconds(30))].Tenant;
+                    if (plane.EtcdEndpoints is { } endpoints)
+                        references.Add(await EtcdReferenceAsync(endpoints, parse.GetValue(iterations), n, TimeSpan.FromSeconds(parse.GetValue(seconds))));
                     var latency = await LatencyAsync(leader, parse.GetValue(iterations));
                     double rate = await ThroughputAsync(leader, n, TimeSpan.FromSeconds(parse.GetValue(seconds)));
                     var figures = new StoreFigures(store, plane.Managers.Count, latency.Count, latency.P50, latency.P99, latency.DeallocateP50, latency.DeallocateP99, n, rate);
@@ -68,9 +90,11 @@ internal static class ControlBench
             if (sqlite is not null && etcd is not null)
             {
                 comparison = new Comparison(etcd.AllocateP99Ms / sqlite.AllocateP99Ms, etcd.AllocateP50Ms / sqlite.AllocateP50Ms, etcd.PerSecond / sqlite.PerSecond);
+                if (references.FirstOrDefault() is { } reference)
+                    Console.WriteLine(Invariant($"etcd Allocate p99 / etcd's own transaction p99 in this run: {etcd.AllocateP99Ms / reference.P99Ms:0.00}×; etcd Allocate+Deallocate per s / etcd's own transactions per s with {reference.Callers} callers: {etcd.PerSecond / reference.PerSecond:0.000}"));
                 Console.WriteLine(Invariant($"etcd / sqlite: Allocate p99 {comparison.AllocateP99Ratio:0.00}× (target ≤ 2×: {Met(comparison.AllocateP99Ratio <= 2)}; etcd p99 ≤ 20 ms: {Met(etcd.AllocateP99Ms <= 20)}), p50 {comparison.AllocateP50Ratio:0.00}×; throughput {comparison.ThroughputRatio:0.00}× (target ≥ 1: {Met(comparison.ThroughputRatio >= 1)})"));
             }
-            await WriteJsonAsync(parse.GetValue(json)!, new { date = Today(), setup = "loopback, distinct ports; static pool; raw gRPC against the leader", loadAverageAtEnd = LoadAverage(), stores = results, comparison }, ct);
+            await WriteJsonAsync(parse.GetValue(json)!, new { date = Today(), setup = "loopback, distinct ports; static pool; raw gRPC against the leader", cpus, loadAverageAtEnd = LoadAverage(), stores = results, etcdReference = references.FirstOrDefault(), comparison }, ct);
             return 0;
         });
         return command;
@@ -78,6 +102,56 @@ internal static class ControlBench
 
     private sealed record StoreFigures(string Store, int Managers, int Calls, double AllocateP50Ms, double AllocateP99Ms, double DeallocateP50Ms, double DeallocateP99Ms,
                                        int Callers, double PerSecond);
+
+    /// <summary>etcd's own transactions on the same members, shaped as an Allocate's (a compare and six puts of the same sizes).</summary>
+    private sealed record EtcdReference(int Calls, double P50Ms, double P99Ms, int Callers, double PerSecond);
+
+    // The floor under any manager on these members: what one etcd transaction of an Allocate's shape costs from one caller
+    // (latency) and from `callers` at once, each on its own keys (throughput), by the same client library the manager uses.
+    private static async Task<EtcdReference> EtcdReferenceAsync(string endpoints, int iterations, int callers, TimeSpan duration)
+    {
+        using var client = new EtcdClient(endpoints);
+        byte[] cache = new byte[1200], server = new byte[400], small = new byte[120];
+        async Task<double> TxnAsync(string prefix, long[] revision)
+        {
+            var key = ByteString.CopyFromUtf8(prefix + "seq");
+            var txn = new TxnRequest();
+            txn.Compare.Add(revision[0] == 0
+                ? new Compare { Key = key, Target = Compare.Types.CompareTarget.Create, Result = Compare.Types.CompareResult.Equal, CreateRevision = 0 }
+                : new Compare { Key = key, Target = Compare.Types.CompareTarget.Mod, Result = Compare.Types.CompareResult.Equal, ModRevision = revision[0] });
+            foreach (var (name, value) in new[] { ("cache", cache), ("server", server), ("event", small), ("log", small), ("change", small), ("seq", small) })
+                txn.Success.Add(new RequestOp { RequestPut = new PutRequest { Key = ByteString.CopyFromUtf8(prefix + name), Value = ByteString.CopyFrom(value) } });
+            var t = Stopwatch.StartNew();
+            var response = await client.TransactionAsync(txn, null, DateTime.UtcNow.AddSeconds(10));
+            double ms = t.Elapsed.TotalMilliseconds;
+            if (!response.Succeeded)
+                throw new InvalidOperationException("the reference transaction's comparison failed: something else wrote its keys");
+            revision[0] = response.Header.Revision;
+            return ms;
+        }
+        var one = new long[1];
+        var latencies = new List<double>();
+        for (int i = -20; i < iterations; i++)
+        {
+            double ms = await TxnAsync("/bench/ref/one/", one);
+            if (i >= 0)
+                latencies.Add(ms);
+        }
+        long done = 0;
+        var clock = Stopwatch.StartNew();
+        await Task.WhenAll(Enumerable.Range(0, callers).Select(async c =>
+        {
+            var revision = new long[1];
+            while (clock.Elapsed < duration)
+            {
+                await TxnAsync($"/bench/ref/c{c}/", revision);
+                Interlocked.Increment(ref done);
+            }
+        }));
+        var reference = new EtcdReference(iterations, Quantile(latencies, 0.5), Quantile(latencies, 0.99), callers, done / clock.Elapsed.TotalSeconds);
+        Console.WriteLine(Invariant($"etcd reference (a transaction of an Allocate's shape, same members): p50 {reference.P50Ms:0.00} ms, p99 {reference.P99Ms:0.00} ms ({iterations} from one caller); {reference.PerSecond:0} per s from {callers} callers"));
+        return reference;
+    }
 
     private sealed record Comparison(double AllocateP99Ratio, double AllocateP50Ratio, double ThroughputRatio);
 

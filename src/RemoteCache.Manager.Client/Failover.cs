@@ -106,13 +106,14 @@ internal sealed class Failover
     public static bool IsNotLeader(RpcException e) =>
         e.StatusCode == StatusCode.Unavailable && RemoteCacheManagerException.RefusalOf(e) == Refusals.NotLeader;
 
-    // The leader's address in a not-leader refusal, or null (none known, or not an address).
+    // The leader's address in a not-leader refusal, or null (none known, or not an address: one longer than any string
+    // of the contract is not one, and is neither followed nor quoted).
     private static Uri? LeaderNamed(RpcException e)
     {
         if (!IsNotLeader(e))
             return null;
         string? value = e.Trailers.FirstOrDefault(t => t.Key == Refusals.LeaderTrailer)?.Value;
-        return Uri.TryCreate(value, UriKind.Absolute, out var leader) ? leader : null;
+        return value is { Length: <= ContractLimits.MaxStringLength } && Uri.TryCreate(value, UriKind.Absolute, out var leader) ? leader : null;
     }
 
     // A leader is followed only to a configured address: the client's channels, credentials and trust are for those.

@@ -267,7 +267,8 @@ public static class Program
         {
             // Registered before the worker, so that it stops after it: the duties end, then the lead is handed over.
             services.AddSingleton(sp => new EtcdLeadership(etcd, () => options.Advertise ?? AddressOf(sp.GetRequiredService<IServer>()), options.Allocator,
-                                                           options.LeaderLease, sp.GetRequiredService<ILogger<EtcdLeadership>>()));
+                                                           options.LeaderLease, sp.GetRequiredService<ILogger<EtcdLeadership>>(),
+                                                           sp.GetRequiredService<IHostApplicationLifetime>()));
             services.AddSingleton<ILeadership>(sp => sp.GetRequiredService<EtcdLeadership>());
             services.AddHostedService(sp => sp.GetRequiredService<EtcdLeadership>());
         }

@@ -79,6 +79,26 @@ public sealed class FailoverTests
     }
 
     [Fact]
+    public async Task ALeaderAddressLongerThanAnyOfTheContractIsNeitherFollowedNorQuoted()
+    {
+        var huge = new Uri("http://" + new string('a', 60) + "." + string.Join('.', Enumerable.Repeat(new string('b', 60), 60)) + ":7400");
+        await using var liar = await FakeReplica.StartAsync(leader: huge);
+        await using var lost = await FakeReplica.StartAsync();
+        await using var client = new RemoteCacheManagerClient(new RemoteCacheManagerOptions
+        {
+            Addresses = { liar.Address, lost.Address },
+            ApiKey = AliceKey,
+            CallTimeout = TimeSpan.FromSeconds(3),
+        });
+
+        var refused = await Assert.ThrowsAsync<RemoteCacheManagerException>(() => client.ListAsync());
+        Assert.Equal(StatusCode.Unavailable, refused.Status);
+        Assert.Contains($"{liar.Address} (not the leader, and it knows no leader)", refused.Message);
+        Assert.DoesNotContain("bbbbbbbbbb", refused.Message);
+        Assert.True(refused.Message.Length < 1000, $"the refusal is {refused.Message.Length} characters long");
+    }
+
+    [Fact]
     public async Task ADeallocateWhoseAnswerWasLostIsDoneWhenItsRetryFindsTheCacheGone()
     {
         await using var manager = new TestManager(warm: 1);

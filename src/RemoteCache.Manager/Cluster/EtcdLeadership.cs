@@ -32,6 +32,11 @@ public sealed class EtcdLeadership : BackgroundService, ILeadership
     // for its own work in flight and for the clocks' rates.
     private const double StepDownShare = 0.75;
 
+    // The share of the lease after its last answered keep-alive within which a leader is sure it still leads without
+    // asking etcd: its key lives with its lease, which no other manager can end, and which etcd ends no sooner than a TTL
+    // after that keep-alive was sent.
+    private const double ConfirmedShare = 0.5;
+
     private readonly EtcdManagerStore _store;
     private readonly Func<string?> _address;
     private readonly string _allocator;
@@ -53,9 +58,15 @@ public sealed class EtcdLeadership : BackgroundService, ILeadership
     private string? _leaderAddress;
     private long _leaderSeenAt;
 
+    // Set when the manager begins to stop: it campaigns no more, and its resignation (one) is under way.
+    private bool _stopping;
+    private Task? _resigned;
+
     /// <param name="address">The address this manager advertises to clients (null until it is known: it listens on a port the system picks).</param>
     /// <param name="allocator">This manager's allocator: replicas need a shared pool, so a local one leads alone.</param>
-    public EtcdLeadership(EtcdManagerStore store, Func<string?> address, string allocator, TimeSpan lease, ILogger<EtcdLeadership> logger)
+    /// <param name="lifetime">The host's: when it begins to stop, the leader resigns at once, before the server drains its calls.</param>
+    public EtcdLeadership(EtcdManagerStore store, Func<string?> address, string allocator, TimeSpan lease, ILogger<EtcdLeadership> logger,
+                          IHostApplicationLifetime? lifetime = null)
     {
         _store = store;
         _address = address;
@@ -63,6 +74,7 @@ public sealed class EtcdLeadership : BackgroundService, ILeadership
         _leaseAsked = lease;
         _logger = logger;
         store.Fence(null);  // from now on only a term commits
+        lifetime?.ApplicationStopping.Register(() => _ = ResignAsync());
     }
 
     /// <summary>The leader's record in etcd.</summary>
@@ -122,7 +134,22 @@ public sealed class EtcdLeadership : BackgroundService, ILeadership
 
     public void StepDown(string reason) => EndTerm(reason);
 
-    public async Task<bool> ConfirmAsync(CancellationToken cancellationToken)
+    // By the lease when it is fresh (no round trip: the drop of a Deallocate is taken under the state lock); a key deleted
+    // by hand is the exception, which the leader's own check of its key (CheckKeyAsync, every poll) finds within a poll.
+    public Task<bool> ConfirmAsync(CancellationToken cancellationToken)
+    {
+        lock (_gate)
+        {
+            if (_term is null)
+                return Task.FromResult(false);
+            if (Stopwatch.GetElapsedTime(_answeredSentAt) < _ttl * ConfirmedShare)
+                return Task.FromResult(true);
+        }
+        return CheckKeyAsync(cancellationToken);
+    }
+
+    // Whether the leader key is still this term's, read from etcd; the term ends if it is not.
+    private async Task<bool> CheckKeyAsync(CancellationToken cancellationToken)
     {
         long revision;
         lock (_gate)
@@ -189,24 +216,49 @@ public sealed class EtcdLeadership : BackgroundService, ILeadership
     public override async Task StopAsync(CancellationToken cancellationToken)
     {
         await base.StopAsync(cancellationToken).ConfigureAwait(false);
-        long revision, lease;
+        await ResignAsync().ConfigureAwait(false);
+        long lease;
         lock (_gate)
-            (revision, lease) = (_term is null ? 0 : _leaderRevision, _lease);
-        EndTerm("the manager is stopping");
-        // Resigning hands the lead over at once (a follower takes it within a poll) rather than when the lease ends.
+            lease = _lease;
         try
         {
-            var deadline = DateTime.UtcNow + TimeSpan.FromSeconds(1);
-            if (revision != 0)
-            {
-                var key = _store.KeyOf(EtcdManagerStore.LeaderKey);
-                var resign = new TxnRequest();
-                resign.Compare.Add(new Compare { Key = key, Target = Compare.Types.CompareTarget.Create, Result = Compare.Types.CompareResult.Equal, CreateRevision = revision });
-                resign.Success.Add(new RequestOp { RequestDeleteRange = new DeleteRangeRequest { Key = key } });
-                await _store.Client.TransactionAsync(resign, null, deadline, cancellationToken).ConfigureAwait(false);
-            }
             if (lease != 0)
-                await _store.Client.LeaseRevokeAsync(new LeaseRevokeRequest { ID = lease }, null, deadline, cancellationToken).ConfigureAwait(false);
+                await _store.Client.LeaseRevokeAsync(new LeaseRevokeRequest { ID = lease }, null, DateTime.UtcNow + TimeSpan.FromSeconds(1), cancellationToken).ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is RpcException or OperationCanceledException)
+        {
+            _logger.LogWarning("Could not revoke the etcd lease ({Reason}); it ends with its TTL", e.Message);
+        }
+    }
+
+    // Once, when the manager begins to stop: it campaigns no more and, leading, hands the lead over at once (a follower
+    // takes it within a poll) rather than when its lease ends. Calls still in flight here are refused as a follower's
+    // (the store fences their commits), so their clients go to the new leader.
+    private Task ResignAsync()
+    {
+        lock (_gate)
+        {
+            _stopping = true;
+            return _resigned ??= ResignCoreAsync();
+        }
+    }
+
+    private async Task ResignCoreAsync()
+    {
+        await Task.Yield();  // not under the gate, nor on the host's stopping thread
+        long revision;
+        lock (_gate)
+            revision = _term is null ? 0 : _leaderRevision;
+        EndTerm("the manager is stopping");
+        if (revision == 0)
+            return;
+        try
+        {
+            var key = _store.KeyOf(EtcdManagerStore.LeaderKey);
+            var resign = new TxnRequest();
+            resign.Compare.Add(new Compare { Key = key, Target = Compare.Types.CompareTarget.Create, Result = Compare.Types.CompareResult.Equal, CreateRevision = revision });
+            resign.Success.Add(new RequestOp { RequestDeleteRange = new DeleteRangeRequest { Key = key } });
+            await _store.Client.TransactionAsync(resign, null, DateTime.UtcNow + TimeSpan.FromSeconds(1)).ConfigureAwait(false);
         }
         catch (Exception e) when (e is RpcException or OperationCanceledException)
         {
@@ -274,11 +326,11 @@ public sealed class EtcdLeadership : BackgroundService, ILeadership
             if (_term is not null)
             {
                 // A leader checks that the key is still its own (one deleted by hand, say): if not, it steps down within a poll.
-                _ = ConfirmAsync(stoppingToken);
+                _ = CheckKeyAsync(stoppingToken);
                 return;
             }
             lease = _lease;
-            fresh = lease != 0 && Stopwatch.GetElapsedTime(_answeredSentAt) < _ttl * StepDownShare;
+            fresh = lease != 0 && !_stopping && Stopwatch.GetElapsedTime(_answeredSentAt) < _ttl * StepDownShare;
         }
         string? address = _address();
         var key = _store.KeyOf(EtcdManagerStore.LeaderKey);

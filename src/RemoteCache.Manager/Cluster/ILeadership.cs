@@ -40,8 +40,9 @@ public interface ILeadership
     void Serve(CancellationToken term);
 
     /// <summary>
-    /// Whether this manager still leads, asked of the store now: done before an action the store cannot fence (dropping a
-    /// cache's memory on a server), so that a deposed leader does not take it. False also when the store does not answer.
+    /// Whether this manager still leads, as the store would answer now: asked before an action the store cannot fence
+    /// (dropping a cache's memory on a server), so that a deposed leader does not take it. False also when it cannot be
+    /// told (the store does not answer).
     /// </summary>
     Task<bool> ConfirmAsync(CancellationToken cancellationToken);
 

@@ -71,24 +71,51 @@ public sealed class CacheServers : StateUnit
         _catalogue.Find(server.VmType) is { } type ? type.PricePerHour(server.Spot && type.SpotPerHour is not null) : 0;
 
     // Under the lock: drops the cache on its servers, returns them, deletes it, tells its watchers.
-    internal async Task RemoveCacheAsync(CacheRecord cache, string reason, CancellationToken cancellationToken)
+    internal async Task RemoveCacheAsync(CacheRecord cache, string reason, CancellationToken cancellationToken) =>
+        await (await StageRemovalAsync(cache, reason).ConfigureAwait(false)).WaitAsync(cancellationToken).ConfigureAwait(false);
+
+    // Under the lock: drops the cache on its servers (but those in `dropped`: done already), returns them and stages its
+    // deletion. The task returned ends once the deletion is committed (its watchers told); it may be waited for outside the lock.
+    internal async Task<Task> StageRemovalAsync(CacheRecord cache, string reason, IReadOnlySet<string>? dropped = null)
     {
         var change = new StoreChange();
-        foreach (string id in cache.Servers.Concat(cache.Replacements.Values.Select(r => r.ServerId)))
+        foreach (string id in ServerIdsOf(cache))
             if (_servers.TryGetValue(id, out var server))
-                await ReleaseFromCacheAsync(server, cache.CacheId, change).ConfigureAwait(false);
+                await ReleaseFromCacheAsync(server, cache.CacheId, change, drop: dropped?.Contains(id) != true).ConfigureAwait(false);
         change.DeleteCaches.Add(cache.CacheId);
         AddEvent(change, cache, e => e.CacheDeleted = new CacheDeleted { Reason = reason });
-        await CommitAsync(change, cancellationToken).ConfigureAwait(false);
+        return RemovedAsync(Stage(change), cache, reason);
+    }
+
+    private async Task RemovedAsync(Task committing, CacheRecord cache, string reason)
+    {
+        await committing.ConfigureAwait(false);
         foreach (string id in cache.Replacements.Keys)
             ForgetMover(cache.CacheId, id);
         _logger.LogInformation("Deleted cache {CacheId} of {Tenant}: {Reason}", cache.CacheId, cache.Tenant, reason);
     }
 
-    // Under the lock: the server drops the cache (unless it failed) and goes back to its allocator, into `change`.
-    internal async Task ReleaseFromCacheAsync(ServerRecord server, ulong cacheId, StoreChange change)
+    // Every server of `cache`, its replacements' included.
+    private static IEnumerable<string> ServerIdsOf(CacheRecord cache) => cache.Servers.Concat(cache.Replacements.Values.Select(r => r.ServerId));
+
+    /// <summary>
+    /// Outside the lock, before a removal of <paramref name="cache"/> (as committed) is staged: its servers drop it, all at
+    /// once. A drop is a few round trips to a server, which under the lock would hold every other change up. Returns the
+    /// servers asked (a failed one is not), so that the removal asks only those the cache gained since.
+    /// </summary>
+    internal async Task<IReadOnlySet<string>> DropAheadAsync(CacheRecord cache)
     {
-        if (server.Status != ServerStatus.Failed)
+        var servers = View.Servers;
+        var live = ServerIdsOf(cache).Where(id => servers.TryGetValue(id, out var s) && s.Status != ServerStatus.Failed).Select(id => servers[id]).ToList();
+        await Task.WhenAll(live.Select(s => DropQuietlyAsync(s, cache.CacheId))).ConfigureAwait(false);
+        return live.Select(s => s.ServerId).ToHashSet(StringComparer.Ordinal);
+    }
+
+    // Under the lock: the server drops the cache (unless it failed, or `drop` is false: it did already) and goes back to its
+    // allocator, into `change`.
+    internal async Task ReleaseFromCacheAsync(ServerRecord server, ulong cacheId, StoreChange change, bool drop = true)
+    {
+        if (drop && server.Status != ServerStatus.Failed)
             await DropQuietlyAsync(server, cacheId).ConfigureAwait(false);
         var kept = server.Status == ServerStatus.Failed && server.Allocator == LocalProcessAllocator.AllocatorName
             ? null

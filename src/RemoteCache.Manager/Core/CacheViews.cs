@@ -15,18 +15,18 @@ public sealed class CacheViews : StateUnit
     /// <summary>The servers of <paramref name="cache"/> as a client needs them: endpoint, regions and a capability valid until the lease ends.</summary>
     public IReadOnlyList<GrantedServer> ServersOf(CacheRecord cache)
     {
-        lock (_caches)
-            return cache.Servers.Where(_servers.ContainsKey).Select(id => Granted(cache, _servers[id])).ToList();
+        var servers = View.Servers;
+        return cache.Servers.Where(servers.ContainsKey).Select(id => Granted(cache, servers[id])).ToList();
     }
 
     /// <summary>The servers rented to replace some of <paramref name="cache"/>'s, with capabilities for the current lease.</summary>
     public IReadOnlyList<GrantedReplacement> ReplacementsOf(CacheRecord cache)
     {
-        lock (_caches)
-            return cache.Replacements
-                .Where(r => _servers.ContainsKey(r.Value.ServerId))
-                .Select(r => new GrantedReplacement(r.Key, Granted(cache, _servers[r.Value.ServerId])))
-                .ToList();
+        var servers = View.Servers;
+        return cache.Replacements
+            .Where(r => servers.ContainsKey(r.Value.ServerId))
+            .Select(r => new GrantedReplacement(r.Key, Granted(cache, servers[r.Value.ServerId])))
+            .ToList();
     }
 
     private GrantedServer Granted(CacheRecord cache, ServerRecord server) => new(

@@ -46,7 +46,7 @@ public sealed class Duties : StateUnit
     /// </summary>
     public async Task TakeOverAsync(CancellationToken cancellationToken)
     {
-        await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
+        await _state.EnterAsync(cancellationToken).ConfigureAwait(false);
         try
         {
             var snapshot = await _store.LoadAsync(cancellationToken).ConfigureAwait(false);
@@ -54,8 +54,7 @@ public sealed class Duties : StateUnit
             var change = new StoreChange();
             foreach (var old in snapshot.Servers.Where(o => recovered.All(r => r.ServerId != o.ServerId)))
                 change.DeleteServers.Add(old.ServerId);
-            lock (_caches)
-                _state.StartOver(snapshot.Caches, recovered);
+            _state.StartOver(snapshot.Caches, recovered);
             foreach (var server in recovered)
             {
                 var before = snapshot.Servers.First(s => s.ServerId == server.ServerId);
@@ -93,7 +92,7 @@ public sealed class Duties : StateUnit
     public async Task TickAsync(CancellationToken cancellationToken)
     {
         var now = _time.GetUtcNow();
-        await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
+        await _state.EnterAsync(cancellationToken).ConfigureAwait(false);
         try
         {
             // Every lease is warned before it ends, also one whose warning window passed between two ticks (a tick held up

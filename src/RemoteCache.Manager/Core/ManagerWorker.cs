@@ -19,13 +19,15 @@ public sealed class ManagerWorker : BackgroundService
     private static readonly TimeSpan s_tick = TimeSpan.FromMilliseconds(250);
 
     private readonly Duties _duties;
+    private readonly TenantCalls _calls;
     private readonly Pool _pool;
     private readonly ILeadership _leadership;
     private readonly ManagerOptions _options;
     private readonly ILogger<ManagerWorker> _logger;
 
-    public ManagerWorker(Duties duties, Pool pool, ILeadership leadership, IOptions<ManagerOptions> options, ILogger<ManagerWorker> logger)
+    public ManagerWorker(Duties duties, Pool pool, TenantCalls calls, ILeadership leadership, IOptions<ManagerOptions> options, ILogger<ManagerWorker> logger)
     {
+        _calls = calls;
         _duties = duties;
         _pool = pool;
         _leadership = leadership;
@@ -37,6 +39,7 @@ public sealed class ManagerWorker : BackgroundService
     {
         try
         {
+            await WarmAsync(stoppingToken).ConfigureAwait(false);
             while (true)
             {
                 stoppingToken.ThrowIfCancellationRequested();  // a term that outlives the stop is not served again
@@ -51,6 +54,19 @@ public sealed class ManagerWorker : BackgroundService
         }
         catch (OperationCanceledException) when (stoppingToken.IsCancellationRequested)
         {
+        }
+    }
+
+    // Before the first election: what a leader runs first is compiled while nobody waits for it.
+    private async Task WarmAsync(CancellationToken stoppingToken)
+    {
+        try
+        {
+            await _calls.WarmAsync(stoppingToken).ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is not OperationCanceledException)
+        {
+            _logger.LogWarning(e, "Warming the write path failed (the first Allocate compiles it)");
         }
     }
 

@@ -45,8 +45,7 @@ public sealed class Pool : StateUnit, IAsyncDisposable
     /// <summary>Every server, with what its last probe said.</summary>
     public IReadOnlyList<ServerRecord> Servers()
     {
-        lock (_caches)
-            return _servers.Values.OrderBy(s => s.ServerId, StringComparer.Ordinal)
+        return View.Servers.Values.OrderBy(s => s.ServerId, StringComparer.Ordinal)
                 .Select(s => _probes.TryGetValue(s.ServerId, out var p) ? s with { MemoryLent = p.MemoryLent, LastProbe = p.At } : s).ToList();
     }
 
@@ -76,7 +75,7 @@ public sealed class Pool : StateUnit, IAsyncDisposable
         long needed = _catalogue.RegionsOf(type) * _catalogue.RegionBytes;
         if (probe.MemoryLimit < needed)
             throw new ManagerRefusal(RefusalKind.FailedPrecondition, $"the server {probe.ServerId} may lend {probe.MemoryLimit} bytes; a {vmType} lends {needed} (--memory-limit)");
-        await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
+        await _state.EnterAsync(cancellationToken).ConfigureAwait(false);
         try
         {
             if (_servers.ContainsKey(probe.ServerId))
@@ -95,7 +94,7 @@ public sealed class Pool : StateUnit, IAsyncDisposable
 
     public async Task RemoveServerAsync(string serverId, CancellationToken cancellationToken)
     {
-        await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
+        await _state.EnterAsync(cancellationToken).ConfigureAwait(false);
         try
         {
             var server = Server(serverId);
@@ -144,7 +143,7 @@ public sealed class Pool : StateUnit, IAsyncDisposable
     private async Task<ServerRecord> UpdateServerAsync(string serverId, Func<ServerRecord, ServerRecord> update,
                                                        Action<StoreChange, ServerRecord, CacheRecord>? cacheEvent, CancellationToken cancellationToken)
     {
-        await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
+        await _state.EnterAsync(cancellationToken).ConfigureAwait(false);
         try
         {
             var server = update(Server(serverId));
@@ -169,9 +168,7 @@ public sealed class Pool : StateUnit, IAsyncDisposable
     /// </summary>
     public async Task ProbeAllAsync(CancellationToken cancellationToken)
     {
-        List<ServerRecord> servers;
-        lock (_caches)
-            servers = _servers.Values.Where(s => s.Status != ServerStatus.Failed || s.Allocator == StaticPoolAllocator.AllocatorName).ToList();
+        var servers = View.Servers.Values.Where(s => s.Status != ServerStatus.Failed || s.Allocator == StaticPoolAllocator.AllocatorName).ToList();
         var probes = servers.Select(async s => (Server: s, Result: await ProbeTwiceAsync(s, cancellationToken).ConfigureAwait(false)));
         foreach (var (server, result) in await Task.WhenAll(probes).ConfigureAwait(false))
         {
@@ -204,15 +201,13 @@ public sealed class Pool : StateUnit, IAsyncDisposable
         List<ulong> stale;
         ServerRecord? server;
         DateTimeOffset? lease = null;
-        lock (_caches)
-        {
-            if (!_servers.TryGetValue(serverId, out server))
-                return;
-            var granted = server.Status == ServerStatus.Failed ? null : (ulong?)server.CacheId;
-            stale = held.Select(h => h.CacheId).Where(id => id != granted).Distinct().ToList();
-            if (granted is { } id && _caches.TryGetValue(id, out var cache) && held.Any(h => h.CacheId == id && h.LeaseEnd < CacheServers.LeaseEndOnServers(cache)))
-                lease = CacheServers.LeaseEndOnServers(cache);
-        }
+        var view = View;
+        if (!view.Servers.TryGetValue(serverId, out server))
+            return;
+        var granted = server.Status == ServerStatus.Failed ? null : (ulong?)server.CacheId;
+        stale = held.Select(h => h.CacheId).Where(id => id != granted).Distinct().ToList();
+        if (granted is { } id && view.Caches.TryGetValue(id, out var cache) && held.Any(h => h.CacheId == id && h.LeaseEnd < CacheServers.LeaseEndOnServers(cache)))
+            lease = CacheServers.LeaseEndOnServers(cache);
         foreach (ulong cacheId in stale)
         {
             _logger.LogWarning("Server {ServerId} ({Status}) holds cache {CacheId}, which the manager has not granted it; dropping it",
@@ -248,7 +243,7 @@ public sealed class Pool : StateUnit, IAsyncDisposable
     /// <summary>Declares <paramref name="serverId"/> failed (its process ended, or it missed its probes).</summary>
     public async Task ServerFailedAsync(string serverId, string reason, CancellationToken cancellationToken)
     {
-        await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
+        await _state.EnterAsync(cancellationToken).ConfigureAwait(false);
         try
         {
             if (!_servers.TryGetValue(serverId, out var server) || server.Status == ServerStatus.Failed)
@@ -276,7 +271,7 @@ public sealed class Pool : StateUnit, IAsyncDisposable
     /// <summary>At shutdown: free local servers stop; the ones holding caches keep serving.</summary>
     public async ValueTask DisposeAsync()
     {
-        await _lock.WaitAsync().ConfigureAwait(false);
+        await _state.EnterAsync(CancellationToken.None).ConfigureAwait(false);
         try
         {
             await _allocator.ShutdownAsync(_servers.Values.ToList(), CancellationToken.None).ConfigureAwait(false);

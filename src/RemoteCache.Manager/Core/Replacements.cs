@@ -45,7 +45,7 @@ public sealed class Replacements : StateUnit
     /// <summary>Rents a server to take the place of one of the cache's that is being reclaimed or has failed.</summary>
     public async Task<(CacheRecord Cache, ServerRecord Replacement)> BeginReplacementAsync(string tenant, ReplacementSpec request, CancellationToken cancellationToken)
     {
-        await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
+        await _state.EnterAsync(cancellationToken).ConfigureAwait(false);
         try
         {
             var cache = Owned(tenant, request.CacheId);
@@ -100,14 +100,21 @@ public sealed class Replacements : StateUnit
 
     /// <summary>
     /// Has the replacement of a server copy one region from it (the target pulls it through the admin interface, with
-    /// a migration capability for the source). Runs outside the state lock: a copy takes about a second per GiB.
+    /// a migration capability for the source). The copy runs outside the state lock: it takes about a second per GiB.
     /// </summary>
     public async Task<RegionPullResult> MoveRegionAsync(string tenant, MoveRegionSpec request, TimeSpan? timeout, CancellationToken cancellationToken)
     {
         CacheRecord cache;
         ServerRecord source, target;
-        lock (_caches)
+        await _state.EnterAsync(cancellationToken).ConfigureAwait(false);
+        try
+        {
             (cache, source, target) = Pending(tenant, request.CacheId, request.ServerId, request.Mover);
+        }
+        finally
+        {
+            _lock.Release();
+        }
         long regions = Math.Max(1u, request.Regions);
         if (request.SourceRegion + regions > cache.RegionsPerServer || request.TargetRegion + regions > cache.RegionsPerServer)
             throw new ManagerRefusal(RefusalKind.InvalidArgument,
@@ -163,7 +170,7 @@ public sealed class Replacements : StateUnit
     /// <summary>Puts the replacement in the replaced server's place and releases the replaced one.</summary>
     public async Task<CacheRecord> CompleteReplacementAsync(string tenant, ReplacementSpec request, CancellationToken cancellationToken)
     {
-        await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
+        await _state.EnterAsync(cancellationToken).ConfigureAwait(false);
         try
         {
             var (cache, old, replacement) = Pending(tenant, request.CacheId, request.ServerId, request.Mover);
@@ -208,7 +215,7 @@ public sealed class Replacements : StateUnit
     /// <summary>Gives a replacement back; the cache is as before.</summary>
     public async Task<CacheRecord> AbandonReplacementAsync(string tenant, ReplacementSpec request, CancellationToken cancellationToken)
     {
-        await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
+        await _state.EnterAsync(cancellationToken).ConfigureAwait(false);
         try
         {
             var cache = Owned(tenant, request.CacheId);

@@ -9,7 +9,8 @@ namespace RemoteCache.Manager.Core;
 
 /// <summary>
 /// A unit of the manager's core: works on the shared <see cref="ManagerState"/>, under the names the state had when it
-/// was one class (so that code moved out of it reads as it did).
+/// was one class (so that code moved out of it reads as it did): <c>_caches</c> and <c>_servers</c> are the working maps
+/// (under the lock), <see cref="View"/> what readers see.
 /// </summary>
 public abstract class StateUnit
 {
@@ -25,6 +26,11 @@ public abstract class StateUnit
         _caches = state.Caches;
         _servers = state.Servers;
     }
+
+    /// <summary>What the store has committed, for readers.</summary>
+    private protected StateView View => _state.View;
+
+    private protected Task<IReadOnlyList<StoredEvent>> Stage(StoreChange change) => _state.Stage(change);
 
     private protected Task<IReadOnlyList<StoredEvent>> CommitAsync(StoreChange change, CancellationToken cancellationToken) => _state.CommitAsync(change, cancellationToken);
 

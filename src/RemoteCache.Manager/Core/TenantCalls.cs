@@ -2,8 +2,10 @@ using System;
 using System.Collections.Generic;
 using System.Linq;
 using System.Security.Cryptography;
+using System.Text.Json;
 using System.Threading;
 using System.Threading.Tasks;
+using Google.Protobuf;
 using Google.Protobuf.WellKnownTypes;
 using Microsoft.Extensions.Logging;
 using RemoteCache.Manager.Allocators;
@@ -86,7 +88,10 @@ public sealed class TenantCalls : StateUnit
         if (!string.IsNullOrEmpty(request.Transport) && !_options.Transports.Contains(request.Transport))
             throw new ManagerRefusal(RefusalKind.InvalidArgument, $"transport {Input.Quote(request.Transport)} is not offered (offered: {string.Join(", ", _options.Transports)})");
 
-        await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
+        Task<IReadOnlyList<StoredEvent>> committing;
+        CacheRecord cache;
+        List<ServerRecord> rented;
+        await _state.EnterAsync(cancellationToken).ConfigureAwait(false);
         try
         {
             if (await RetriedAllocateAsync(tenant, request, cancellationToken).ConfigureAwait(false) is { } retried)
@@ -109,13 +114,12 @@ public sealed class TenantCalls : StateUnit
                     var server = await _allocator.AcquireAsync(vm.Type, vm.Spot, _servers.Values.Where(s => acquired.All(a => a.ServerId != s.ServerId)).ToList(), cancellationToken)
                                                  .ConfigureAwait(false);
                     acquired.Add(server);
-                    lock (_caches)
-                        _servers[server.ServerId] = server;  // a new local server must not be offered again in this loop
+                    _servers[server.ServerId] = server;  // a new local server must not be offered again in this loop
                 }
                 if (acquired.Any(s => !s.Endpoints.ContainsKey(choice.Transport)))
                     throw new ManagerRefusal(RefusalKind.ResourceExhausted, $"a server of the placement does not listen on {choice.Transport}");
                 var now = _time.GetUtcNow();
-                var cache = new CacheRecord
+                cache = new CacheRecord
                 {
                     CacheId = id, Tenant = tenant, Name = request.Name,
                     Token = Convert.ToBase64String(RandomNumberGenerator.GetBytes(24)),
@@ -130,12 +134,12 @@ public sealed class TenantCalls : StateUnit
                 change.PutCaches.Add(cache);
                 foreach (var s in acquired)
                     change.PutServers.Add(s with { CacheId = id });
-                AddEvent(change, cache, e => e.CacheAllocated = new CacheAllocated { Capacity = (ulong)cache.CapacityBytes });
-                var events = await CommitAsync(change, cancellationToken).ConfigureAwait(false);
+                var placed = cache;
+                AddEvent(change, cache, e => e.CacheAllocated = new CacheAllocated { Capacity = (ulong)placed.CapacityBytes });
+                // Staged, it commits outside the lock, with the changes staged while the one before it commits.
+                committing = Stage(change);
+                rented = acquired.ToList();
                 acquired.Clear();
-                _logger.LogInformation("Allocated cache {CacheId} ({Name}) for {Tenant}: {Capacity} bytes on {Servers} ({Transport}, {Config}), ${Price:0.####}/h",
-                                       id, cache.Name, tenant, cache.CapacityBytes, string.Join(", ", cache.Servers), cache.Transport, cache.Config, cache.PricePerHour);
-                return (cache, events[0].Sequence);
             }
             catch (AllocatorException e)
             {
@@ -144,20 +148,47 @@ public sealed class TenantCalls : StateUnit
             finally
             {
                 // All or nothing: whatever was acquired for a refused request goes back.
-                foreach (var server in acquired)
-                {
-                    lock (_caches)
-                        _servers.Remove(server.ServerId);
-                    var kept = await _allocator.ReleaseAsync(server, _servers.Values.ToList(), CancellationToken.None).ConfigureAwait(false);
-                    if (kept is not null)
-                        lock (_caches)
-                            _servers[kept.ServerId] = kept;
-                }
+                await ReleaseAcquiredAsync(acquired).ConfigureAwait(false);
             }
         }
         finally
         {
             _lock.Release();
+        }
+
+        IReadOnlyList<StoredEvent> events;
+        try
+        {
+            // Not cancellable: the change commits or fails whether waited for or not, and its servers go back only if it failed.
+            events = await committing.ConfigureAwait(false);
+        }
+        catch
+        {
+            await _state.EnterAsync(CancellationToken.None).ConfigureAwait(false);
+            try
+            {
+                await ReleaseAcquiredAsync(rented).ConfigureAwait(false);
+            }
+            finally
+            {
+                _lock.Release();
+            }
+            throw;
+        }
+        _logger.LogInformation("Allocated cache {CacheId} ({Name}) for {Tenant}: {Capacity} bytes on {Servers} ({Transport}, {Config}), ${Price:0.####}/h",
+                               cache.CacheId, cache.Name, tenant, cache.CapacityBytes, string.Join(", ", cache.Servers), cache.Transport, cache.Config, cache.PricePerHour);
+        return (cache, events[0].Sequence);
+    }
+
+    // Under the lock: servers acquired for a cache that was not made go back to their allocator.
+    private async Task ReleaseAcquiredAsync(IEnumerable<ServerRecord> acquired)
+    {
+        foreach (var server in acquired)
+        {
+            _servers.Remove(server.ServerId);
+            var kept = await _allocator.ReleaseAsync(server, _servers.Values.ToList(), CancellationToken.None).ConfigureAwait(false);
+            if (kept is not null)
+                _servers[kept.ServerId] = kept;
         }
     }
 
@@ -182,6 +213,46 @@ public sealed class TenantCalls : StateUnit
         long sequence = events.FirstOrDefault(e => CacheEvent.Parser.ParseFrom(e.Payload).KindCase == CacheEvent.KindOneofCase.CacheAllocated)?.Sequence ?? 0;
         _logger.LogInformation("Allocate of {Tenant} retried with its request id: cache {CacheId} again", tenant, earlier.CacheId);
         return (earlier, sequence);
+    }
+
+    /// <summary>
+    /// Runs what an Allocate does that changes nothing (the configuration search and placement on each transport offered,
+    /// the encoding of its records and event, a capability), so that a replica's first Allocate — a new leader's, while
+    /// clients wait on a failover — does not pay for compiling them.
+    /// </summary>
+    public async Task WarmAsync(CancellationToken cancellationToken)
+    {
+        var slo = new RemoteCacheSlo { ReadLatency = TimeSpan.FromMicroseconds(100) };
+        await _state.EnterAsync(cancellationToken).ConfigureAwait(false);
+        try
+        {
+            foreach (string transport in _options.Transports)
+            {
+                try
+                {
+                    Choose(slo, _catalogue.RegionBytes, null, new[] { transport });
+                }
+                catch (ManagerRefusal)
+                {
+                    // An empty pool or no model for the transport: what ran is warm all the same.
+                }
+            }
+        }
+        finally
+        {
+            _lock.Release();
+        }
+        var now = _time.GetUtcNow();
+        var cache = new CacheRecord
+        {
+            CacheId = 1, Tenant = "warm", Name = "warm", Token = "", RequestedBytes = _catalogue.RegionBytes, Slo = ToRecord(slo),
+            Config = new RemoteCache.CacheConfig(0, 1, 1, 1), Transport = _options.Transports[0], RecordSize = slo.RecordSize, Servers = new[] { "warm" },
+            RegionsPerServer = 1, RegionBytes = _catalogue.RegionBytes, Created = now, LeaseExpires = now, LeaseLength = TimeSpan.Zero, PricePerHour = 0,
+        };
+        var server = new ServerRecord("warm", new Dictionary<string, string> { [cache.Transport] = "" }, "warm", false, _allocator.Name);
+        JsonSerializer.SerializeToUtf8Bytes(cache, RecordJson.Options);
+        JsonSerializer.SerializeToUtf8Bytes(server, RecordJson.Options);
+        new CacheEvent { Sequence = 1, CacheId = 1, Time = Timestamp.FromDateTimeOffset(now), CacheAllocated = new CacheAllocated { Capacity = 1 } }.ToByteArray();
     }
 
     // The cheapest (configuration, placement) over the transports, ties to the first transport listed.
@@ -217,34 +288,32 @@ public sealed class TenantCalls : StateUnit
 
     public async Task DeallocateAsync(string tenant, ulong cacheId, CancellationToken cancellationToken)
     {
-        await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
+        // Its servers drop it before the lock is taken (Get: only the tenant's own cache is dropped).
+        var dropped = await _cacheServers.DropAheadAsync(Get(tenant, cacheId)).ConfigureAwait(false);
+        Task removed;
+        await _state.EnterAsync(cancellationToken).ConfigureAwait(false);
         try
         {
             var cache = Owned(tenant, cacheId);
-            await _cacheServers.RemoveCacheAsync(cache, "deallocated by its tenant", CancellationToken.None).ConfigureAwait(false);
+            removed = await _cacheServers.StageRemovalAsync(cache, "deallocated by its tenant", dropped).ConfigureAwait(false);
         }
         finally
         {
             _lock.Release();
         }
+        await removed.ConfigureAwait(false);
     }
 
-    public CacheRecord Get(string tenant, ulong cacheId)
-    {
-        lock (_caches)
-            return Owned(tenant, cacheId);
-    }
+    public CacheRecord Get(string tenant, ulong cacheId) =>
+        View.Caches.TryGetValue(cacheId, out var cache) && cache.Tenant == tenant ? cache : throw NotFound(cacheId);
 
-    public IReadOnlyList<CacheRecord> List(string tenant)
-    {
-        lock (_caches)
-            return _caches.Values.Where(c => c.Tenant == tenant).OrderBy(c => c.Created).ToList();
-    }
+    public IReadOnlyList<CacheRecord> List(string tenant) =>
+        View.Caches.Values.Where(c => c.Tenant == tenant).OrderBy(c => c.Created).ToList();
 
     public async Task<CacheRecord> RenewLeaseAsync(string tenant, ulong cacheId, TimeSpan? extendBy, CancellationToken cancellationToken)
     {
         TimeSpan? by = extendBy;
-        await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
+        await _state.EnterAsync(cancellationToken).ConfigureAwait(false);
         try
         {
             var cache = Owned(tenant, cacheId);
@@ -272,7 +341,7 @@ public sealed class TenantCalls : StateUnit
     public async Task<(CacheRecord Cache, bool ConfigChanged, IReadOnlyList<string> Added, IReadOnlyList<string> Removed)> ReallocateAsync(
         string tenant, ReallocateSpec request, CancellationToken cancellationToken)
     {
-        await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
+        await _state.EnterAsync(cancellationToken).ConfigureAwait(false);
         try
         {
             var cache = Owned(tenant, request.CacheId);
@@ -364,9 +433,7 @@ public sealed class TenantCalls : StateUnit
     /// </summary>
     public async Task<(IReadOnlyList<StoredEvent> Events, bool Live)> BacklogAsync(string tenant, ulong cacheId, long fromSequence, CancellationToken cancellationToken)
     {
-        bool live;
-        lock (_caches)
-            live = _caches.TryGetValue(cacheId, out var c) && c.Tenant == tenant;
+        bool live = View.Caches.TryGetValue(cacheId, out var c) && c.Tenant == tenant;
         var events = await _store.EventsAsync(cacheId, Math.Max(fromSequence, 1), cancellationToken).ConfigureAwait(false);
         if (!live && (events.Count == 0 || events.Any(e => e.Tenant != tenant)))
         {

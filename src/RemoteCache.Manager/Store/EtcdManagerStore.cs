@@ -46,7 +46,7 @@ public sealed class EtcdManagerStore : IManagerStore
     private const string MigratingKey = "meta/migrating";
 
     // etcd's default limit of operations in one transaction (its --max-txn-ops).
-    private const int MaxTxnOps = 128;
+    private const int MaxTxnOps = StoreChange.MaxWrites;
 
     // Operations per import transaction, below that limit.
     private const int ImportBatch = 100;

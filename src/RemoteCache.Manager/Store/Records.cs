@@ -165,4 +165,56 @@ public sealed class StoreChange
 
     /// <summary>Events to append: cache, tenant and a payload built from the sequence the store assigns.</summary>
     public List<(ulong CacheId, string Tenant, Func<long, byte[]> Payload)> Events { get; } = new();
+
+    /// <summary>
+    /// The most keys one change may write (<see cref="Writes"/>): etcd's default limit of operations in one transaction
+    /// (its <c>--max-txn-ops</c>).
+    /// </summary>
+    public const int MaxWrites = 128;
+
+    /// <summary>
+    /// The keys the change writes: each record put or deleted, two per event (the event and its log entry) and two of the
+    /// store's own (the last sequence and the change's id).
+    /// </summary>
+    public int Writes => PutCaches.Count + DeleteCaches.Count + PutServers.Count + DeleteServers.Count + 2 * Events.Count + 2;
+
+    /// <summary>
+    /// One change that makes <paramref name="changes"/> in their order: a record both written and removed in them ends as
+    /// the last of them left it (written once, or removed), events are appended in order.
+    /// </summary>
+    public static StoreChange Merge(IReadOnlyList<StoreChange> changes)
+    {
+        if (changes.Count == 1)
+            return changes[0];
+        var caches = new Dictionary<ulong, CacheRecord?>();
+        var servers = new Dictionary<string, ServerRecord?>(StringComparer.Ordinal);
+        var merged = new StoreChange();
+        foreach (var change in changes)
+        {
+            foreach (ulong id in change.DeleteCaches)
+                caches[id] = null;
+            foreach (var cache in change.PutCaches)
+                caches[cache.CacheId] = cache;
+            foreach (string id in change.DeleteServers)
+                servers[id] = null;
+            foreach (var server in change.PutServers)
+                servers[server.ServerId] = server;
+            merged.Events.AddRange(change.Events);
+        }
+        foreach (var (id, cache) in caches)
+        {
+            if (cache is null)
+                merged.DeleteCaches.Add(id);
+            else
+                merged.PutCaches.Add(cache);
+        }
+        foreach (var (id, server) in servers)
+        {
+            if (server is null)
+                merged.DeleteServers.Add(id);
+            else
+                merged.PutServers.Add(server);
+        }
+        return merged;
+    }
 }
