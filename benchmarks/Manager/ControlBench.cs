@@ -36,40 +36,22 @@ internal static class ControlBench
         var seconds = new Option<double>("--seconds") { Description = "Seconds of the throughput run", DefaultValueFactory = _ => 5 };
         var clients = new Option<int>("--clients") { Description = "Concurrent callers in the throughput run", DefaultValueFactory = _ => 8 };
         var json = new Option<string>("--json") { Description = "Where the figures go (JSON)", DefaultValueFactory = _ => Path.Combine("artifacts", "manager-control.json") };
-        var shared = new Option<bool>("--shared-cpus")
-        {
-            Description = "Run the etcd members on the same CPUs as the managers, servers and callers. By default they get the last CPU to " +
-                          "themselves and everything else the others, for both stores: etcd members run on hosts of their own in a cluster, and " +
-                          "on two cores the three of them otherwise take the CPU the manager under test needs",
-        };
         var command = new Command("control", "Allocate latency and Allocate + Deallocate throughput against the leader, SQLite vs etcd (3 loopback members), static pool of real servers, real manager processes")
         {
-            stores, replicas, iterations, seconds, clients, json, shared,
+            stores, replicas, iterations, seconds, clients, json,
         };
         command.SetAction(async (parse, ct) =>
         {
             var results = new List<StoreFigures>();
             var references = new List<EtcdReference>();
-            // Children inherit this process's CPUs: the managers and servers run where the callers do.
-            IntPtr? etcdCores = null;
-            string cpus = "shared by all";
-            if (!parse.GetValue(shared))
-            {
-                int last = Environment.ProcessorCount - 1;
-                if (last < 1)
-                    throw new InvalidOperationException("etcd on CPUs of its own needs two CPUs at least: run with --shared-cpus");
-                etcdCores = (IntPtr)(1L << last);
-                Process.GetCurrentProcess().ProcessorAffinity = (IntPtr)((1L << last) - 1);
-                cpus = $"etcd members on CPU {last}; managers, servers and callers on CPU 0..{last - 1}";
-                Console.WriteLine(cpus);
-            }
+
             foreach (string store in parse.GetValue(stores)!)
             {
                 string dir = Directory.CreateTempSubdirectory($"control-{store}-").FullName;
                 try
                 {
                     int n = parse.GetValue(clients);
-                    await using var plane = await ControlPlane.StartAsync(dir, store, store == "etcd" ? parse.GetValue(replicas) : 1, servers: n + 2, etcdCores: etcdCores);
+                    await using var plane = await ControlPlane.StartAsync(dir, store, store == "etcd" ? parse.GetValue(replicas) : 1, servers: n + 2);
                     var leader = plane.Managers[await plane.SettledAsync(TimeSpan.FromSeconds(30))].Tenant;
                     if (plane.EtcdEndpoints is { } endpoints)
                         references.Add(await EtcdReferenceAsync(endpoints, parse.GetValue(iterations), n, TimeSpan.FromSeconds(parse.GetValue(seconds))));
@@ -94,7 +76,7 @@ internal static class ControlBench
                     Console.WriteLine(Invariant($"etcd Allocate p99 / etcd's own transaction p99 in this run: {etcd.AllocateP99Ms / reference.P99Ms:0.00}×; etcd Allocate+Deallocate per s / etcd's own transactions per s with {reference.Callers} callers: {etcd.PerSecond / reference.PerSecond:0.000}"));
                 Console.WriteLine(Invariant($"etcd / sqlite: Allocate p99 {comparison.AllocateP99Ratio:0.00}× (target ≤ 2×: {Met(comparison.AllocateP99Ratio <= 2)}; etcd p99 ≤ 20 ms: {Met(etcd.AllocateP99Ms <= 20)}), p50 {comparison.AllocateP50Ratio:0.00}×; throughput {comparison.ThroughputRatio:0.00}× (target ≥ 1: {Met(comparison.ThroughputRatio >= 1)})"));
             }
-            await WriteJsonAsync(parse.GetValue(json)!, new { date = Today(), setup = "loopback, distinct ports; static pool; raw gRPC against the leader", cpus, loadAverageAtEnd = LoadAverage(), stores = results, etcdReference = references.FirstOrDefault(), comparison }, ct);
+            await WriteJsonAsync(parse.GetValue(json)!, new { date = Today(), setup = "loopback, distinct ports; static pool; raw gRPC against the leader", loadAverageAtEnd = LoadAverage(), stores = results, etcdReference = references.FirstOrDefault(), comparison }, ct);
             return 0;
         });
         return command;

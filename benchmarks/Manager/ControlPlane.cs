@@ -67,8 +67,7 @@ internal sealed class ControlPlane : IAsyncDisposable
     /// Starts etcd (3 members) for <paramref name="store"/> etcd, <paramref name="servers"/> servers and
     /// <paramref name="replicas"/> managers (1 on SQLite), waits for one leader, and registers the servers with it.
     /// </summary>
-    /// <param name="etcdCores">The CPUs the etcd members run on (null: wherever the system puts them, beside the rest).</param>
-    public static async Task<ControlPlane> StartAsync(string dir, string store, int replicas, int servers, double leaderLease = 2, IntPtr? etcdCores = null)
+    public static async Task<ControlPlane> StartAsync(string dir, string store, int replicas, int servers, double leaderLease = 2)
     {
         if (store is not ("sqlite" or "etcd"))
             throw new ArgumentException($"--store is '{store}': sqlite or etcd");
@@ -86,7 +85,7 @@ internal sealed class ControlPlane : IAsyncDisposable
             }.ToJson());
             ApiKeyStore.WritePrivate(admission, RandomNumberGenerator.GetBytes(32));
             if (store == "etcd")
-                plane._etcd = await EtcdMembers.StartAsync(Path.Combine(dir, "etcd"), 3, etcdCores);
+                plane._etcd = await EtcdMembers.StartAsync(Path.Combine(dir, "etcd"), 3);
             // The servers start while etcd elects; each is a process that is ready in a few ms.
             for (int i = 0; i < servers; i++)
                 plane._servers.Add(await ServerProcess.StartAsync(admission));
@@ -396,7 +395,7 @@ internal sealed class EtcdMembers : IAsyncDisposable
 
     public string Endpoints { get; }
 
-    public static async Task<EtcdMembers> StartAsync(string dir, int count, IntPtr? cores = null)
+    public static async Task<EtcdMembers> StartAsync(string dir, int count)
     {
         if (!File.Exists(Binary))
             throw new FileNotFoundException($"{Binary} not found: install the Debian package 'etcd-server'");
@@ -417,8 +416,6 @@ internal sealed class EtcdMembers : IAsyncDisposable
                          })
                     start.ArgumentList.Add(a);
                 var process = Process.Start(start)!;
-                if (cores is { } mask)
-                    process.ProcessorAffinity = mask;
                 // Its log is drained, never read: a full pipe would stop it.
                 _ = process.StandardOutput.ReadToEndAsync();
                 _ = process.StandardError.ReadToEndAsync();

@@ -35,5 +35,12 @@ internal struct Backoff
         return wait;
     }
 
+    /// <summary>The first wait again (with its jitter), without moving on to longer ones.</summary>
+    public readonly TimeSpan First()
+    {
+        var wait = _first * (0.75 + 0.5 * Random.Shared.NextDouble());
+        return wait > _limit ? _limit : wait;
+    }
+
     public void Reset() => _next = _first;
 }

@@ -35,7 +35,9 @@ internal sealed class ManagerReplica
 /// Where the attempts of one call (or of one event stream) go. After an UNAVAILABLE from a replica: to the leader it
 /// names in its not-leader refusal if that is one of the configured addresses, at once; otherwise to the next address.
 /// After a full round (as many attempts as addresses) with no answer it waits before the next attempt, the waits from
-/// the <see cref="Backoff"/> it was given, so that a replica set with no leader yet (an election) is not hammered.
+/// the <see cref="Backoff"/> it was given: growing while some replica does not answer at all, the first wait again
+/// while every replica answers that it is not the leader (an election under way: a new leader is about to serve, and
+/// refusing is cheap for a replica).
 /// Remembers what each address said last, for the error that ends the call. Not thread-safe: one per call.
 /// </summary>
 internal sealed class Failover
@@ -44,6 +46,7 @@ internal sealed class Failover
     private readonly List<(Uri Address, string Said)> _tried = new();
     private Backoff _backoff;
     private int _unanswered;  // attempts since the last answer
+    private bool _roundRefused = true;  // every attempt of this round was refused by a live replica that is not the leader
 
     public Failover(IReadOnlyList<ManagerReplica> replicas, ManagerReplica first, Backoff backoff)
     {
@@ -62,6 +65,7 @@ internal sealed class Failover
     public void Answered()
     {
         _unanswered = 0;
+        _roundRefused = true;
         _backoff.Reset();
     }
 
@@ -83,11 +87,16 @@ internal sealed class Failover
     {
         Note(failure is null ? "the stream ended" : Describe(failure));
         _unanswered++;
+        _roundRefused &= failure is not null && IsNotLeader(failure);
         var from = Replica;
         Replica = failure is not null && LeaderNamed(failure) is { } leader && Find(leader) is { } named && named != from
             ? named
             : _replicas[(from.Index + 1) % _replicas.Count];
-        return _unanswered % _replicas.Count == 0 ? _backoff.Next() : TimeSpan.Zero;
+        if (_unanswered % _replicas.Count != 0)
+            return TimeSpan.Zero;
+        var wait = _roundRefused ? _backoff.First() : _backoff.Next();
+        _roundRefused = true;
+        return wait;
     }
 
     /// <summary>What a refusal said, for logs and errors: a not-leader refusal says which leader it named.</summary>

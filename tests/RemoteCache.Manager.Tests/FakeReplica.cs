@@ -76,12 +76,13 @@ public sealed class FakeReplica : IAsyncDisposable
     /// <summary>Events forwarded on event streams.</summary>
     public int EventsForwarded;
 
-    public static async Task<FakeReplica> StartAsync(Uri? leader = null, TestManager? target = null)
+    /// <param name="port">Where it listens (0: a port the system picks).</param>
+    public static async Task<FakeReplica> StartAsync(Uri? leader = null, TestManager? target = null, int port = 0)
     {
         var replica = new FakeReplica { Leader = leader, Target = target };
         var builder = WebApplication.CreateSlimBuilder();
         builder.Logging.SetMinimumLevel(LogLevel.Warning);
-        builder.WebHost.ConfigureKestrel(k => k.Listen(IPAddress.Loopback, 0, l => l.Protocols = HttpProtocols.Http2));
+        builder.WebHost.ConfigureKestrel(k => k.Listen(IPAddress.Loopback, port, l => l.Protocols = HttpProtocols.Http2));
         builder.Services.AddGrpc();
         builder.Services.AddSingleton(replica);
         // A replica killed does not wait for its streams: they are cut (KillAsync cancels the forwards first).

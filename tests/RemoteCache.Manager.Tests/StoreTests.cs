@@ -187,6 +187,79 @@ public abstract class StoreContract
         Assert.Empty(await SequencesAsync(store, 1));
         Assert.Equal(1, await store.EventFloorAsync(1, CancellationToken.None));
     }
+
+    [Fact]
+    public async Task ACompactionCutOffAtAnyPointLeavesEveryCacheAWholeSuffixAboveItsFloor()
+    {
+        // Enough caches that a compaction takes several transactions (etcd pages its reads by 100 and raises floors 60
+        // caches a transaction), half of them deleted; each has 4 events at T0 and 2 at T0 + 2 min.
+        const int count = 150;
+        var original = new Dictionary<ulong, long[]>();
+        await using (var store = await OpenAsync())
+        {
+            // In changes of 50 caches: within what etcd takes in one transaction.
+            var chunks = Enumerable.Range(1, count).Select(i => (ulong)i).Chunk(50).ToList();
+            foreach (var chunk in chunks)
+            {
+                var live = new StoreChange { Time = T0 };
+                live.PutCaches.AddRange(chunk.Select(id => Cache(id, "a")));
+                await store.ApplyAsync(live, CancellationToken.None);
+            }
+            for (int round = 0; round < 6; round++)
+                foreach (var chunk in chunks)
+                    await AppendAsync(store, round < 4 ? T0 : T0.AddMinutes(2), chunk);
+            foreach (var chunk in chunks)
+            {
+                var gone = new StoreChange { Time = T0.AddMinutes(2) };
+                gone.DeleteCaches.AddRange(chunk.Where(id => id % 2 == 0));
+                await store.ApplyAsync(gone, CancellationToken.None);
+            }
+            var ids = chunks.SelectMany(c => c).ToArray();
+            foreach (ulong id in ids)
+                original[id] = await SequencesAsync(store, id);
+        }
+
+        // Cut off after 0, 2, 4, … ms (a manager killed mid-compaction: in-flight transactions commit or not), the state
+        // read back by a store opened afresh, until one compaction runs to its end.
+        bool finished = false;
+        for (int afterMs = 0; !finished; afterMs += 2)
+        {
+            Assert.True(afterMs < 20_000, "a compaction never finished within 20 s");
+            await using (var store = await OpenAsync())
+            {
+                using var cut = new CancellationTokenSource(TimeSpan.FromMilliseconds(afterMs));
+                try
+                {
+                    await store.CompactEventsAsync(T0.AddMinutes(1), 3, cut.Token);
+                    finished = true;
+                }
+                catch (Exception e) when (e is OperationCanceledException or StoreUnavailableException)
+                {
+                }
+            }
+            await using (var reopened = await OpenAsync())
+            {
+                foreach (var (id, events) in original)
+                {
+                    var kept = await SequencesAsync(reopened, id);
+                    long floor = await reopened.EventFloorAsync(id, CancellationToken.None);
+                    Assert.Equal(events.Skip(events.Length - kept.Length), kept);  // the newest, none missing among them
+                    Assert.All(events.Except(kept), removed => Assert.True(removed < floor, $"cache {id}: event {removed} was removed but the floor is {floor}"));
+                    if (kept.Length > 0)
+                        Assert.True(floor <= kept[0], $"cache {id}: floor {floor} above its oldest kept event {kept[0]}");
+                }
+            }
+        }
+
+        // The end state: by age, every event at T0 went; the live caches' count was within the cap after that.
+        await using (var store = await OpenAsync())
+        {
+            foreach (var (id, events) in original)
+                Assert.Equal(events.Skip(4), await SequencesAsync(store, id));
+            var next = await AppendAsync(store, T0.AddMinutes(3), 1);
+            Assert.True(next[0] > original.Values.Max(e => e.Max()), "a sequence was given again after compaction");
+        }
+    }
 }
 
 /// <summary>The SQLite store: the contract, and what is its own (old records, schema versions).</summary>

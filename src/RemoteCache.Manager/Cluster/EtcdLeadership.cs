@@ -332,13 +332,13 @@ public sealed class EtcdLeadership : BackgroundService, ILeadership
             lease = _lease;
             fresh = lease != 0 && !_stopping && Stopwatch.GetElapsedTime(_answeredSentAt) < _ttl * StepDownShare;
         }
-        string? address = _address();
+        // It looks first (a read, which etcd answers without a write to its log), and campaigns only when nobody leads.
         var key = _store.KeyOf(EtcdManagerStore.LeaderKey);
-        var txn = new TxnRequest();
-        bool campaign = false;
-        if (fresh && address is { } advertised)
+        var deadline = DateTime.UtcNow + EtcdManagerStore.CallTimeout;
+        var held = (await _store.Client.GetAsync(new RangeRequest { Key = key }, null, deadline, stoppingToken).ConfigureAwait(false)).Kvs;
+        if (held.Count == 0 && fresh && _address() is { } advertised)
         {
-            campaign = true;
+            var txn = new TxnRequest();
             txn.Compare.Add(new Compare { Key = key, Target = Compare.Types.CompareTarget.Create, Result = Compare.Types.CompareResult.Equal, CreateRevision = 0 });
             txn.Success.Add(new RequestOp
             {
@@ -349,19 +349,14 @@ public sealed class EtcdLeadership : BackgroundService, ILeadership
                 },
             });
             txn.Failure.Add(new RequestOp { RequestRange = new RangeRequest { Key = key } });
+            var response = await _store.Client.TransactionAsync(txn, null, deadline, stoppingToken).ConfigureAwait(false);
+            if (response.Succeeded)
+            {
+                Elected(response.Header.Revision, lease);
+                return;
+            }
+            held = response.Responses[0].ResponseRange.Kvs;  // another took it first
         }
-        else
-        {
-            // Without a live lease (or an address to advertise) it only looks.
-            txn.Success.Add(new RequestOp { RequestRange = new RangeRequest { Key = key } });
-        }
-        var response = await _store.Client.TransactionAsync(txn, null, DateTime.UtcNow + EtcdManagerStore.CallTimeout, stoppingToken).ConfigureAwait(false);
-        if (campaign && response.Succeeded)
-        {
-            Elected(response.Header.Revision, lease);
-            return;
-        }
-        var held = response.Responses[0].ResponseRange.Kvs;
         if (held.Count == 0)
         {
             // Nobody leads (this one could not campaign): clients are not sent to a leader that is gone.

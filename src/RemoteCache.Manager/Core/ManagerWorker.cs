@@ -66,7 +66,7 @@ public sealed class ManagerWorker : BackgroundService
         }
         catch (Exception e) when (e is not OperationCanceledException)
         {
-            _logger.LogWarning(e, "Warming the write path failed (the first Allocate compiles it)");
+            _logger.LogWarning("Warming the write path failed ({Reason}); the first Allocate compiles it", e.Message);
         }
     }
 

@@ -222,6 +222,8 @@ public sealed class TenantCalls : StateUnit
     /// </summary>
     public async Task WarmAsync(CancellationToken cancellationToken)
     {
+        // The state as stored (what a takeover reads first), then what an Allocate runs on it.
+        await _state.RefreshAsync(cancellationToken).ConfigureAwait(false);
         var slo = new RemoteCacheSlo { ReadLatency = TimeSpan.FromMicroseconds(100) };
         await _state.EnterAsync(cancellationToken).ConfigureAwait(false);
         try
@@ -250,8 +252,8 @@ public sealed class TenantCalls : StateUnit
             RegionsPerServer = 1, RegionBytes = _catalogue.RegionBytes, Created = now, LeaseExpires = now, LeaseLength = TimeSpan.Zero, PricePerHour = 0,
         };
         var server = new ServerRecord("warm", new Dictionary<string, string> { [cache.Transport] = "" }, "warm", false, _allocator.Name);
-        JsonSerializer.SerializeToUtf8Bytes(cache, RecordJson.Options);
-        JsonSerializer.SerializeToUtf8Bytes(server, RecordJson.Options);
+        JsonSerializer.Deserialize<CacheRecord>(JsonSerializer.SerializeToUtf8Bytes(cache, RecordJson.Options), RecordJson.Options);
+        JsonSerializer.Deserialize<ServerRecord>(JsonSerializer.SerializeToUtf8Bytes(server, RecordJson.Options), RecordJson.Options);
         new CacheEvent { Sequence = 1, CacheId = 1, Time = Timestamp.FromDateTimeOffset(now), CacheAllocated = new CacheAllocated { Capacity = 1 } }.ToByteArray();
     }
 
