@@ -118,6 +118,30 @@ public sealed class GroupCommitTests : IAsyncLifetime
     }
 
     [Fact]
+    public async Task AStateReadAgainWaitsForTheChangesInFlightSoNoneLandsOnIt()
+    {
+        _store.Close();
+        var staged = await StageAsync(Put(5));
+        await _store.Arrived(1);
+        var refresh = _state.RefreshAsync(CancellationToken.None);  // as a leader deposed and elected again reads the store
+        await Task.Delay(50);
+        Assert.False(refresh.IsCompleted);
+        _store.Open();
+        await staged;
+        await refresh;
+        Assert.True(_state.View.Caches.ContainsKey(5));
+        await _state.EnterAsync(CancellationToken.None);
+        try
+        {
+            Assert.True(_state.Caches.ContainsKey(5));  // what the next change is built on holds the change that landed
+        }
+        finally
+        {
+            _state.Lock.Release();
+        }
+    }
+
+    [Fact]
     public void MergedChangesWriteEachRecordOnceAsTheLastLeftIt()
     {
         var a = Put(1);

@@ -49,6 +49,7 @@ public sealed class Duties : StateUnit
         await _state.EnterAsync(cancellationToken).ConfigureAwait(false);
         try
         {
+            await _state.QuietAsync().ConfigureAwait(false);  // a change of an earlier term still in flight lands before the state is read
             var snapshot = await _store.LoadAsync(cancellationToken).ConfigureAwait(false);
             var recovered = await _allocator.RecoverAsync(snapshot.Servers, cancellationToken).ConfigureAwait(false);
             var change = new StoreChange();

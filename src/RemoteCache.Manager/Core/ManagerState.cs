@@ -55,6 +55,7 @@ public sealed class ManagerState
     private readonly List<Staged> _queue = new();
     private bool _committing;
     private bool _stale;
+    private Task _lastStaged = Task.CompletedTask;
 
     /// <summary>Who leads: units ask it before what the store cannot fence.</summary>
     internal ILeadership Leadership => _leadership;
@@ -127,6 +128,7 @@ public sealed class ManagerState
         await _lock.WaitAsync(cancellationToken).ConfigureAwait(false);
         try
         {
+            await QuietAsync().ConfigureAwait(false);
             var snapshot = await _store.LoadAsync(cancellationToken).ConfigureAwait(false);
             Replace(snapshot.Caches, snapshot.Servers);
         }
@@ -134,6 +136,18 @@ public sealed class ManagerState
         {
             _lock.Release();
         }
+    }
+
+    /// <summary>
+    /// Under the lock: ends once every change staged so far is committed or failed, so that a state read from the store
+    /// after it has nothing in flight to land on it (a leader deposed and elected again, a follower that led a moment ago).
+    /// </summary>
+    internal Task QuietAsync()
+    {
+        Task last;
+        lock (_queueGate)
+            last = _lastStaged;
+        return last.ContinueWith(static _ => { }, CancellationToken.None, TaskContinuationOptions.ExecuteSynchronously, TaskScheduler.Default);
     }
 
     // Under the lock, at the start of a leader's term: the maps and the view hold these; movers, probes and silences start over.
@@ -147,11 +161,13 @@ public sealed class ManagerState
         Replace(caches, servers);
     }
 
-    // Under the lock, with nothing staged (a follower's, or a new term's): the view and the working maps become these.
+    // Under the lock, with nothing in flight (QuietAsync): the view and the working maps become these.
     private void Replace(IReadOnlyCollection<CacheRecord> caches, IReadOnlyCollection<ServerRecord> servers)
     {
         _view = StateView.Of(caches, servers);
         ReplaceWorking(caches, servers);
+        lock (_queueGate)
+            _stale = false;
     }
 
     // Under the lock: the working maps become these.
@@ -203,6 +219,7 @@ public sealed class ManagerState
         lock (_queueGate)
         {
             _queue.Add(staged);
+            _lastStaged = staged.Committed.Task;
             start = !_committing;
             _committing = true;
         }
