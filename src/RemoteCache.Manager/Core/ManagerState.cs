@@ -261,7 +261,17 @@ public sealed class ManagerState
                 batch = _queue.GetRange(0, count);
                 _queue.RemoveRange(0, count);
             }
-            await CommitBatchAsync(batch).ConfigureAwait(false);
+            try
+            {
+                await CommitBatchAsync(batch).ConfigureAwait(false);
+            }
+            catch (Exception e)
+            {
+                // Never a waiter left waiting, nor a loop that ends with changes queued behind it.
+                _logger.LogError(e, "Committing {Count} staged changes failed", batch.Count);
+                foreach (var staged in batch)
+                    staged.Committed.TrySetException(e);
+            }
         }
     }
 
@@ -304,30 +314,36 @@ public sealed class ManagerState
     // become the view again before the next change is built.
     private async Task FailAsync(List<Staged> batch, Exception e)
     {
-        if (e is StoreFencedException)
+        try
         {
-            // Another manager leads now: this one's term is over (its watchdog would see it too, later).
-            _leadership.StepDown(e.Message);
+            if (e is StoreFencedException)
+            {
+                // Another manager leads now: this one's term is over (its watchdog would see it too, later).
+                _leadership.StepDown(e.Message);
+            }
+            else if (e is StoreConflictException || e is StoreUnavailableException { OutcomeUnknown: true })
+            {
+                // What this manager holds is no longer what the store holds: it reads the store's state again, so that its
+                // next change is built on it (rather than failing the same way forever).
+                await ReloadQuietlyAsync().ConfigureAwait(false);
+            }
         }
-        else if (e is StoreConflictException || e is StoreUnavailableException { OutcomeUnknown: true })
+        finally
         {
-            // What this manager holds is no longer what the store holds: it reads the store's state again, so that its next
-            // change is built on it (rather than failing the same way forever).
-            await ReloadQuietlyAsync().ConfigureAwait(false);
+            List<Staged> after;
+            lock (_queueGate)
+            {
+                _stale = true;
+                after = _queue.ToList();
+                _queue.Clear();
+            }
+            foreach (var staged in batch)
+                staged.Committed.TrySetException(e);
+            foreach (var staged in after)
+                staged.Committed.TrySetException(e is StoreFencedException
+                    ? new StoreFencedException(e.Message)
+                    : new StoreConflictException($"the change was built on one the store did not take ({e.Message}); it was not made"));
         }
-        List<Staged> after;
-        lock (_queueGate)
-        {
-            _stale = true;
-            after = _queue.ToList();
-            _queue.Clear();
-        }
-        foreach (var staged in batch)
-            staged.Committed.SetException(e);
-        foreach (var staged in after)
-            staged.Committed.SetException(e is StoreFencedException
-                ? new StoreFencedException(e.Message)
-                : new StoreConflictException($"the change was built on one the store did not take ({e.Message}); it was not made"));
     }
 
     // The view becomes the store's state (the working maps follow at the next change: they are stale).
@@ -339,7 +355,7 @@ public sealed class ManagerState
             _view = StateView.Of(snapshot.Caches, snapshot.Servers);
             _logger.LogWarning("Reloaded the state from the store after a change it did not take: {Caches} caches, {Servers} servers", snapshot.Caches.Count, snapshot.Servers.Count);
         }
-        catch (StoreUnavailableException e)
+        catch (Exception e)
         {
             _logger.LogError("Could not reload the state from the store after a change it did not take: {Reason}", e.Message);
         }
