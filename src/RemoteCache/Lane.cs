@@ -1,5 +1,6 @@
 using System;
 using System.Buffers;
+using System.Collections.Concurrent;
 using System.Diagnostics;
 using System.Threading;
 using RemoteCache.Interop;
@@ -24,7 +25,9 @@ internal sealed unsafe class Lane : IDisposable
 
     // Dispatch runs callers' code (callbacks, inline continuations), which may drive a lane again on
     // the same thread. Each nesting level gets its own buffer, and nesting stops at MaxDepth: deeper
-    // code leaves the work to an outer level or the poller instead of growing the stack.
+    // code leaves the work to an outer level or the poller instead of growing the stack. A submission at
+    // MaxDepth that finds the session full still harvests (or every thread there could wait on a session that
+    // nobody polls), but parks what it harvested for an outer level or the poller (see Park).
     private const int MaxDepth = 4;
     [ThreadStatic] private static int t_depth;
     [ThreadStatic] private static Finished[][]? t_buffers;
@@ -42,6 +45,8 @@ internal sealed unsafe class Lane : IDisposable
     private int _returned = -1;     // first operation handed back from outside the gate (lock-free stack)
     private volatile bool _pollerWaiting;
     private bool _closed;
+    private readonly ConcurrentQueue<Finished> _parked = new();
+    private int _parkedCount;
 
     public Lane(RemoteCacheClient owner, SessionHandle handle, int capacity)
     {
@@ -61,8 +66,11 @@ internal sealed unsafe class Lane : IDisposable
 
     public RemoteCacheClient Owner { get; }
 
-    /// <summary>Operations submitted to the native session and not yet harvested (read racily by the poller).</summary>
-    public int Outstanding => Volatile.Read(ref _outstanding);
+    /// <summary>
+    /// Operations submitted and not yet finished: in the native session, or harvested and parked for dispatch
+    /// (read racily by the poller).
+    /// </summary>
+    public int Outstanding => Volatile.Read(ref _outstanding) + Volatile.Read(ref _parkedCount);
     private int _outstanding;
 
     /// <summary>
@@ -192,9 +200,13 @@ internal sealed unsafe class Lane : IDisposable
             }
             // Full (session or pool): harvest what has finished (dispatched outside the gate), then retry.
             int chained = t_chained;
-            int n = t_depth < MaxDepth ? PollLocked(0, out var finished) : NoPoll(out finished);
+            bool park = t_depth >= MaxDepth;
+            int n = PollLocked(0, out var finished, park);
             Exit();
-            Dispatch(finished, n);
+            if (park)
+                Park(finished, n);
+            else
+                Dispatch(finished, n);
             if (t_chained != chained)
                 HandOff();
             if (n == 0)
@@ -236,28 +248,30 @@ internal sealed unsafe class Lane : IDisposable
     {
         if (t_depth >= MaxDepth)
             return 0;
-        if (!TryEnter())
+        int chainedAtEntry = t_chained;
+        int total = DispatchParked();
+        if (TryEnter())
+        {
+            if (!byPoller)
+                Activity++;
+            for (;;)
+            {
+                int chained = t_chained;
+                int n = PollLocked(0, out var finished);
+                Exit();
+                Dispatch(finished, n);
+                total += n;
+                // Completions that submitted again (a chain of dependent reads) are polled for at once: a one-sided
+                // read is done by the next poll. What is still in flight then goes to the poller, since this thread
+                // may not come back (FASTER blocks for its queue).
+                if (n == 0 || t_chained == chained || !TryEnter())
+                    break;
+            }
+        }
+        else if (!byPoller)
         {
             // The poller may be blocked in rc_wait with the gate: a caller that wants its lane takes it back.
-            if (!byPoller)
-                WakeBlockedPoller();
-            return 0;
-        }
-        if (!byPoller)
-            Activity++;
-        int total = 0, chainedAtEntry = t_chained;
-        for (;;)
-        {
-            int chained = t_chained;
-            int n = PollLocked(0, out var finished);
-            Exit();
-            Dispatch(finished, n);
-            total += n;
-            // Completions that submitted again (a chain of dependent reads) are polled for at once: a one-sided
-            // read is done by the next poll. What is still in flight then goes to the poller, since this thread
-            // may not come back (FASTER blocks for its queue).
-            if (n == 0 || t_chained == chained || !TryEnter())
-                break;
+            WakeBlockedPoller();
         }
         if (!byPoller && t_chained != chainedAtEntry && Outstanding > 0)
             HandOff();
@@ -267,6 +281,8 @@ internal sealed unsafe class Lane : IDisposable
     /// <summary>The poller's blocking form: waits in rc_wait up to <paramref name="timeoutMs"/>.</summary>
     public int DriveBlocking(int timeoutMs)
     {
+        if (DispatchParked() is > 0 and var parked)
+            return parked;
         Enter();
         _pollerWaiting = true;
         int n = PollLocked(timeoutMs, out var finished);
@@ -314,15 +330,9 @@ internal sealed unsafe class Lane : IDisposable
         }
     }
 
-    private static int NoPoll(out Finished[] finished)
+    private int PollLocked(int waitMs, out Finished[] finished, bool park = false)
     {
-        finished = Array.Empty<Finished>();
-        return 0;
-    }
-
-    private int PollLocked(int waitMs, out Finished[] finished)
-    {
-        var buffers = t_buffers ??= new Finished[MaxDepth][];
+        var buffers = t_buffers ??= new Finished[MaxDepth + 1][];
         finished = buffers[t_depth] ??= new Finished[PollBatch];
         if (_closed)
             return 0;
@@ -332,6 +342,8 @@ internal sealed unsafe class Lane : IDisposable
             : NativeMethods.Poll(_session, completions, PollBatch);
         if (n <= 0)
             return 0;
+        if (park)
+            Interlocked.Add(ref _parkedCount, n);  // first, so Outstanding never dips to zero with work still to run
         _outstanding -= n;
         for (int i = 0; i < n; i++)
         {
@@ -358,7 +370,6 @@ internal sealed unsafe class Lane : IDisposable
     {
         if (n == 0)
             return;
-        var metrics = Owner.Metrics;
         t_depth++;
         try
         {
@@ -366,23 +377,66 @@ internal sealed unsafe class Lane : IDisposable
             {
                 var f = finished[i];
                 finished[i] = default;
-                if (f.Started != 0)
-                    metrics.Timed(f.IsWrite, f.Started);
-                if (f.Status != RemoteCacheStatus.Ok)
-                {
-                    metrics.Failed(f.IsWrite, f.Status);
-                    Owner.OperationFailed(f.Status);
-                }
-                if (f.Callback is not null)
-                    f.Callback(f.Status, f.Context);
-                else
-                    f.Op!.Complete(f.Status);
+                Complete(f);
             }
         }
         finally
         {
             t_depth--;
         }
+    }
+
+    private void Complete(in Finished f)
+    {
+        var metrics = Owner.Metrics;
+        if (f.Started != 0)
+            metrics.Timed(f.IsWrite, f.Started);
+        if (f.Status != RemoteCacheStatus.Ok)
+        {
+            metrics.Failed(f.IsWrite, f.Status);
+            Owner.OperationFailed(f.Status);
+        }
+        if (f.Callback is not null)
+            f.Callback(f.Status, f.Context);
+        else
+            f.Op!.Complete(f.Status);
+    }
+
+    // Completions harvested at MaxDepth (counted in _parkedCount by PollLocked) wait here for a shallower Drive: the
+    // thread's own once it unwinds, or the poller's, which the hand-off wakes.
+    private void Park(Finished[] finished, int n)
+    {
+        if (n == 0)
+            return;
+        for (int i = 0; i < n; i++)
+        {
+            _parked.Enqueue(finished[i]);
+            finished[i] = default;
+        }
+        HandOff();
+    }
+
+    // Runs parked completions, from a depth that may run callers' code; returns how many.
+    private int DispatchParked()
+    {
+        if (Volatile.Read(ref _parkedCount) == 0 || t_depth >= MaxDepth)
+            return 0;
+        int n = 0;
+        t_depth++;
+        try
+        {
+            while (_parked.TryDequeue(out var f))
+            {
+                Interlocked.Decrement(ref _parkedCount);
+                n++;
+                Complete(f);
+            }
+        }
+        finally
+        {
+            t_depth--;
+        }
+        return n;
     }
 
     // ---- shutdown ---------------------------------------------------------------------------------
