@@ -52,14 +52,16 @@ internal static class ControlBench
                 {
                     int n = parse.GetValue(clients);
                     await using var plane = await ControlPlane.StartAsync(dir, store, store == "etcd" ? parse.GetValue(replicas) : 1, servers: n + 2);
-                    var leader = plane.Managers[await plane.SettledAsync(TimeSpan.FromSeconds(30))].Tenant;
+                    int leaderIndex = await plane.SettledAsync(TimeSpan.FromSeconds(30));
+                    var leader = plane.Managers[leaderIndex].Tenant;
                     if (plane.EtcdEndpoints is { } endpoints)
                         references.Add(await EtcdReferenceAsync(endpoints, parse.GetValue(iterations), n, TimeSpan.FromSeconds(parse.GetValue(seconds))));
                     var latency = await LatencyAsync(leader, parse.GetValue(iterations));
-                    double rate = await ThroughputAsync(leader, n, TimeSpan.FromSeconds(parse.GetValue(seconds)));
-                    var figures = new StoreFigures(store, plane.Managers.Count, latency.Count, latency.P50, latency.P99, latency.DeallocateP50, latency.DeallocateP99, n, rate);
+                    var (rate, cpu) = await ThroughputAsync(plane, leaderIndex, n, TimeSpan.FromSeconds(parse.GetValue(seconds)));
+                    var figures = new StoreFigures(store, plane.Managers.Count, latency.Count, latency.P50, latency.P99, latency.DeallocateP50, latency.DeallocateP99, n, rate, cpu);
                     results.Add(figures);
                     Console.WriteLine(Invariant($"{store} ({figures.Managers} manager{(figures.Managers > 1 ? "s" : "")}): Allocate p50 {figures.AllocateP50Ms:0.00} ms, p99 {figures.AllocateP99Ms:0.00} ms; Deallocate p50 {figures.DeallocateP50Ms:0.00} ms, p99 {figures.DeallocateP99Ms:0.00} ms ({figures.Calls} calls); Allocate+Deallocate from {n} callers: {rate:0} per s"));
+                    Console.WriteLine(Invariant($"  CPU per Allocate+Deallocate: leader {cpu.LeaderMs:0.000} ms, other managers {cpu.FollowersMs:0.000} ms, etcd members {cpu.EtcdMs:0.000} ms, cache servers {cpu.ServersMs:0.000} ms, callers {cpu.CallersMs:0.000} ms; {cpu.BusyCores:0.00} of {Environment.ProcessorCount} cores busy"));
                 }
                 finally
                 {
@@ -74,6 +76,7 @@ internal static class ControlBench
                 comparison = new Comparison(etcd.AllocateP99Ms / sqlite.AllocateP99Ms, etcd.AllocateP50Ms / sqlite.AllocateP50Ms, etcd.PerSecond / sqlite.PerSecond);
                 if (references.FirstOrDefault() is { } reference)
                     Console.WriteLine(Invariant($"etcd Allocate p99 / etcd's own transaction p99 in this run: {etcd.AllocateP99Ms / reference.P99Ms:0.00}×; etcd Allocate+Deallocate per s / etcd's own transactions per s with {reference.Callers} callers: {etcd.PerSecond / reference.PerSecond:0.000}"));
+                Console.WriteLine(Invariant($"etcd / sqlite: the leader's CPU per Allocate+Deallocate {etcd.Cpu.LeaderMs / sqlite.Cpu.LeaderMs:0.00}×, all managers' {(etcd.Cpu.LeaderMs + etcd.Cpu.FollowersMs) / sqlite.Cpu.LeaderMs:0.00}×; all CPU per Allocate+Deallocate {etcd.Cpu.TotalMs / sqlite.Cpu.TotalMs:0.00}×"));
                 Console.WriteLine(Invariant($"etcd / sqlite: Allocate p99 {comparison.AllocateP99Ratio:0.00}× (target ≤ 2×: {Met(comparison.AllocateP99Ratio <= 2)}; etcd p99 ≤ 20 ms: {Met(etcd.AllocateP99Ms <= 20)}), p50 {comparison.AllocateP50Ratio:0.00}×; throughput {comparison.ThroughputRatio:0.00}× (target ≥ 1: {Met(comparison.ThroughputRatio >= 1)})"));
             }
             await WriteJsonAsync(parse.GetValue(json)!, new { date = Today(), setup = "loopback, distinct ports; static pool; raw gRPC against the leader", loadAverageAtEnd = LoadAverage(), stores = results, etcdReference = references.FirstOrDefault(), comparison }, ct);
@@ -83,7 +86,16 @@ internal static class ControlBench
     }
 
     private sealed record StoreFigures(string Store, int Managers, int Calls, double AllocateP50Ms, double AllocateP99Ms, double DeallocateP50Ms, double DeallocateP99Ms,
-                                       int Callers, double PerSecond);
+                                       int Callers, double PerSecond, CpuPerPair Cpu);
+
+    /// <summary>
+    /// CPU time per Allocate + Deallocate in the throughput run, by part (ms): on a machine whose cores all of them share,
+    /// what the rate is bounded by.
+    /// </summary>
+    private sealed record CpuPerPair(double LeaderMs, double FollowersMs, double EtcdMs, double ServersMs, double CallersMs, double BusyCores)
+    {
+        public double TotalMs => LeaderMs + FollowersMs + EtcdMs + ServersMs + CallersMs;
+    }
 
     /// <summary>etcd's own transactions on the same members, shaped as an Allocate's (a compare and six puts of the same sizes).</summary>
     private sealed record EtcdReference(int Calls, double P50Ms, double P99Ms, int Callers, double PerSecond);
@@ -157,9 +169,12 @@ internal static class ControlBench
         return (iterations, Quantile(allocate, 0.5), Quantile(allocate, 0.99), Quantile(deallocate, 0.5), Quantile(deallocate, 0.99));
     }
 
-    private static async Task<double> ThroughputAsync(CacheManager.CacheManagerClient leader, int clients, TimeSpan duration)
+    private static async Task<(double PerSecond, CpuPerPair Cpu)> ThroughputAsync(ControlPlane plane, int leaderIndex, int clients, TimeSpan duration)
     {
+        var leader = plane.Managers[leaderIndex].Tenant;
         long pairs = 0;
+        var before = plane.CpuTime(leaderIndex);
+        var callersBefore = Process.GetCurrentProcess().TotalProcessorTime;
         var clock = Stopwatch.StartNew();
         await Task.WhenAll(Enumerable.Range(0, clients).Select(async _ =>
         {
@@ -170,7 +185,13 @@ internal static class ControlBench
                 Interlocked.Increment(ref pairs);
             }
         }));
-        return pairs / clock.Elapsed.TotalSeconds;
+        var elapsed = clock.Elapsed;
+        var after = plane.CpuTime(leaderIndex);
+        var callers = Process.GetCurrentProcess().TotalProcessorTime - callersBefore;
+        double PerPair(TimeSpan t) => t.TotalMilliseconds / Math.Max(1, pairs);
+        var parts = new[] { after.Leader - before.Leader, after.Followers - before.Followers, after.Etcd - before.Etcd, after.Servers - before.Servers, callers };
+        var cpu = new CpuPerPair(PerPair(parts[0]), PerPair(parts[1]), PerPair(parts[2]), PerPair(parts[3]), PerPair(parts[4]), ControlPlane.Sum(parts) / elapsed);
+        return (pairs / elapsed.TotalSeconds, cpu);
     }
 
     public static Command FailoverCommand()

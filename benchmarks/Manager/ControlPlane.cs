@@ -151,6 +151,32 @@ internal sealed class ControlPlane : IAsyncDisposable
         }
     }
 
+    /// <summary>
+    /// CPU time used so far by the manager at <paramref name="leader"/>, the other managers, the etcd members (zero on
+    /// SQLite) and the cache servers.
+    /// </summary>
+    public (TimeSpan Leader, TimeSpan Followers, TimeSpan Etcd, TimeSpan Servers) CpuTime(int leader) =>
+        (Managers[leader].CpuTime, Sum(Managers.Where((_, i) => i != leader).Select(m => m.CpuTime)), _etcd?.CpuTime ?? TimeSpan.Zero,
+         Sum(_servers.Select(s => s.CpuTime)));
+
+    internal static TimeSpan Sum(IEnumerable<TimeSpan> times) => times.Aggregate(TimeSpan.Zero, (a, b) => a + b);
+
+    /// <summary>A running process's CPU time (user and system), zero once it has gone.</summary>
+    internal static TimeSpan CpuTimeOf(Process? process)
+    {
+        try
+        {
+            if (process is null || process.HasExited)
+                return TimeSpan.Zero;
+            process.Refresh();
+            return process.TotalProcessorTime;
+        }
+        catch (InvalidOperationException)
+        {
+            return TimeSpan.Zero;
+        }
+    }
+
     public async ValueTask DisposeAsync()
     {
         foreach (var m in Managers)
@@ -224,6 +250,8 @@ internal sealed class ManagerProcess : IAsyncDisposable
     public ServerPool.ServerPoolClient Operator { get; }
 
     public bool HasExited => _process is not { HasExited: false };
+
+    public TimeSpan CpuTime => ControlPlane.CpuTimeOf(_process);
 
     public void Start()
     {
@@ -355,6 +383,8 @@ internal sealed class ServerProcess : IAsyncDisposable
 
     public string Endpoint { get; }
 
+    public TimeSpan CpuTime => ControlPlane.CpuTimeOf(_process);
+
     public static async Task<ServerProcess> StartAsync(string admissionKey)
     {
         var start = new ProcessStartInfo(RemoteCacheServer.ExecutablePath) { RedirectStandardOutput = true, RedirectStandardError = true };
@@ -394,6 +424,8 @@ internal sealed class EtcdMembers : IAsyncDisposable
     private EtcdMembers(string endpoints) => Endpoints = endpoints;
 
     public string Endpoints { get; }
+
+    public TimeSpan CpuTime => ControlPlane.Sum(_processes.Select(ControlPlane.CpuTimeOf));
 
     public static async Task<EtcdMembers> StartAsync(string dir, int count)
     {
