@@ -6,6 +6,7 @@ using System.IO;
 using System.Linq;
 using System.Text.Json;
 using System.Threading;
+using System.Threading.RateLimiting;
 using System.Threading.Tasks;
 using dotnet_etcd;
 using Etcdserverpb;
@@ -33,60 +34,102 @@ internal static class ControlBench
         var stores = new Option<string[]>("--store") { Description = "Stores to measure, in this order (sqlite: one manager; etcd: 3 members and --replicas managers)", DefaultValueFactory = _ => new[] { "sqlite", "etcd" }, AllowMultipleArgumentsPerToken = true };
         var replicas = new Option<int>("--replicas") { Description = "Manager replicas on etcd", DefaultValueFactory = _ => 3 };
         var iterations = new Option<int>("--iterations") { Description = "Allocate/Deallocate pairs timed for latency, one caller", DefaultValueFactory = _ => 300 };
-        var seconds = new Option<double>("--seconds") { Description = "Seconds of the throughput run", DefaultValueFactory = _ => 5 };
+        var seconds = new Option<double>("--seconds") { Description = "Seconds of each throughput round", DefaultValueFactory = _ => 5 };
+        var rounds = new Option<int>("--rounds") { Description = "Throughput rounds per store, the stores taking turns (medians are reported)", DefaultValueFactory = _ => 3 };
         var clients = new Option<int>("--clients") { Description = "Concurrent callers in the throughput run", DefaultValueFactory = _ => 8 };
         var json = new Option<string>("--json") { Description = "Where the figures go (JSON)", DefaultValueFactory = _ => Path.Combine("artifacts", "manager-control.json") };
         var command = new Command("control", "Allocate latency and Allocate + Deallocate throughput against the leader, SQLite vs etcd (3 loopback members), static pool of real servers, real manager processes")
         {
-            stores, replicas, iterations, seconds, clients, json,
+            stores, replicas, iterations, seconds, rounds, clients, json,
         };
         command.SetAction(async (parse, ct) =>
         {
-            var results = new List<StoreFigures>();
-            var references = new List<EtcdReference>();
+            int n = parse.GetValue(clients);
+            var planes = new List<(string Store, ControlPlane Plane, int Leader, string Dir)>();
+            try
+            {
+                // Every store's plane runs from the start, so that their throughput rounds can take turns: the box's
+                // drift over a run lands on both alike.
+                foreach (string store in parse.GetValue(stores)!)
+                {
+                    string dir = Directory.CreateTempSubdirectory($"control-{store}-").FullName;
+                    var plane = await ControlPlane.StartAsync(dir, store, store == "etcd" ? parse.GetValue(replicas) : 1, servers: n + 2);
+                    planes.Add((store, plane, await plane.SettledAsync(TimeSpan.FromSeconds(30)), dir));
+                }
+                EtcdReference? reference = null;
+                if (planes.FirstOrDefault(p => p.Plane.EtcdEndpoints is not null) is { Plane.EtcdEndpoints: { } endpoints })
+                    reference = await EtcdReferenceAsync(endpoints, parse.GetValue(iterations), n, TimeSpan.FromSeconds(parse.GetValue(seconds)));
+                var latencies = new List<(int Count, double P50, double P99, double DeallocateP50, double DeallocateP99)>();
+                foreach (var p in planes)
+                    latencies.Add(await LatencyAsync(p.Plane.Managers[p.Leader].Tenant, parse.GetValue(iterations)));
+                var measured = planes.Select(_ => new List<(double Rate, CpuPerPair Cpu)>()).ToList();
+                for (int round = 0; round < parse.GetValue(rounds); round++)
+                    for (int i = 0; i < planes.Count; i++)
+                        measured[i].Add(await ThroughputAsync(planes[i].Plane, planes[i].Leader, n, TimeSpan.FromSeconds(parse.GetValue(seconds)), warmUp: round == 0));
+                // Then every store at once, each held to one rate (well under the slowest store's alone, so that the box
+                // carries them all): the leaders' CPU per pair at equal load and in equal company. Alone, the SQLite
+                // manager has the box to itself while the etcd leader shares it with three busy etcd members, and every
+                // part of the etcd leader then costs more per call (the whole profile, not its etcd client: perf, session
+                // 15); together, both share it with the same members.
+                double pace = PacedShare * measured.Min(m => Quantile(m.Select(r => r.Rate).ToList(), 0.5));
+                var pacedRounds = new List<(double PerSecond, CpuPerPair Cpu)[]>();
+                for (int round = 0; round < parse.GetValue(rounds); round++)
+                    pacedRounds.Add(await Task.WhenAll(planes.Select(p => ThroughputAsync(p.Plane, p.Leader, n, TimeSpan.FromSeconds(parse.GetValue(seconds)), warmUp: false, pace))));
+                var paced = planes.Select((_, i) => (PerSecond: Quantile(pacedRounds.Select(r => r[i].PerSecond).ToList(), 0.5), Cpu: CpuPerPair.Median(pacedRounds.Select(r => r[i].Cpu)))).ToList();
+                // Measured warm (after the rounds), each plane alone: what its parts use with no calls.
+                var idle = new List<CpuRates>();
+                foreach (var p in planes)
+                    idle.Add(await IdleAsync(p.Plane, p.Leader));
 
-            foreach (string store in parse.GetValue(stores)!)
-            {
-                string dir = Directory.CreateTempSubdirectory($"control-{store}-").FullName;
-                try
+                var results = new List<StoreFigures>();
+                for (int i = 0; i < planes.Count; i++)
                 {
-                    int n = parse.GetValue(clients);
-                    await using var plane = await ControlPlane.StartAsync(dir, store, store == "etcd" ? parse.GetValue(replicas) : 1, servers: n + 2);
-                    int leaderIndex = await plane.SettledAsync(TimeSpan.FromSeconds(30));
-                    var leader = plane.Managers[leaderIndex].Tenant;
-                    if (plane.EtcdEndpoints is { } endpoints)
-                        references.Add(await EtcdReferenceAsync(endpoints, parse.GetValue(iterations), n, TimeSpan.FromSeconds(parse.GetValue(seconds))));
-                    var latency = await LatencyAsync(leader, parse.GetValue(iterations));
-                    var (rate, cpu) = await ThroughputAsync(plane, leaderIndex, n, TimeSpan.FromSeconds(parse.GetValue(seconds)));
-                    var figures = new StoreFigures(store, plane.Managers.Count, latency.Count, latency.P50, latency.P99, latency.DeallocateP50, latency.DeallocateP99, n, rate, cpu);
+                    var (store, plane, _, _) = planes[i];
+                    var latency = latencies[i];
+                    var perRound = measured[i];
+                    double rate = Quantile(perRound.Select(r => r.Rate).ToList(), 0.5);
+                    var cpu = CpuPerPair.Median(perRound.Select(r => r.Cpu));
+                    var figures = new StoreFigures(store, plane.Managers.Count, latency.Count, latency.P50, latency.P99, latency.DeallocateP50, latency.DeallocateP99, n, rate, cpu,
+                                                   idle[i], cpu.LeaderMs - idle[i].Leader * 1000 / rate, perRound.Select(r => new Round(r.Rate, r.Cpu)).ToList(),
+                                                   new Round(paced[i].PerSecond, paced[i].Cpu));
                     results.Add(figures);
-                    Console.WriteLine(Invariant($"{store} ({figures.Managers} manager{(figures.Managers > 1 ? "s" : "")}): Allocate p50 {figures.AllocateP50Ms:0.00} ms, p99 {figures.AllocateP99Ms:0.00} ms; Deallocate p50 {figures.DeallocateP50Ms:0.00} ms, p99 {figures.DeallocateP99Ms:0.00} ms ({figures.Calls} calls); Allocate+Deallocate from {n} callers: {rate:0} per s"));
-                    Console.WriteLine(Invariant($"  CPU per Allocate+Deallocate: leader {cpu.LeaderMs:0.000} ms, other managers {cpu.FollowersMs:0.000} ms, etcd members {cpu.EtcdMs:0.000} ms, cache servers {cpu.ServersMs:0.000} ms, callers {cpu.CallersMs:0.000} ms; {cpu.BusyCores:0.00} of {Environment.ProcessorCount} cores busy"));
+                    Console.WriteLine(Invariant($"{store} ({figures.Managers} manager{(figures.Managers > 1 ? "s" : "")}): Allocate p50 {figures.AllocateP50Ms:0.00} ms, p99 {figures.AllocateP99Ms:0.00} ms; Deallocate p50 {figures.DeallocateP50Ms:0.00} ms, p99 {figures.DeallocateP99Ms:0.00} ms ({figures.Calls} calls); Allocate+Deallocate from {n} callers: {rate:0} per s (median of {perRound.Count} rounds: {string.Join(", ", perRound.Select(r => r.Rate.ToString("0", System.Globalization.CultureInfo.InvariantCulture)))})"));
+                    Console.WriteLine(Invariant($"  at {paced[i].PerSecond:0} per s (all stores at once, each held to one rate; medians of {pacedRounds.Count} rounds): CPU per Allocate+Deallocate: leader {paced[i].Cpu.LeaderMs:0.000} ms, other managers {paced[i].Cpu.FollowersMs:0.000} ms, etcd members {paced[i].Cpu.EtcdMs:0.000} ms, cache servers {paced[i].Cpu.ServersMs:0.000} ms"));
+                    Console.WriteLine(Invariant($"  CPU per Allocate+Deallocate (medians): leader {cpu.LeaderMs:0.000} ms ({figures.LeaderBeyondIdleMs:0.000} beyond its idle {idle[i].Leader * 100:0.0} % of a core), other managers {cpu.FollowersMs:0.000} ms, etcd members {cpu.EtcdMs:0.000} ms, cache servers {cpu.ServersMs:0.000} ms, callers {cpu.CallersMs:0.000} ms; {cpu.BusyCores:0.00} of {Environment.ProcessorCount} cores busy"));
                 }
-                finally
+                var sqlite = results.FirstOrDefault(r => r.Store == "sqlite");
+                var etcd = results.FirstOrDefault(r => r.Store == "etcd");
+                Comparison? comparison = null;
+                if (sqlite is not null && etcd is not null)
                 {
-                    Directory.Delete(dir, recursive: true);
+                    comparison = new Comparison(etcd.AllocateP99Ms / sqlite.AllocateP99Ms, etcd.AllocateP50Ms / sqlite.AllocateP50Ms, etcd.PerSecond / sqlite.PerSecond,
+                                                etcd.LeaderBeyondIdleMs / sqlite.LeaderBeyondIdleMs, etcd.Cpu.LeaderMs / sqlite.Cpu.LeaderMs,
+                                                etcd.Paced.Cpu.LeaderMs / sqlite.Paced.Cpu.LeaderMs);
+                    if (reference is not null)
+                        Console.WriteLine(Invariant($"etcd Allocate p99 / etcd's own transaction p99 in this run: {etcd.AllocateP99Ms / reference.P99Ms:0.00}×; etcd Allocate+Deallocate per s / etcd's own transactions per s with {reference.Callers} callers: {etcd.PerSecond / reference.PerSecond:0.000}"));
+                    Console.WriteLine(Invariant($"etcd / sqlite: the leader's CPU per Allocate+Deallocate at one rate, at once ({etcd.Paced.PerSecond:0} and {sqlite.Paced.PerSecond:0} per s) {comparison.PacedLeaderCpuRatio:0.00}× (what the leader needs to carry the same load: target ≤ 1: {Met(comparison.PacedLeaderCpuRatio <= 1)}); each at its own rate {comparison.LeaderCpuRatio:0.00}×, beyond idle {comparison.LeaderBeyondIdleRatio:0.00}×; all managers' {(etcd.Cpu.LeaderMs + etcd.Cpu.FollowersMs) / sqlite.Cpu.LeaderMs:0.00}×; all CPU per Allocate+Deallocate {etcd.Cpu.TotalMs / sqlite.Cpu.TotalMs:0.00}×"));
+                    Console.WriteLine(Invariant($"etcd / sqlite: Allocate p99 {comparison.AllocateP99Ratio:0.00}× (target ≤ 2×: {Met(comparison.AllocateP99Ratio <= 2)}; etcd p99 ≤ 20 ms: {Met(etcd.AllocateP99Ms <= 20)}), p50 {comparison.AllocateP50Ratio:0.00}×; throughput on these {Environment.ProcessorCount} shared cores {comparison.ThroughputRatio:0.00}× (the issue's target ≥ 1: {Met(comparison.ThroughputRatio >= 1)}; see docs/benchmarks.md)"));
+                }
+                await WriteJsonAsync(parse.GetValue(json)!, new { date = Today(), setup = "loopback, distinct ports; static pool; raw gRPC against the leader; throughput rounds alternate between the stores", loadAverageAtEnd = LoadAverage(), stores = results, etcdReference = reference, comparison }, ct);
+                return 0;
+            }
+            finally
+            {
+                foreach (var p in planes)
+                {
+                    await p.Plane.DisposeAsync();
+                    Directory.Delete(p.Dir, recursive: true);
                 }
             }
-            var sqlite = results.FirstOrDefault(r => r.Store == "sqlite");
-            var etcd = results.FirstOrDefault(r => r.Store == "etcd");
-            Comparison? comparison = null;
-            if (sqlite is not null && etcd is not null)
-            {
-                comparison = new Comparison(etcd.AllocateP99Ms / sqlite.AllocateP99Ms, etcd.AllocateP50Ms / sqlite.AllocateP50Ms, etcd.PerSecond / sqlite.PerSecond);
-                if (references.FirstOrDefault() is { } reference)
-                    Console.WriteLine(Invariant($"etcd Allocate p99 / etcd's own transaction p99 in this run: {etcd.AllocateP99Ms / reference.P99Ms:0.00}×; etcd Allocate+Deallocate per s / etcd's own transactions per s with {reference.Callers} callers: {etcd.PerSecond / reference.PerSecond:0.000}"));
-                Console.WriteLine(Invariant($"etcd / sqlite: the leader's CPU per Allocate+Deallocate {etcd.Cpu.LeaderMs / sqlite.Cpu.LeaderMs:0.00}×, all managers' {(etcd.Cpu.LeaderMs + etcd.Cpu.FollowersMs) / sqlite.Cpu.LeaderMs:0.00}×; all CPU per Allocate+Deallocate {etcd.Cpu.TotalMs / sqlite.Cpu.TotalMs:0.00}×"));
-                Console.WriteLine(Invariant($"etcd / sqlite: Allocate p99 {comparison.AllocateP99Ratio:0.00}× (target ≤ 2×: {Met(comparison.AllocateP99Ratio <= 2)}; etcd p99 ≤ 20 ms: {Met(etcd.AllocateP99Ms <= 20)}), p50 {comparison.AllocateP50Ratio:0.00}×; throughput {comparison.ThroughputRatio:0.00}× (target ≥ 1: {Met(comparison.ThroughputRatio >= 1)})"));
-            }
-            await WriteJsonAsync(parse.GetValue(json)!, new { date = Today(), setup = "loopback, distinct ports; static pool; raw gRPC against the leader", loadAverageAtEnd = LoadAverage(), stores = results, etcdReference = references.FirstOrDefault(), comparison }, ct);
-            return 0;
         });
         return command;
     }
 
+    private sealed record Round(double PerSecond, CpuPerPair Cpu);
+
     private sealed record StoreFigures(string Store, int Managers, int Calls, double AllocateP50Ms, double AllocateP99Ms, double DeallocateP50Ms, double DeallocateP99Ms,
-                                       int Callers, double PerSecond, CpuPerPair Cpu);
+                                       int Callers, double PerSecond, CpuPerPair Cpu, CpuRates Idle, double LeaderBeyondIdleMs, IReadOnlyList<Round> Rounds,
+                                       Round Paced);
 
     /// <summary>
     /// CPU time per Allocate + Deallocate in the throughput run, by part (ms): on a machine whose cores all of them share,
@@ -95,6 +138,31 @@ internal static class ControlBench
     private sealed record CpuPerPair(double LeaderMs, double FollowersMs, double EtcdMs, double ServersMs, double CallersMs, double BusyCores)
     {
         public double TotalMs => LeaderMs + FollowersMs + EtcdMs + ServersMs + CallersMs;
+
+        public static CpuPerPair Median(IEnumerable<CpuPerPair> rounds)
+        {
+            var list = rounds.ToList();
+            double Of(Func<CpuPerPair, double> part) => Quantile(list.Select(part).ToList(), 0.5);
+            return new CpuPerPair(Of(c => c.LeaderMs), Of(c => c.FollowersMs), Of(c => c.EtcdMs), Of(c => c.ServersMs), Of(c => c.CallersMs), Of(c => c.BusyCores));
+        }
+    }
+
+    /// <summary>CPU used per second with no calls, by part (cores): keep-alives, polls, probes; what a rate's CPU per call is beyond.</summary>
+    private sealed record CpuRates(double Leader, double Followers, double Etcd, double Servers);
+
+    private static readonly TimeSpan IdleWindow = TimeSpan.FromSeconds(3);
+
+    // The rate of the round that runs every store at once, as a share of the slowest store's alone.
+    private const double PacedShare = 0.4;
+
+    private static async Task<CpuRates> IdleAsync(ControlPlane plane, int leaderIndex)
+    {
+        var before = plane.CpuTime(leaderIndex);
+        var clock = Stopwatch.StartNew();
+        await Task.Delay(IdleWindow);
+        var after = plane.CpuTime(leaderIndex);
+        double Rate(TimeSpan t) => t / clock.Elapsed;
+        return new CpuRates(Rate(after.Leader - before.Leader), Rate(after.Followers - before.Followers), Rate(after.Etcd - before.Etcd), Rate(after.Servers - before.Servers));
     }
 
     /// <summary>etcd's own transactions on the same members, shaped as an Allocate's (a compare and six puts of the same sizes).</summary>
@@ -147,7 +215,8 @@ internal static class ControlBench
         return reference;
     }
 
-    private sealed record Comparison(double AllocateP99Ratio, double AllocateP50Ratio, double ThroughputRatio);
+    private sealed record Comparison(double AllocateP99Ratio, double AllocateP50Ratio, double ThroughputRatio, double LeaderBeyondIdleRatio, double LeaderCpuRatio,
+                                     double PacedLeaderCpuRatio);
 
     private static async Task<(int Count, double P50, double P99, double DeallocateP50, double DeallocateP99)> LatencyAsync(CacheManager.CacheManagerClient leader, int iterations)
     {
@@ -169,27 +238,55 @@ internal static class ControlBench
         return (iterations, Quantile(allocate, 0.5), Quantile(allocate, 0.99), Quantile(deallocate, 0.5), Quantile(deallocate, 0.99));
     }
 
-    private static async Task<(double PerSecond, CpuPerPair Cpu)> ThroughputAsync(ControlPlane plane, int leaderIndex, int clients, TimeSpan duration)
+    // Unmeasured load before the throughput run: the managers' code is compiled to its final tier (a manager's JIT work is
+    // a start-up cost, not a per-call one) and every connection is open.
+    private static readonly TimeSpan WarmUp = TimeSpan.FromSeconds(8);
+
+    // `pace`: pairs per second the callers are held to together (null: as fast as they go).
+    private static async Task<(double PerSecond, CpuPerPair Cpu)> ThroughputAsync(ControlPlane plane, int leaderIndex, int clients, TimeSpan duration, bool warmUp,
+                                                                                double? pace = null)
     {
+        // Ten permits a period of ten pairs' time, none saved up beyond: pairs start at the pace in small bursts.
+        const int PerPeriod = 10;
+        using var limiter = pace is { } perSecond
+            ? new TokenBucketRateLimiter(new TokenBucketRateLimiterOptions
+            {
+                TokenLimit = PerPeriod, TokensPerPeriod = PerPeriod, ReplenishmentPeriod = TimeSpan.FromSeconds(PerPeriod / perSecond),
+                QueueLimit = clients, QueueProcessingOrder = QueueProcessingOrder.OldestFirst, AutoReplenishment = true,
+            })
+            : null;
         var leader = plane.Managers[leaderIndex].Tenant;
         long pairs = 0;
-        var before = plane.CpuTime(leaderIndex);
-        var callersBefore = Process.GetCurrentProcess().TotalProcessorTime;
+        int measuring = 0;
+        ((TimeSpan Leader, TimeSpan Followers, TimeSpan Etcd, TimeSpan Servers) Parts, TimeSpan Callers) before = default;
         var clock = Stopwatch.StartNew();
+        var measured = new Stopwatch();
+        var warm = Task.Delay(warmUp ? WarmUp : TimeSpan.Zero).ContinueWith(_ =>
+        {
+            before = (plane.CpuTime(leaderIndex), Process.GetCurrentProcess().TotalProcessorTime);
+            Interlocked.Exchange(ref pairs, 0);
+            measured.Start();
+            Volatile.Write(ref measuring, 1);
+        }, TaskScheduler.Default);
         await Task.WhenAll(Enumerable.Range(0, clients).Select(async _ =>
         {
-            while (clock.Elapsed < duration)
+            while (Volatile.Read(ref measuring) == 0 || measured.Elapsed < duration)
             {
+                if (limiter is not null)
+                    using (await limiter.AcquireAsync())
+                    {
+                    }
                 var cache = (await leader.AllocateAsync(CacheRequest(), deadline: DateTime.UtcNow.AddSeconds(10))).Cache;
                 await leader.DeallocateAsync(new DeallocateRequest { CacheId = cache.CacheId }, deadline: DateTime.UtcNow.AddSeconds(10));
                 Interlocked.Increment(ref pairs);
             }
         }));
-        var elapsed = clock.Elapsed;
+        await warm;
+        var elapsed = measured.Elapsed;
         var after = plane.CpuTime(leaderIndex);
-        var callers = Process.GetCurrentProcess().TotalProcessorTime - callersBefore;
+        var callers = Process.GetCurrentProcess().TotalProcessorTime - before.Callers;
         double PerPair(TimeSpan t) => t.TotalMilliseconds / Math.Max(1, pairs);
-        var parts = new[] { after.Leader - before.Leader, after.Followers - before.Followers, after.Etcd - before.Etcd, after.Servers - before.Servers, callers };
+        var parts = new[] { after.Leader - before.Parts.Leader, after.Followers - before.Parts.Followers, after.Etcd - before.Parts.Etcd, after.Servers - before.Parts.Servers, callers };
         var cpu = new CpuPerPair(PerPair(parts[0]), PerPair(parts[1]), PerPair(parts[2]), PerPair(parts[3]), PerPair(parts[4]), ControlPlane.Sum(parts) / elapsed);
         return (pairs / elapsed.TotalSeconds, cpu);
     }
