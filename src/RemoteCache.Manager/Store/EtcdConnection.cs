@@ -5,6 +5,8 @@ using System.Net.Http;
 using System.Net.Security;
 using System.Security.Cryptography.X509Certificates;
 using dotnet_etcd;
+using Grpc.Core;
+using Grpc.Net.Client.Configuration;
 
 namespace RemoteCache.Manager.Store;
 
@@ -58,6 +60,26 @@ public sealed record EtcdConnection(string Endpoints)
                 handler.KeepAlivePingTimeout = TimeSpan.FromSeconds(1);
                 handler.ConnectTimeout = EtcdManagerStore.CallTimeout;
             }
+            // A call that finds its member gone is tried again on another within a fraction of a second. The library's
+            // own policy waits 1-5 s between attempts and stops retrying once a few calls have failed (its throttling):
+            // with a member killed under load, the calls that happened to pick it failed for seconds, a leader's
+            // takeover among them, and a cluster with a quorum served no one (the long bed run, session 15).
+            options.ServiceConfig = new ServiceConfig
+            {
+                MethodConfigs =
+                {
+                    new MethodConfig
+                    {
+                        Names = { MethodName.Default },
+                        RetryPolicy = new RetryPolicy
+                        {
+                            MaxAttempts = 5, InitialBackoff = TimeSpan.FromMilliseconds(50), MaxBackoff = TimeSpan.FromMilliseconds(500),
+                            BackoffMultiplier = 2, RetryableStatusCodes = { StatusCode.Unavailable },
+                        },
+                    },
+                },
+                LoadBalancingConfigs = { new RoundRobinConfig() },
+            };
         }
 
         var client = tls

@@ -57,6 +57,10 @@ public sealed class EtcdManagerStore : IManagerStore
     /// <summary>Bounds each call to etcd: a member that does not answer fails the call, never hangs it.</summary>
     public static readonly TimeSpan CallTimeout = TimeSpan.FromSeconds(5);
 
+    // How a change whose answer was lost is read back (CommittedAsync): attempts, each bounded by the timeout.
+    private const int ReadBackAttempts = 4;
+    private static readonly TimeSpan ReadBackTimeout = TimeSpan.FromSeconds(1);
+
     // Bounds PingAsync (health checks), well below a probe's usual timeout.
     private static readonly TimeSpan PingTimeout = TimeSpan.FromSeconds(1);
 
@@ -291,14 +295,16 @@ public sealed class EtcdManagerStore : IManagerStore
         {
             try
             {
-                var response = await CallAsync((deadline, ct) => _client.TransactionAsync(read, null, deadline, ct), CancellationToken.None).ConfigureAwait(false);
+                // Short attempts: while the outcome is unknown the leader's next changes wait, and a new term's takeover
+                // waits for them; a cluster with a quorum answers a read in milliseconds.
+                var response = await CallAsync((deadline, ct) => _client.TransactionAsync(read, null, deadline, ct), CancellationToken.None, ReadBackTimeout).ConfigureAwait(false);
                 var change = response.Responses[0].ResponseRange.Kvs;
                 // Every change rewrites both keys: when meta/change is this one's, meta/sequence was last written by it too.
                 return change.Count == 1 && change[0].Value == changeId ? response.Responses[1].ResponseRange.Kvs[0].ModRevision : null;
             }
-            catch (StoreUnavailableException) when (attempt < 2)
+            catch (StoreUnavailableException) when (attempt < ReadBackAttempts - 1)
             {
-                await Task.Delay(CallTimeout / 5).ConfigureAwait(false);
+                await Task.Delay(ReadBackTimeout / 5).ConfigureAwait(false);
             }
             catch (StoreUnavailableException again)
             {
@@ -628,11 +634,11 @@ public sealed class EtcdManagerStore : IManagerStore
     }
 
     // Runs one call with a deadline; etcd's failures become StoreUnavailableException naming the endpoints.
-    private async Task<T> CallAsync<T>(Func<DateTime, CancellationToken, Task<T>> call, CancellationToken cancellationToken)
+    private async Task<T> CallAsync<T>(Func<DateTime, CancellationToken, Task<T>> call, CancellationToken cancellationToken, TimeSpan? timeout = null)
     {
         try
         {
-            return await call(DateTime.UtcNow + CallTimeout, cancellationToken).ConfigureAwait(false);
+            return await call(DateTime.UtcNow + (timeout ?? CallTimeout), cancellationToken).ConfigureAwait(false);
         }
         catch (RpcException e) when (e.StatusCode != StatusCode.Cancelled || !cancellationToken.IsCancellationRequested)
         {

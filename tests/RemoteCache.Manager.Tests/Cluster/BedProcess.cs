@@ -122,6 +122,27 @@ public sealed class BedProcess : IAsyncDisposable
         }
     }
 
+    /// <summary>The last line of its output that starts with <paramref name="prefix"/>, without it; null if none did.</summary>
+    public string? LastLine(string prefix)
+    {
+        lock (_logLock)
+            return _lines.LastOrDefault(l => l.StartsWith(prefix, StringComparison.Ordinal))?[prefix.Length..];
+    }
+
+    /// <summary>Every line of its output so far that starts with <paramref name="prefix"/>, without it.</summary>
+    public IReadOnlyList<string> Lines(string prefix)
+    {
+        lock (_logLock)
+            return _lines.Where(l => l.StartsWith(prefix, StringComparison.Ordinal)).Select(l => l[prefix.Length..]).ToList();
+    }
+
+    /// <summary>Closes its stdin (a program that reads it to the end takes that as the signal to finish).</summary>
+    public void CloseInput()
+    {
+        if (!HasExited)
+            _process.StandardInput.Close();
+    }
+
     /// <summary>The last lines of its output, for a failure message.</summary>
     public string Tail(int lines = 40)
     {

@@ -54,8 +54,8 @@ public sealed class ClusterScenarios
         Assert.Equal(2, two.Servers.Count);
         Assert.All(one.Servers.Concat(two.Servers), s => Assert.StartsWith($"tcp:{bed.Bed.Subnet}.", s.Endpoint, StringComparison.Ordinal));
 
-        await using (var a = await VerifiedLoad.StartAsync(one))
-        await using (var b = await VerifiedLoad.StartAsync(two))
+        await using (var a = await one.StartVerifiedLoadAsync())
+        await using (var b = await two.StartVerifiedLoadAsync())
         {
             await a.WaitForOperationsAsync(500, Settle);
             await b.WaitForOperationsAsync(500, Settle);
@@ -85,7 +85,7 @@ public sealed class ClusterScenarios
     public Task TheEtcdLeaderKilledAndRestartedUnderAllocations() => OnBedAsync(async bed =>
     {
         var steady = await bed.AllocateAsync(128 * MiB);
-        await using var load = await VerifiedLoad.StartAsync(steady);
+        await using var load = await steady.StartVerifiedLoadAsync();
         var churn = new Churn(bed.Manager);
         using var stop = new CancellationTokenSource();
         var running = Task.Run(() => churn.RunAsync(stop.Token));
@@ -129,7 +129,7 @@ public sealed class ClusterScenarios
         await using (var client = await OpenAsync(lost))
             await client.WriteAsync(0, new byte[8]);  // the cache now exists on its server
         var victim = bed.Server(lost.Servers.Single().ServerId);
-        await using var load = await VerifiedLoad.StartAsync(served);
+        await using var load = await served.StartVerifiedLoadAsync();
         await load.WaitForOperationsAsync(200, Settle);
 
         await victim.Host.CutLinkAsync();
@@ -165,7 +165,7 @@ public sealed class ClusterScenarios
         foreach (var c in caches.Skip(1))
             await using (var client = await OpenAsync(c))
                 await client.WriteAsync(0, new byte[8]);
-        await using var load = await VerifiedLoad.StartAsync(caches[0]);
+        await using var load = await caches[0].StartVerifiedLoadAsync();
         await load.WaitForOperationsAsync(200, Settle);
         var before = await EventuallyAsync(() => bed.SnapshotAsync(), s => Consistent(s, opened), Settle);
 

@@ -20,7 +20,9 @@ namespace RemoteCache.Manager.Tests.Cluster;
 /// writes checked), and her <see cref="Renewed"/> cache (renewed only; the one a server-loss scenario takes a server from);</item>
 /// <item>bob's <see cref="Reshaped"/> cache, grown from one server to two and shrunk back over and over, and
 /// <see cref="ChurnWorkers"/> workers that create a cache, write and read it, and delete it (Allocate/Deallocate churn);</item>
-/// <item>a <see cref="CacheWatcher"/> (WatchAsync from sequence 1) on each of the three long-lived caches.</item>
+/// <item>alice's <see cref="Remote"/> cache, made and loaded by the bed's client program on a client host of its own
+/// (<see cref="BedClient"/>): the same verified load, from another network namespace than the test process;</item>
+/// <item>a <see cref="CacheWatcher"/> (WatchAsync from sequence 1) on each of the four long-lived caches.</item>
 /// </list>
 /// Every failure the managed client lets through (it retries a manager's unavailability itself, for up to its
 /// CallTimeout) is recorded in <see cref="Unexpected"/>: a scenario expects none. Churn and reshapes run on bob's
@@ -61,6 +63,8 @@ public sealed class ReplicaLoad : IAsyncDisposable
 
     public VerifiedLoad DataLoad { get; private set; } = null!;
 
+    public BedClient Remote { get; private set; } = null!;
+
     public IReadOnlyList<CacheWatcher> Watchers { get; private set; } = Array.Empty<CacheWatcher>();
 
     public CacheWatcher WatcherOf(ManagedCache cache) => Watchers.Single(w => w.CacheId == cache.CacheId);
@@ -72,8 +76,11 @@ public sealed class ReplicaLoad : IAsyncDisposable
     /// <summary>What failed that should not have (with the time), from every part of the load.</summary>
     public ConcurrentQueue<string> Unexpected { get; } = new();
 
-    /// <summary>The long-lived caches (each opened and renewed here, each watched).</summary>
+    /// <summary>The long-lived caches opened and renewed here (each watched).</summary>
     public IReadOnlyList<ManagedCache> LongLived => new[] { Data, Renewed, Reshaped };
+
+    /// <summary>Every long-lived cache's id: those opened here and the client host's.</summary>
+    public IReadOnlyList<ulong> LongLivedIds => LongLived.Select(c => c.CacheId).Append(Remote.CacheId).ToList();
 
     /// <summary>The managed clients' warnings (calls retried on another replica, renewals retried, streams resumed), for a failure's output.</summary>
     public ClientLog Warnings { get; private init; } = new();
@@ -115,10 +122,11 @@ public sealed class ReplicaLoad : IAsyncDisposable
             load.Data = await load.Alice.CreateAsync(load.Request(64 * MiB, "data"));
             load.Renewed = await load.Alice.CreateAsync(load.Request(64 * MiB, "renewed"));
             load.Reshaped = await load.Bob.CreateAsync(load.Request(64 * MiB, "reshaped"));
+            load.Remote = await BedClient.StartAsync(bed, await bed.AddClientHostAsync(), AliceKey, lease);
             load.Watchers = new[]
             {
                 new CacheWatcher(load.Alice, load.Data.CacheId), new CacheWatcher(load.Alice, load.Renewed.CacheId),
-                new CacheWatcher(load.Bob, load.Reshaped.CacheId),
+                new CacheWatcher(load.Bob, load.Reshaped.CacheId), new CacheWatcher(load.Alice, load.Remote.CacheId),
             };
             load.DataLoad = VerifiedLoad.Start(load.Data);
             for (int i = 0; i < ChurnWorkers; i++)
@@ -161,6 +169,7 @@ public sealed class ReplicaLoad : IAsyncDisposable
         int churn = ChurnCycles + cycles, reshapes = Reshapes + 1;
         var waited = Stopwatch.StartNew();
         await DataLoad.WaitForOperationsAsync(300, timeout);
+        await Remote.WaitForOperationsAsync(300, timeout);
         while (ChurnCycles < churn || Reshapes < reshapes || renewedAfter is { } after && Watchers.Any(w => !w.RenewedAfter(after)))
         {
             if (waited.Elapsed > timeout)
@@ -270,11 +279,13 @@ public sealed class ReplicaLoad : IAsyncDisposable
                 violations.Add($"cache {c.CacheId} ({c.Name}) was closed: {e.Message}");
             }
         }
+        if (!Remote.Running)
+            violations.Add($"the client program on {Remote.Host.Name} ended: {Remote.Summary}");
         return violations;
     }
 
     public string Summary => string.Create(CultureInfo.InvariantCulture,
-        $"{ChurnCycles} churn cycles, {Reshapes} reshapes (1 → 2 → 1 servers), {DataLoad?.Summary}; " +
+        $"{ChurnCycles} churn cycles, {Reshapes} reshapes (1 → 2 → 1 servers), {DataLoad?.Summary}; {Remote?.Summary}; " +
         $"watchers: {string.Join(", ", Watchers.Select(w => w.Summary))}");
 
     public async ValueTask DisposeAsync()
@@ -282,6 +293,8 @@ public sealed class ReplicaLoad : IAsyncDisposable
         await StopAsync();
         if (DataLoad is not null)
             await DataLoad.DisposeAsync();
+        if (Remote is not null)
+            await Remote.DisposeAsync();
         await Alice.DisposeAsync();
         await Bob.DisposeAsync();
         _stop.Dispose();

@@ -5,7 +5,6 @@ using System.Diagnostics;
 using System.Globalization;
 using System.Threading;
 using System.Threading.Tasks;
-using RemoteCache.Manager.V1;
 
 namespace RemoteCache.Manager.Tests.Cluster;
 
@@ -63,12 +62,9 @@ public sealed class VerifiedLoad : IAsyncDisposable
     public string Summary => string.Create(CultureInfo.InvariantCulture,
         $"cache {CacheId}: {Operations} ops, {Failures} failed, {Mismatches} mismatched{(Errors.Count > 0 ? "; first errors: " + string.Join(" | ", Errors) : "")}");
 
-    /// <summary>Opens the cache as the manager allocated it (<see cref="TestManager.OpenAsync"/>) and starts the load.</summary>
-    public static async Task<VerifiedLoad> StartAsync(Cache cache, int slots = 256)
-    {
-        var client = await TestManager.OpenAsync(cache).ConfigureAwait(false);
-        return new VerifiedLoad(cache.CacheId, (long)cache.Capacity, client, ownsClient: true, slots);
-    }
+    /// <summary>Starts the load on <paramref name="client"/>, a client of cache <paramref name="cacheId"/> that the load owns (closed when it stops).</summary>
+    public static VerifiedLoad Start(RemoteCacheClient client, ulong cacheId, long capacity, int slots = 256) =>
+        new(cacheId, capacity, client, ownsClient: true, slots);
 
     /// <summary>
     /// Starts the load on a managed cache's data client (<see cref="ManagedCache.Client"/>), which the handle keeps: its
