@@ -104,10 +104,11 @@ internal static class ControlBench
                 {
                     comparison = new Comparison(etcd.AllocateP99Ms / sqlite.AllocateP99Ms, etcd.AllocateP50Ms / sqlite.AllocateP50Ms, etcd.PerSecond / sqlite.PerSecond,
                                                 etcd.LeaderBeyondIdleMs / sqlite.LeaderBeyondIdleMs, etcd.Cpu.LeaderMs / sqlite.Cpu.LeaderMs,
-                                                etcd.Paced.Cpu.LeaderMs / sqlite.Paced.Cpu.LeaderMs);
+                                                etcd.Paced.Cpu.LeaderMs / sqlite.Paced.Cpu.LeaderMs, etcd.PacedOneCore / sqlite.PacedOneCore);
                     if (reference is not null)
                         Console.WriteLine(Invariant($"etcd Allocate p99 / etcd's own transaction p99 in this run: {etcd.AllocateP99Ms / reference.P99Ms:0.00}×; etcd Allocate+Deallocate per s / etcd's own transactions per s with {reference.Callers} callers: {etcd.PerSecond / reference.PerSecond:0.000}"));
-                    Console.WriteLine(Invariant($"etcd / sqlite: the leader's CPU per Allocate+Deallocate at one rate, at once ({etcd.Paced.PerSecond:0} and {sqlite.Paced.PerSecond:0} per s) {comparison.PacedLeaderCpuRatio:0.00}× (what the leader needs to carry the same load: target ≤ 1: {Met(comparison.PacedLeaderCpuRatio <= 1)}); each at its own rate {comparison.LeaderCpuRatio:0.00}×, beyond idle {comparison.LeaderBeyondIdleRatio:0.00}×; all managers' {(etcd.Cpu.LeaderMs + etcd.Cpu.FollowersMs) / sqlite.Cpu.LeaderMs:0.00}×; all CPU per Allocate+Deallocate {etcd.Cpu.TotalMs / sqlite.Cpu.TotalMs:0.00}×"));
+                    Console.WriteLine(Invariant($"etcd / sqlite at one rate, at once ({etcd.Paced.PerSecond:0} and {sqlite.Paced.PerSecond:0} per s): the leader's CPU per Allocate+Deallocate {comparison.PacedLeaderCpuRatio:0.00}×; pairs per s one core of the leader carries (what its idle use leaves of the core over its CPU per pair beyond that: {etcd.PacedOneCore:0} and {sqlite.PacedOneCore:0}) {comparison.PacedOneCoreRatio:0.00}× (the throughput target with the leader on cores of its own, ≥ 1: {Met(comparison.PacedOneCoreRatio >= 1)})"));
+                    Console.WriteLine(Invariant($"etcd / sqlite, each alone: the leader's CPU per pair {comparison.LeaderCpuRatio:0.00}×, beyond idle {comparison.LeaderBeyondIdleRatio:0.00}×; all managers' {(etcd.Cpu.LeaderMs + etcd.Cpu.FollowersMs) / sqlite.Cpu.LeaderMs:0.00}×; all CPU per pair {etcd.Cpu.TotalMs / sqlite.Cpu.TotalMs:0.00}×"));
                     Console.WriteLine(Invariant($"etcd / sqlite: Allocate p99 {comparison.AllocateP99Ratio:0.00}× (target ≤ 2×: {Met(comparison.AllocateP99Ratio <= 2)}; etcd p99 ≤ 20 ms: {Met(etcd.AllocateP99Ms <= 20)}), p50 {comparison.AllocateP50Ratio:0.00}×; throughput on these {Environment.ProcessorCount} shared cores {comparison.ThroughputRatio:0.00}× (the issue's target ≥ 1: {Met(comparison.ThroughputRatio >= 1)}; see docs/benchmarks.md)"));
                 }
                 await WriteJsonAsync(parse.GetValue(json)!, new { date = Today(), setup = "loopback, distinct ports; static pool; raw gRPC against the leader; throughput rounds alternate between the stores", loadAverageAtEnd = LoadAverage(), stores = results, etcdReference = reference, comparison }, ct);
@@ -129,7 +130,14 @@ internal static class ControlBench
 
     private sealed record StoreFigures(string Store, int Managers, int Calls, double AllocateP50Ms, double AllocateP99Ms, double DeallocateP50Ms, double DeallocateP99Ms,
                                        int Callers, double PerSecond, CpuPerPair Cpu, CpuRates Idle, double LeaderBeyondIdleMs, IReadOnlyList<Round> Rounds,
-                                       Round Paced);
+                                       Round Paced)
+    {
+        /// <summary>
+        /// Pairs per second one core would carry for the leader at the at-once round's cost: what its idle use leaves of
+        /// the core over its CPU per pair beyond that use.
+        /// </summary>
+        public double PacedOneCore => (1 - Idle.Leader) * 1000 / (Paced.Cpu.LeaderMs - Idle.Leader * 1000 / Paced.PerSecond);
+    }
 
     /// <summary>
     /// CPU time per Allocate + Deallocate in the throughput run, by part (ms): on a machine whose cores all of them share,
@@ -216,7 +224,7 @@ internal static class ControlBench
     }
 
     private sealed record Comparison(double AllocateP99Ratio, double AllocateP50Ratio, double ThroughputRatio, double LeaderBeyondIdleRatio, double LeaderCpuRatio,
-                                     double PacedLeaderCpuRatio);
+                                     double PacedLeaderCpuRatio, double PacedOneCoreRatio);
 
     private static async Task<(int Count, double P50, double P99, double DeallocateP50, double DeallocateP99)> LatencyAsync(CacheManager.CacheManagerClient leader, int iterations)
     {
