@@ -17,6 +17,7 @@ internal sealed class ManagerReplica
         Channel = channel;
         Grpc = new CacheManager.CacheManagerClient(invoker);
         Pool = new ServerPool.ServerPoolClient(invoker);
+        Health = new Grpc.Health.V1.Health.HealthClient(invoker);
     }
 
     /// <summary>Its place in <see cref="RemoteCacheManagerOptions.Addresses"/>.</summary>
@@ -29,6 +30,9 @@ internal sealed class ManagerReplica
     public CacheManager.CacheManagerClient Grpc { get; }
 
     public ServerPool.ServerPoolClient Pool { get; }
+
+    /// <summary>Its grpc.health.v1 service.</summary>
+    public Grpc.Health.V1.Health.HealthClient Health { get; }
 }
 
 /// <summary>

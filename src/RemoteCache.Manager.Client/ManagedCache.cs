@@ -87,6 +87,9 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
     /// <summary>When the lease ends unless it is renewed again (it is renewed while the cache is open here).</summary>
     public DateTimeOffset LeaseExpires => Volatile.Read(ref _state).Lease.Expires.ToDateTimeOffset();
 
+    /// <summary>How long a renewal extends the lease (it is renewed when half of it is left).</summary>
+    public TimeSpan LeaseLength => Volatile.Read(ref _state).Lease.Length?.ToTimeSpan() ?? TimeSpan.Zero;
+
     /// <summary>Completes when filling from <see cref="ManagedCacheRequest.PopulateFrom"/> is done (at once if none was asked), or faults with why it stopped.</summary>
     public Task Populated => Volatile.Read(ref _populated);
 

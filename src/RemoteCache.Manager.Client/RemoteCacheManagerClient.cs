@@ -280,6 +280,47 @@ public sealed class RemoteCacheManagerClient : IAsyncDisposable, IDisposable
         status is StatusCode.Unavailable or StatusCode.Cancelled or StatusCode.DeadlineExceeded or StatusCode.Internal or StatusCode.Unknown
             or StatusCode.ResourceExhausted or StatusCode.Aborted;
 
+    /// <summary>
+    /// Asks every manager replica's health service (grpc.health.v1) at once whether it serves: a replica serves while its
+    /// store answers and it knows a leader. One answer per address, in <see cref="Addresses"/> order; each replica has
+    /// <see cref="RemoteCacheManagerOptions.CallTimeout"/> to answer. Needs no API key.
+    /// </summary>
+    /// <exception cref="ObjectDisposedException">The client is disposed.</exception>
+    public async Task<IReadOnlyList<RemoteCacheManagerState>> CheckManagersAsync(CancellationToken cancellationToken = default)
+    {
+        ThrowIfDisposed();
+        var checks = _replicas.Select(async replica =>
+        {
+            try
+            {
+                var options = new CallOptions(deadline: DateTime.UtcNow + Options.CallTimeout, cancellationToken: cancellationToken);
+                var answer = await replica.Health.CheckAsync(new Grpc.Health.V1.HealthCheckRequest(), options).ConfigureAwait(false);
+                return new RemoteCacheManagerState(replica.Address, answer.Status == Grpc.Health.V1.HealthCheckResponse.Types.ServingStatus.Serving,
+                                                   answer.Status.ToString());
+            }
+            catch (RpcException e) when (!cancellationToken.IsCancellationRequested)
+            {
+                string detail = e.Status.Detail.Length <= ContractLimits.MaxStringLength ? e.Status.Detail : e.Status.Detail[..ContractLimits.MaxStringLength] + "…";
+                return new RemoteCacheManagerState(replica.Address, false, $"{e.StatusCode}: {detail}");
+            }
+            catch (RpcException e)
+            {
+                throw new OperationCanceledException("the managers' health check was cancelled", e, cancellationToken);
+            }
+        });
+        return await Task.WhenAll(checks).ConfigureAwait(false);
+    }
+
+    /// <summary>The caches opened through this client and not closed yet.</summary>
+    public IReadOnlyList<ManagedCache> OpenCaches
+    {
+        get
+        {
+            lock (_open)
+                return _open.ToList();
+        }
+    }
+
     // ---- operators -------------------------------------------------------------------------------------------
 
     /// <summary>The manager's servers and what their last probes said (needs an API key with the operator role).</summary>
@@ -322,6 +363,7 @@ public sealed class RemoteCacheManagerClient : IAsyncDisposable, IDisposable
             SessionCapacity = template.SessionCapacity,
             LoggerFactory = template.LoggerFactory,
             MeterFactory = template.MeterFactory,
+            Reconnect = false,  // the manager replaces a failed server with another (ManagedCache.Replacement)
         };
         var client = await RemoteCacheClient.OpenAsync(cache.Servers.Select(s => s.Endpoint).ToList(), options, cancellationToken).ConfigureAwait(false);
         var managed = new ManagedCache(this, cache, client, name, watchFrom);

@@ -73,7 +73,8 @@ public sealed class RemoteCacheManagerOptions
 
     /// <summary>
     /// How the caches are opened: timeouts, lanes, session capacity, logger and meter factories. The cache id, token,
-    /// capabilities, regions and configuration come from the manager and are not taken from here.
+    /// capabilities, regions and configuration come from the manager and are not taken from here; a managed cache does
+    /// not reconnect to a server that went away (<see cref="RemoteCacheOptions.Reconnect"/>): the manager replaces it.
     /// </summary>
     public RemoteCacheOptions Cache { get; set; } = new();
 

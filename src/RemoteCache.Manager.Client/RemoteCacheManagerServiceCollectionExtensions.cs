@@ -1,7 +1,9 @@
 using System;
+using System.Collections.Generic;
 using System.Diagnostics.Metrics;
 using Microsoft.Extensions.Configuration;
 using Microsoft.Extensions.DependencyInjection.Extensions;
+using Microsoft.Extensions.Diagnostics.HealthChecks;
 using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Options;
 using RemoteCache;
@@ -61,5 +63,25 @@ public static class RemoteCacheManagerServiceCollectionExtensions
                 return ValidateOptionsResult.Fail(e.Message);
             }
         }
+    }
+}
+
+/// <summary>Adds <see cref="RemoteCacheManagerHealthCheck"/> for the client registered with <c>AddRemoteCacheManager</c>.</summary>
+public static class RemoteCacheManagerHealthChecksBuilderExtensions
+{
+    /// <summary>
+    /// Checks the <see cref="RemoteCacheManagerClient"/> registered with <c>services.AddRemoteCacheManager(…)</c>: its
+    /// managers serve, and the caches it opened have current leases and all their servers.
+    /// </summary>
+    /// <param name="builder">The health checks.</param>
+    /// <param name="name">The check's name. Default: "remotecache-manager".</param>
+    /// <param name="failureStatus">What a failing check reports. Default: <see cref="HealthStatus.Unhealthy"/>.</param>
+    /// <param name="tags">Tags to filter checks by (e.g. "ready").</param>
+    public static IHealthChecksBuilder AddRemoteCacheManager(this IHealthChecksBuilder builder, string name = "remotecache-manager",
+                                                             HealthStatus? failureStatus = null, IEnumerable<string>? tags = null)
+    {
+        ArgumentNullException.ThrowIfNull(builder);
+        return builder.Add(new HealthCheckRegistration(
+            name, sp => new RemoteCacheManagerHealthCheck(sp.GetRequiredService<RemoteCacheManagerClient>()), failureStatus, tags));
     }
 }

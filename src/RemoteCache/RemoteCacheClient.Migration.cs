@@ -76,6 +76,8 @@ public sealed partial class RemoteCacheClient
         return BlockingCall.Start(() =>
         {
             Errors.ThrowIfFailed(NativeMethods.CacheAddHolder(_cache, endpoint, capability, (uint)regions, out uint holder), Name);
+            lock (_resize)
+                SetHolderCapability((int)holder, capability);
             Log.HolderAdded(_logger, Name, endpoint, (int)holder, regions);
             return (int)holder;
         });
@@ -195,8 +197,10 @@ public sealed partial class RemoteCacheClient
     }
 
     /// <summary>
-    /// Raised, on the thread that called <see cref="ReportContentLost"/>, when bytes of the cache no longer hold what was
-    /// written there. Users that trust what they wrote earlier (a FASTER device over the cache) forget those bytes.
+    /// Raised when bytes of the cache no longer hold what was written there, before they are served again: on the thread
+    /// that called <see cref="ReportContentLost"/>, or on the client's recovery thread when a server that went away came
+    /// back empty (<see cref="RemoteCacheOptions.Reconnect"/>). Users that trust what they wrote earlier (a FASTER device
+    /// over the cache) forget those bytes.
     /// </summary>
     public event EventHandler<RemoteCacheContentLostEventArgs>? ContentLost;
 
@@ -214,6 +218,11 @@ public sealed partial class RemoteCacheClient
         ArgumentOutOfRangeException.ThrowIfGreaterThan(length, Capacity - Math.Min(address, Capacity), nameof(length));
         ArgumentException.ThrowIfNullOrEmpty(reason);
         ThrowIfDisposed();
+        RaiseContentLost(address, length, reason);
+    }
+
+    private void RaiseContentLost(long address, long length, string reason)
+    {
         Log.ContentLost(_logger, Name, address, length, reason);
         ContentLost?.Invoke(this, new RemoteCacheContentLostEventArgs(address, length, reason));
     }

@@ -70,6 +70,14 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
         instruments.Register(this, Metrics.CacheTag);
         _poller = new Thread(PollerLoop) { IsBackground = true, Name = $"RemoteCache poller ({Name})" };
         _poller.Start();
+        _operationTimeout = options.OperationTimeout;
+        for (int i = 0; i < endpointCount; i++)
+            _holderCapabilities.Add(options.Capabilities is { Count: > 0 } given ? given[i] : null);
+        if (options.Reconnect)
+        {
+            _recoveryStop = new CancellationTokenSource();
+            _recovery = WatchServersAsync(options.ReconnectDelay, options.ReconnectMaxDelay, _recoveryStop.Token);
+        }
         if (plan is { Config: { } planned })
         {
             var samples = new LatencySamples();
@@ -79,6 +87,7 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
     }
 
     private readonly SloMonitor? _sloMonitor;
+    private readonly TimeSpan _operationTimeout;
 
     /// <summary>
     /// Raised after each window of a cache opened for an SLO (<see cref="RemoteCacheOptions.Slo"/>), every
@@ -352,6 +361,8 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
                 throw new ArgumentException(
                     $"{Name}: give one capability per holder ({holders}), in holder order (null for a holder let go)", nameof(capabilities));
             Errors.ThrowIfFailed(NativeMethods.CacheRenew(_cache, strings.Pointers), Name);
+            for (int i = 0; i < capabilities.Count; i++)
+                SetHolderCapability(i, string.IsNullOrEmpty(capabilities[i]) ? null : capabilities[i]);
         }
         Log.LeaseRenewed(_logger, Name, capabilities.Count);
     }
@@ -382,6 +393,9 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
             long oldCapacity = _capacity;
             Errors.ThrowIfFailed(NativeMethods.CacheGrow(_cache, endpointStrings.Pointers, (nuint)endpoints.Count,
                                                          capabilityStrings is null ? null : capabilityStrings.Pointers), Name);
+            int first = (int)NativeMethods.CacheHolderCount(_cache) - endpoints.Count;
+            for (int i = 0; i < endpoints.Count; i++)
+                SetHolderCapability(first + i, capabilities?[i]);
             Resized(oldServers, oldCapacity);
         }
     }
@@ -579,6 +593,8 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
     /// <summary>Logs the first failure of each status (a dead server fails every operation; one line says so).</summary>
     internal void OperationFailed(RemoteCacheStatus status)
     {
+        if (status == RemoteCacheStatus.Disconnected)
+            KickRecovery();
         int bit = 1 << (-(int)status & 31);
         if ((Volatile.Read(ref _failuresLogged) & bit) != 0 || (Interlocked.Or(ref _failuresLogged, bit) & bit) != 0)
             return;
@@ -740,14 +756,15 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
     }
 
     /// <summary>
-    /// Synchronous form of <see cref="DisposeAsync"/>. From inside a completion callback that the client's poller runs,
-    /// the shutdown goes on in the background instead (waiting there would wait for the poller itself).
+    /// Synchronous form of <see cref="DisposeAsync"/>. From inside a completion callback that the client's poller runs, or
+    /// a <see cref="ContentLost"/> handler that its recovery runs, the shutdown goes on in the background instead (waiting
+    /// there would wait for the caller itself).
     /// </summary>
     public void Dispose()
     {
         if (Interlocked.Exchange(ref _disposed, 1) != 0)
             return;
-        if (IsPollerOf(this))
+        if (IsPollerOf(this) || t_recovering == this)
             _ = BlockingCall.Start(Shutdown);
         else
             Shutdown();
@@ -756,6 +773,7 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
     private void Shutdown()
     {
         _sloMonitor?.Dispose();
+        StopRecovery();
         foreach (var lane in _lanes)
             lane.Drain();
         _instruments.Unregister(this);

@@ -34,6 +34,15 @@ public sealed class RemoteCacheOptions
     /// <summary>The default <see cref="ConnectTimeout"/> (RC_DEFAULT_CONNECT_TIMEOUT_MS).</summary>
     public static TimeSpan DefaultConnectTimeout { get; } = TimeSpan.FromMilliseconds(NativeLimits.DefaultConnectTimeoutMs);
 
+    /// <summary>The default <see cref="ReconnectDelay"/>: 200 ms.</summary>
+    public static TimeSpan DefaultReconnectDelay { get; } = TimeSpan.FromMilliseconds(200);
+
+    /// <summary>The default <see cref="ReconnectMaxDelay"/>: 10 s.</summary>
+    public static TimeSpan DefaultReconnectMaxDelay { get; } = TimeSpan.FromSeconds(10);
+
+    /// <summary>The longest <see cref="ReconnectMaxDelay"/>: 1 hour.</summary>
+    public static TimeSpan MaxReconnectDelay { get; } = TimeSpan.FromHours(1);
+
     // Timeouts travel to the native library as 32-bit milliseconds.
     private static readonly TimeSpan s_maxTimeout = TimeSpan.FromMilliseconds(uint.MaxValue);
 
@@ -90,6 +99,25 @@ public sealed class RemoteCacheOptions
     /// own default SLO with it.
     /// </summary>
     public string? SloModelPath { get; set; }
+
+    /// <summary>
+    /// Whether the client reconnects by itself to a server that went away (its process ended, or it closed the cache's
+    /// connections) once it comes back at the same endpoint: the regions that server held are lent again, empty;
+    /// <see cref="RemoteCacheClient.ContentLost"/> names them before they are served again. Meanwhile their operations fail
+    /// at once with <see cref="RemoteCacheStatus.Disconnected"/>; the other servers' regions are not disturbed. Attempts
+    /// start <see cref="ReconnectDelay"/> apart and back off to <see cref="ReconnectMaxDelay"/>. Default: true. A cache
+    /// placed by the manager (ManagedCache) turns it off: the manager replaces a failed server with another one.
+    /// </summary>
+    public bool Reconnect { get; set; } = true;
+
+    /// <summary>The first wait between reconnect attempts, positive and at most <see cref="ReconnectMaxDelay"/>. Default: <see cref="DefaultReconnectDelay"/>.</summary>
+    public TimeSpan ReconnectDelay { get; set; } = DefaultReconnectDelay;
+
+    /// <summary>
+    /// The longest wait between reconnect attempts (each wait doubles up to it, ±25 % jitter), at most
+    /// <see cref="MaxReconnectDelay"/>. Default: <see cref="DefaultReconnectMaxDelay"/>.
+    /// </summary>
+    public TimeSpan ReconnectMaxDelay { get; set; } = DefaultReconnectMaxDelay;
 
     /// <summary>Operations outstanding per lane at most, 1..<see cref="MaxSessionCapacity"/>. Default: <see cref="DefaultSessionCapacity"/>.</summary>
     public int SessionCapacity { get; set; } = DefaultSessionCapacity;
@@ -165,6 +193,10 @@ public sealed class RemoteCacheOptions
             throw Invalid(nameof(OperationTimeout), $"is {OperationTimeout}; it must be positive and at most {s_maxTimeout}");
         if (ConnectTimeout <= TimeSpan.Zero || ConnectTimeout > s_maxTimeout)
             throw Invalid(nameof(ConnectTimeout), $"is {ConnectTimeout}; it must be positive and at most {s_maxTimeout}");
+        if (ReconnectMaxDelay <= TimeSpan.Zero || ReconnectMaxDelay > MaxReconnectDelay)
+            throw Invalid(nameof(ReconnectMaxDelay), $"is {ReconnectMaxDelay}; it must be positive and at most {MaxReconnectDelay}");
+        if (ReconnectDelay <= TimeSpan.Zero || ReconnectDelay > ReconnectMaxDelay)
+            throw Invalid(nameof(ReconnectDelay), $"is {ReconnectDelay}; it must be positive and at most ReconnectMaxDelay ({ReconnectMaxDelay})");
         if (Lanes < 1 || Lanes > MaxLanes)
             throw Invalid(nameof(Lanes), $"is {Lanes}; it must be 1..{MaxLanes}");
     }

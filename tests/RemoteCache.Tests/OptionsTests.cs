@@ -29,6 +29,10 @@ public sealed class OptionsTests
         Bad(nameof(RemoteCacheOptions.Token), o => o.Token = new string('x', RemoteCacheOptions.MaxTokenBytes + 1)),
         Bad(nameof(RemoteCacheOptions.Capabilities), o => o.Capabilities = new[] { "a", "b" }),
         Bad(nameof(RemoteCacheOptions.Capabilities), o => o.Capabilities = new[] { "" }),
+        Bad(nameof(RemoteCacheOptions.ReconnectDelay), o => o.ReconnectDelay = TimeSpan.Zero),
+        Bad(nameof(RemoteCacheOptions.ReconnectDelay), o => o.ReconnectDelay = RemoteCacheOptions.DefaultReconnectMaxDelay + TimeSpan.FromSeconds(1)),
+        Bad(nameof(RemoteCacheOptions.ReconnectMaxDelay), o => o.ReconnectMaxDelay = TimeSpan.FromMilliseconds(-1)),
+        Bad(nameof(RemoteCacheOptions.ReconnectMaxDelay), o => o.ReconnectMaxDelay = RemoteCacheOptions.MaxReconnectDelay + TimeSpan.FromSeconds(1)),
         Bad(nameof(RemoteCacheOptions.Config), o => o.Config = new CacheConfig(0, 1, 0, 1)),
         Bad(nameof(RemoteCacheOptions.Config), o => o.Config = new CacheConfig(-1, 1, 1, 1)),
         Bad(nameof(RemoteCacheOptions.Config), o => o.Config = new CacheConfig(0, 1, 1, CacheConfig.MaxQueueDepth + 1)),
@@ -110,6 +114,9 @@ public sealed class OptionsTests
             ["RemoteCache:Cache:OperationTimeout"] = "00:00:07",
             ["RemoteCache:Cache:ConnectTimeout"] = "00:00:02",
             ["RemoteCache:Cache:Lanes"] = "2",
+            ["RemoteCache:Cache:Reconnect"] = "true",
+            ["RemoteCache:Cache:ReconnectDelay"] = "00:00:00.250",
+            ["RemoteCache:Cache:ReconnectMaxDelay"] = "00:00:03",
             ["RemoteCache:Cache:Config:ClientThreads"] = "0",
             ["RemoteCache:Cache:Config:ServerThreads"] = "1",
             ["RemoteCache:Cache:Config:BatchSize"] = "8",
@@ -126,6 +133,8 @@ public sealed class OptionsTests
         Assert.Equal(512, options.Cache.SessionCapacity);
         Assert.Equal(2, options.Cache.Lanes);
         Assert.Equal("shared secret", options.Cache.Token);
+        Assert.Equal(TimeSpan.FromMilliseconds(250), options.Cache.ReconnectDelay);
+        Assert.Equal(TimeSpan.FromSeconds(3), options.Cache.ReconnectMaxDelay);
 
         var client = provider.GetRequiredService<RemoteCacheClient>();
         Assert.Same(client, provider.GetRequiredService<RemoteCacheClient>());

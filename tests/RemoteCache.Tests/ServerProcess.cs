@@ -123,10 +123,11 @@ public sealed class ServerProcess : IDisposable
     /// <param name="regionSize">--region-size; null: the server's default.</param>
     /// <param name="threads">--threads; null: the server's default.</param>
     /// <param name="extraArgs">More arguments, e.g. --admission-key FILE --server-id ID.</param>
+    /// <param name="listen">Where to listen (a server restarted where another was: its <see cref="Endpoint"/>); null: a fresh endpoint.</param>
     public static ServerProcess Start(string transport, string? memoryLimit = "256M", string? regionSize = "1M", int? threads = 2,
-                                      IEnumerable<string>? extraArgs = null)
+                                      IEnumerable<string>? extraArgs = null, string? listen = null)
     {
-        var listen = NewListenEndpoint(transport);
+        listen ??= NewListenEndpoint(transport);
         var info = new ProcessStartInfo(Executable)
         {
             UseShellExecute = false,

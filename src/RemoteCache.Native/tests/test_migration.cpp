@@ -474,6 +474,47 @@ TEST_P(Migration, ASourceLostMidMoveIsReplacedWithoutItsContent) {
   rc_cache_close(cache);
 }
 
+// rc_cache_holder_status follows each holder's server: there, gone (the others undisturbed), let go once its regions
+// moved to a server started again at its endpoint (the managed client's recovery, driven by hand).
+TEST_P(Migration, HolderStatusFollowsItsServerThroughARestart) {
+  auto a = std::make_unique<Server>(listen_for(transport(), 17));
+  Server b(listen_for(transport(), 18));
+  const std::string where = a->endpoint;
+  rc_cache* cache = open_cache({where, b.endpoint}, kRegions, client_threads());
+  EXPECT_EQ(rc_cache_holder_status(cache, 0), RC_OK) << last_error();
+  EXPECT_EQ(rc_cache_holder_status(cache, 1), RC_OK) << last_error();
+  EXPECT_EQ(rc_cache_holder_status(cache, 2), RC_E_INVALID_ARGUMENT);
+  EXPECT_EQ(rc_cache_holder_status(nullptr, 0), RC_E_INVALID_ARGUMENT);
+  rc_session* s = nullptr;
+  ASSERT_EQ(rc_session_open(cache, &s), RC_OK);
+  uint64_t value = 0x4242, seen = 0;
+  sync_io(s, true, 8, &value, 8);
+  a.reset();
+  rc_status gone = RC_OK;
+  for (int i = 0; i < 200 && (gone = rc_cache_holder_status(cache, 0)) == RC_OK; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_NE(gone, RC_OK) << "holder 0's server stopped 2 s ago";
+  EXPECT_EQ(rc_cache_holder_status(cache, 1), RC_OK) << last_error();
+
+  Server again(where.rfind("tcp:", 0) == 0 ? where : listen_for(transport(), 17));
+  ASSERT_EQ(again.endpoint, where);
+  uint32_t fresh = 0;
+  ASSERT_EQ(rc_cache_add_holder(cache, where.c_str(), nullptr, kRegions, &fresh), RC_OK) << last_error();
+  for (uint32_t r = 0; r < kRegions; ++r) {
+    ASSERT_EQ(rc_cache_migration_begin(cache, r, 1, 0, 5000), RC_OK) << last_error();
+    ASSERT_EQ(rc_cache_migration_commit(cache, r, fresh, r), RC_OK) << last_error();
+  }
+  EXPECT_EQ(rc_cache_holder_status(cache, 0), RC_E_CLOSED);
+  EXPECT_EQ(rc_cache_holder_status(cache, fresh), RC_OK) << last_error();
+  sync_io(s, false, 8, &seen, 8);
+  EXPECT_EQ(seen, 0u);  // lent again, empty
+  sync_io(s, true, 8, &value, 8);
+  sync_io(s, false, 8, &seen, 8);
+  EXPECT_EQ(seen, value);
+  rc_session_close(s);
+  rc_cache_close(cache);
+}
+
 // A target lost in the middle of a move: the driver aborts, the region stays on its source, the write
 // that waited goes there, and the dead target is let go.
 TEST_P(Migration, ATargetLostMidMoveLeavesTheRegionOnItsSource) {

@@ -175,6 +175,10 @@ internal static unsafe partial class NativeMethods
     [LibraryImport(Library, EntryPoint = "rc_cache_holder_endpoint")]
     public static partial RemoteCacheStatus CacheHolderEndpoint(CacheHandle cache, uint holder, byte* text, nuint capacity);
 
+    /// <summary><c>rc_cache_holder_status</c>.</summary>
+    [LibraryImport(Library, EntryPoint = "rc_cache_holder_status")]
+    public static partial RemoteCacheStatus CacheHolderStatus(CacheHandle cache, uint holder);
+
     /// <summary><c>rc_cache_add_holder</c>: capability null when the cache has none.</summary>
     [LibraryImport(Library, EntryPoint = "rc_cache_add_holder", StringMarshalling = StringMarshalling.Utf8)]
     public static partial RemoteCacheStatus CacheAddHolder(CacheHandle cache, string endpoint, string? capability, uint regions,

@@ -39,7 +39,7 @@ extern "C" {
 /* The version of this header. A binding built against one version must not drive a library built
  * from another (struct layouts, limits and semantics may differ): it compares rc_api_version() of
  * the library it loaded with the RC_API_VERSION it was built against and refuses a mismatch. */
-#define RC_API_VERSION 11 /* 4: admin interface (remotecache_admin.h); 5: rc_cache_grow/shrink; 6: commit_memory; 7: region pull (rc_capability_mint_migration, rc_admin_pull_region); 8: rc_server_memory_committed; 9: several regions per migration_begin and pull; 10: rc_cache_map_region_ahead; 11: rc_admin_extend_lease */
+#define RC_API_VERSION 12 /* 4: admin interface (remotecache_admin.h); 5: rc_cache_grow/shrink; 6: commit_memory; 7: region pull (rc_capability_mint_migration, rc_admin_pull_region); 8: rc_server_memory_committed; 9: several regions per migration_begin and pull; 10: rc_cache_map_region_ahead; 11: rc_admin_extend_lease; 12: rc_cache_holder_status */
 
 /* Limits and defaults of the API, defined here once (bindings take them from this header). */
 #define RC_MAX_TOKEN_BYTES 64            /* rc_cache_options.token, UTF-8 bytes */
@@ -204,6 +204,12 @@ RC_API rc_status rc_cache_region_info(const rc_cache* cache, uint32_t region, rc
 RC_API size_t rc_cache_holder_count(const rc_cache* cache);
 /* The endpoint of a holder as given when it joined (NUL-terminated into out, which holds out_capacity bytes). */
 RC_API rc_status rc_cache_holder_endpoint(const rc_cache* cache, uint32_t holder, char* out, size_t out_capacity);
+/* Whether a holder's server is still there: RC_OK while it is connected; once it is gone, the status it
+ * went with (RC_E_DISCONNECTED, or the refusal of the notice it closed with); RC_E_CLOSED for a holder
+ * let go. One non-blocking probe of the holder's control connection: cheap enough to call every second.
+ * A server that is unreachable without having closed its connections (a partition) still reads RC_OK:
+ * its operations time out. */
+RC_API rc_status rc_cache_holder_status(rc_cache* cache, uint32_t holder);
 /* Connects a server that lends `regions` regions to this cache (created empty there) but holds none of
  * its address space until a commit places one on it. capability: required when the cache was opened
  * with capabilities, NULL when it was not. */

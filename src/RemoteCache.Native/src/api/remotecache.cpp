@@ -211,6 +211,11 @@ rc_status rc_cache_holder_endpoint(const rc_cache* cache, uint32_t holder, char*
   });
 }
 
+rc_status rc_cache_holder_status(rc_cache* cache, uint32_t holder) {
+  if (cache == nullptr) return null_argument("cache");
+  return guarded([&] { return cache->impl->holder_status(holder); });
+}
+
 rc_status rc_cache_add_holder(rc_cache* cache, const char* endpoint, const char* capability, uint32_t regions,
                               uint32_t* out_holder) {
   if (cache == nullptr) return null_argument("cache");

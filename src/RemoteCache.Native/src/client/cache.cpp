@@ -551,6 +551,15 @@ Status Cache::holder_endpoint(std::size_t holder, std::string& out) const {
   return RC_OK;
 }
 
+Status Cache::holder_status(std::size_t holder) {
+  std::lock_guard lock(mutex_);
+  if (holder >= endpoints_.size())
+    return fail(RC_E_INVALID_ARGUMENT, "holder " + std::to_string(holder) + ": the cache has " +
+                                           std::to_string(endpoints_.size()));
+  if (retired(holder)) return fail(RC_E_CLOSED, "holder " + std::to_string(holder) + " was let go");
+  return control_[holder]->check_idle();
+}
+
 std::size_t Cache::region_count() const {
   std::lock_guard lock(mutex_);
   return layout_.size();

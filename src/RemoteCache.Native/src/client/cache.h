@@ -82,6 +82,8 @@ class Cache {
   // one that holds no region any more keeps its index, without a connection).
   std::size_t holder_count() const;
   Status holder_endpoint(std::size_t holder, std::string& out) const;
+  // RC_OK while the holder's server is connected, why it is not once it is gone, RC_E_CLOSED once let go.
+  Status holder_status(std::size_t holder);
   // Where address-space region `region` lives now.
   struct Placement {
     uint16_t holder;

@@ -105,6 +105,9 @@ class ClientConnection {
 
   // Cheap liveness probe used while responses are overdue.
   virtual Status check_alive() = 0;
+  // Liveness probe of a connection with nothing outstanding (a cache's control connection between its
+  // requests): whatever the server sends on it unasked is the notice it closes with.
+  virtual Status check_idle() { return check_alive(); }
 
   // Work that maps `region` of the grant into this process ahead of its first use (a migration's
   // target, while the region is copied), so that the requests after the commit do not fault page by

@@ -144,11 +144,26 @@ class TcpClientConnection final : public ClientConnection {
   void wait_fds(std::vector<int>& fds) const override { fds.push_back(sock_.get()); }
   Status check_alive() override { return stream_peer_alive(sock_.get()); }
 
+  // A byte waiting on an idle connection is no response (none is due): it is the notice the server closed with.
+  Status check_idle() override {
+    if (gone_ != RC_OK) return fail(gone_, message_);
+    std::span<const std::byte> frame;
+    const Status st = reader_.next(sock_.get(), wire::Kind::Notice, frame);
+    if (st == RC_E_BUSY) return RC_OK;
+    gone_ = st == RC_OK               ? decode_notice(frame)
+            : st == RC_E_DISCONNECTED ? fail(st, "tcp connection closed by the server")
+                                      : fail(RC_E_PROTOCOL, "the server sent bytes unasked that are no notice");
+    message_ = last_error();
+    return gone_;
+  }
+
  private:
   UniqueFd sock_;
   wire::ConnectReply reply_;
   FrameReader reader_;
   Outbox out_;
+  Status gone_ = RC_OK;  // sticky once check_idle found the server gone
+  std::string message_;
 };
 
 // ---- server -----------------------------------------------------------------------------------

@@ -3,8 +3,8 @@ using System;
 namespace RemoteCache;
 
 /// <summary>
-/// Waits between attempts to reach the manager: from a first wait (100 ms unless given) doubling up to a limit, with
-/// jitter so clients spread out.
+/// Waits between attempts to reach a manager or a cache server: from a first wait (100 ms unless given) doubling up to
+/// a limit, with jitter so clients spread out. Compiled into each assembly that needs it (an internal unit, linked).
 /// </summary>
 internal struct Backoff
 {
