@@ -70,7 +70,8 @@ public sealed class YcsbOptions
                                verbs, one measured on your RDMA device: remotecache slo model --transport verbs
                                --verbs-address IP --record-size 512 --out DIR/verbs-512.json
           --slo-read-us US     the device cache's SLO, mean read latency in µs (default 10, Redy's)
-          --slo-ops N          and its throughput in reads/s (default 2000000)
+          --slo-ops N          and its throughput in reads/s (default 2000000; 0: a latency bound alone, as an
+                               application that states only its read latency asks)
           --out DIR            where results.csv, results.json and the charts go: chart.png (throughput per
                                device), rounds.png (every round), latency-cdf.png (default artifacts/ycsb)
           --data-dir DIR       where the SSD files go (default: under --out, on its disk)
@@ -143,8 +144,8 @@ public sealed class YcsbOptions
         if (o.Transport == "verbs" && o.Models is null)
             throw new ArgumentException("--transport verbs needs --models DIR holding a verbs model measured on the RDMA device (the shipped models are shm and tcp): " +
                                         "remotecache slo model --transport verbs --verbs-address IP --record-size 512 --out DIR/verbs-512.json");
-        if (!(o.SloReadUs > 0) || !(o.SloOpsPerSecond > 0))
-            throw new ArgumentException("--slo-read-us and --slo-ops must be positive");
+        if (!(o.SloReadUs > 0) || !(o.SloOpsPerSecond >= 0))
+            throw new ArgumentException("--slo-read-us must be positive and --slo-ops 0 (no throughput bound) or more");
         return o;
     }
 

@@ -79,7 +79,10 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
     /// A cache opened without a configuration or an SLO is switched to the configuration its performance model
     /// (<see cref="RemoteCacheOptions.SloModelPath"/>) predicts to meet <see cref="DefaultSlo"/> (the fastest when none
     /// does), or without a model to <see cref="CacheConfig.OneSided"/>, what FASTER's reads want: each read is issued
-    /// alone, from FASTER's thread, and over shm or RDMA reads the server's memory without its CPU.
+    /// alone, from FASTER's thread, and over shm or RDMA reads the server's memory without its CPU. Whatever the cache's
+    /// configuration (given, chosen for an SLO, or the manager's for a managed cache), the device keeps its batch size and
+    /// queue depth at least <see cref="DeviceWindow"/>, so that FASTER's concurrent reads are not sent one round trip at a
+    /// time.
     /// </remarks>
     /// <param name="logger">Where the device logs its set-up and refused operations; null: nowhere.</param>
     /// <exception cref="ArgumentException">
@@ -105,6 +108,10 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
                 cache.Reconfigure(config);
                 DeviceLog.Reconfigured(_logger, FileName, cache.Name, config);
             }
+            // FASTER keeps up to throttleLimit reads in flight; a configuration chosen for one read's latency (a managed
+            // cache's, an SLO's: often one request per batch and one batch in flight) would send them one round trip at a
+            // time. The window costs no server core.
+            cache.KeepWindowAtLeast(DeviceWindow.BatchSize, DeviceWindow.QueueDepth);
         }
         catch
         {
@@ -117,6 +124,12 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
         ThrottleLimit = throttleLimit;
         cache.ContentLost += OnContentLost;
     }
+
+    /// <summary>
+    /// The least batch size and queue depth the device keeps its cache at (<see cref="RemoteCacheClient.KeepWindowAtLeast"/>),
+    /// whatever configuration the cache was opened with or is given later: <see cref="CacheConfig.OneSided"/>'s.
+    /// </summary>
+    public static (int BatchSize, int QueueDepth) DeviceWindow => (CacheConfig.OneSided.BatchSize, CacheConfig.OneSided.QueueDepth);
 
     /// <summary>
     /// Raised when the cache lost bytes it held for the log (<see cref="RemoteCacheClient.ContentLost"/>: a server was

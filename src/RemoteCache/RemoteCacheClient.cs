@@ -328,18 +328,57 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
         }
     }
 
-    /// <summary>Applies a new (c, s, b, q) while the cache is in use; nothing submitted is lost or reordered.</summary>
+    /// <summary>
+    /// Applies a new (c, s, b, q) while the cache is in use; nothing submitted is lost or reordered. The batch size and
+    /// queue depth applied are at least those of <see cref="KeepWindowAtLeast"/>; a configuration the cache has already
+    /// changes nothing.
+    /// </summary>
     /// <exception cref="ArgumentException">A parameter is out of range (<see cref="CacheConfig"/> names the limits).</exception>
     public void Reconfigure(CacheConfig config)
     {
         ThrowIfDisposed();
         if (config.Problem() is { } problem)
             throw new ArgumentException($"{Name}: the configuration {config} {problem}", nameof(config));
-        var old = Config;
-        var native = config.ToNative();
-        Errors.ThrowIfFailed(NativeMethods.CacheReconfigure(_cache, in native), Name);
-        Log.CacheReconfigured(_logger, Name, old, config);
+        lock (_resize)
+        {
+            config = Widened(config);
+            var old = Config;
+            if (old == config)
+                return;
+            var native = config.ToNative();
+            Errors.ThrowIfFailed(NativeMethods.CacheReconfigure(_cache, in native), Name);
+            Log.CacheReconfigured(_logger, Name, old, config);
+        }
     }
+
+    /// <summary>
+    /// Keeps the cache's batch size and queue depth at least <paramref name="batchSize"/> and <paramref name="queueDepth"/>
+    /// from now on, whatever configuration is applied later (<see cref="Reconfigure"/>, a retune for the SLO, the
+    /// manager's): for a user with many requests in flight at once, such as a FASTER device, on a cache whose configuration
+    /// was chosen for one request's latency. Both are the client's own window: they cost no server core, and a lone
+    /// request still goes out the moment it is submitted. Client and server threads stay as configured. Raises the current
+    /// configuration's now if it is narrower.
+    /// </summary>
+    /// <exception cref="ArgumentOutOfRangeException">A value outside its limits (<see cref="CacheConfig"/>).</exception>
+    public void KeepWindowAtLeast(int batchSize, int queueDepth)
+    {
+        ArgumentOutOfRangeException.ThrowIfLessThan(batchSize, 1);
+        ArgumentOutOfRangeException.ThrowIfGreaterThan(batchSize, CacheConfig.MaxBatchSize);
+        ArgumentOutOfRangeException.ThrowIfLessThan(queueDepth, 1);
+        ArgumentOutOfRangeException.ThrowIfGreaterThan(queueDepth, CacheConfig.MaxQueueDepth);
+        ThrowIfDisposed();
+        lock (_resize)
+        {
+            _window = (Math.Max(_window.BatchSize, batchSize), Math.Max(_window.QueueDepth, queueDepth));
+            Reconfigure(Config);
+        }
+    }
+
+    // The least batch size and queue depth (KeepWindowAtLeast). Under _resize.
+    private (int BatchSize, int QueueDepth) _window = (1, 1);
+
+    private CacheConfig Widened(CacheConfig config) =>
+        config with { BatchSize = Math.Max(config.BatchSize, _window.BatchSize), QueueDepth = Math.Max(config.QueueDepth, _window.QueueDepth) };
 
     /// <summary>
     /// Presents new capabilities, one per holder in holder order (after the manager renewed the lease; without

@@ -194,6 +194,23 @@ public sealed class OptionsTests
     }
 
     [Fact]
+    public void TheWindowKeptIsBoundedAndOutlastsLaterConfigurations()
+    {
+        using var server = StartTcpServer();
+        using var client = RemoteCacheClient.Open(server.Endpoints, new RemoteCacheOptions { Config = CacheConfig.LowLatency });
+        Assert.Throws<ArgumentOutOfRangeException>(() => client.KeepWindowAtLeast(0, 1));
+        Assert.Throws<ArgumentOutOfRangeException>(() => client.KeepWindowAtLeast(CacheConfig.MaxBatchSize + 1, 1));
+        Assert.Throws<ArgumentOutOfRangeException>(() => client.KeepWindowAtLeast(1, CacheConfig.MaxQueueDepth + 1));
+        Assert.Equal(CacheConfig.LowLatency, client.Config);
+        client.KeepWindowAtLeast(16, 8);
+        Assert.Equal(new CacheConfig(0, 1, 16, 8), client.Config);
+        client.KeepWindowAtLeast(4, 12);  // the larger of each stays
+        Assert.Equal(new CacheConfig(0, 1, 16, 12), client.Config);
+        client.Reconfigure(new CacheConfig(0, 2, 1, 1));
+        Assert.Equal(new CacheConfig(0, 2, 16, 12), client.Config);
+    }
+
+    [Fact]
     public void ReconfigureRefusesAnOutOfRangeConfiguration()
     {
         using var server = StartTcpServer();

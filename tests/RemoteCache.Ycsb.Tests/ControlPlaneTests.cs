@@ -2,6 +2,7 @@ using System;
 using System.IO;
 using System.Threading.Tasks;
 using RemoteCache.Benchmarks.Ycsb;
+using RemoteCache.Device;
 using Xunit;
 
 namespace RemoteCache.Ycsb.Tests;
@@ -39,7 +40,8 @@ public sealed class ControlPlaneTests
     public void TheSloMustBePositive(params string[] args)
     {
         var e = Assert.Throws<ArgumentException>(() => YcsbOptions.Parse(args));
-        Assert.Contains("--slo-read-us and --slo-ops must be positive", e.Message, StringComparison.Ordinal);
+        Assert.Contains("--slo-read-us must be positive and --slo-ops 0 (no throughput bound) or more", e.Message, StringComparison.Ordinal);
+        Assert.Equal(0, YcsbOptions.Parse(new[] { "--slo-ops", "0" }).SloOpsPerSecond);  // a latency bound alone
     }
 
     [Fact]
@@ -67,6 +69,15 @@ public sealed class ControlPlaneTests
                 var read = new byte[written.Length];
                 await client.ReadAsync(client.Capacity - read.Length, read);
                 Assert.Equal(written, read);
+
+                // The obvious code: a device on the managed cache keeps the manager's threads and opens the window
+                // FASTER's concurrent reads need (the manager chose b and q for one read's latency).
+                using var device = new RemoteCacheDevice(client);
+                Assert.Equal(info.Config with
+                {
+                    BatchSize = Math.Max(info.Config.BatchSize, RemoteCacheDevice.DeviceWindow.BatchSize),
+                    QueueDepth = Math.Max(info.Config.QueueDepth, RemoteCacheDevice.DeviceWindow.QueueDepth),
+                }, client.Config);
             }
 
             // An SLO no configuration of the model meets is refused, naming it.
