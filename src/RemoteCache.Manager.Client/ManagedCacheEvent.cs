@@ -1,5 +1,6 @@
 using System;
 using System.Collections.Generic;
+using System.Text;
 
 namespace RemoteCache;
 
@@ -7,14 +8,29 @@ namespace RemoteCache;
 /// Something that happened to a managed cache, as the manager recorded it (<see cref="Sequence"/> &gt; 0, increasing) or
 /// as this client saw it (<see cref="PopulateProgressEvent"/>, sequence 0).
 /// </summary>
-public abstract record ManagedCacheEvent(ulong CacheId, long Sequence, DateTimeOffset Time);
+public abstract record ManagedCacheEvent(ulong CacheId, long Sequence, DateTimeOffset Time)
+{
+    // ", Name = [a, b]" for an event's ToString.
+    private protected static void AppendList<T>(StringBuilder builder, string name, IReadOnlyList<T> items) =>
+        builder.Append(", ").Append(name).Append(" = [").AppendJoin(", ", items).Append(']');
+}
 
 /// <summary>The cache was allocated with <paramref name="Capacity"/> bytes.</summary>
 public sealed record CacheAllocatedEvent(ulong CacheId, long Sequence, DateTimeOffset Time, long Capacity) : ManagedCacheEvent(CacheId, Sequence, Time);
 
 /// <summary>The cache now spans <paramref name="ServerIds"/> (a reshape); its clients have followed, or are about to.</summary>
 public sealed record CacheReshapedEvent(ulong CacheId, long Sequence, DateTimeOffset Time, long Capacity, IReadOnlyList<string> ServerIds)
-    : ManagedCacheEvent(CacheId, Sequence, Time);
+    : ManagedCacheEvent(CacheId, Sequence, Time)
+{
+    /// <summary>Prints the members for ToString, the lists' items rather than their type's name.</summary>
+    protected override bool PrintMembers(StringBuilder builder)
+    {
+        base.PrintMembers(builder);
+        builder.Append(", Capacity = ").Append(Capacity);
+        ManagedCacheEvent.AppendList(builder, nameof(ServerIds), ServerIds);
+        return true;
+    }
+}
 
 /// <summary>The cache runs a new data-path configuration (a reshape to a new SLO).</summary>
 public sealed record ConfigChangedEvent(ulong CacheId, long Sequence, DateTimeOffset Time, CacheConfig Config) : ManagedCacheEvent(CacheId, Sequence, Time);
@@ -45,7 +61,19 @@ public sealed record ServerFailedEvent(ulong CacheId, long Sequence, DateTimeOff
 /// </summary>
 public sealed record ServerReplacedEvent(ulong CacheId, long Sequence, DateTimeOffset Time, string ServerId, string Replacement, int FirstRegion, int Regions,
                                          int RegionsMoved, IReadOnlyList<string> ServerIds, IReadOnlyList<int> LostRegions)
-    : ManagedCacheEvent(CacheId, Sequence, Time);
+    : ManagedCacheEvent(CacheId, Sequence, Time)
+{
+    /// <summary>Prints the members for ToString, the lists' items rather than their type's name.</summary>
+    protected override bool PrintMembers(StringBuilder builder)
+    {
+        base.PrintMembers(builder);
+        builder.Append(", ServerId = ").Append(ServerId).Append(", Replacement = ").Append(Replacement)
+               .Append(", FirstRegion = ").Append(FirstRegion).Append(", Regions = ").Append(Regions).Append(", RegionsMoved = ").Append(RegionsMoved);
+        ManagedCacheEvent.AppendList(builder, nameof(ServerIds), ServerIds);
+        ManagedCacheEvent.AppendList(builder, nameof(LostRegions), LostRegions);
+        return true;
+    }
+}
 
 /// <summary>
 /// This client moved region <paramref name="Region"/> of the cache off server <paramref name="ServerId"/>

@@ -75,7 +75,7 @@ public sealed class RemoteCacheManagerClient : IAsyncDisposable, IDisposable
             {
                 HttpHandler = _handler,
                 DisposeHttpClient = false,
-                LoggerFactory = options.Cache.LoggerFactory,
+                LoggerFactory = options.Cache.LoggerFactory is { } loggers ? new WarningsOnlyLoggerFactory(loggers) : null,
                 // A replica the channel failed to reach is not tried again before its reconnect back-off ends (by default
                 // 1 s, growing to 2 min): a replica restarted and then elected would refuse this client's calls at once for
                 // that long. The client paces its own attempts (Failover), so the channel's wait stays within one of its rounds.

@@ -1,4 +1,5 @@
 using System;
+using System.Collections.Generic;
 using System.CommandLine;
 using System.Globalization;
 using System.IO;
@@ -252,6 +253,18 @@ public static class Program
             kestrel.Limits.MaxRequestHeadersTotalSize = ApiKeyAuthenticationHandler.MaxHeaderBytes;
             kestrel.Limits.Http2.MaxRequestHeaderFieldSize = ApiKeyAuthenticationHandler.MaxHeaderBytes;
             Listen(kestrel, listen, endpoint.Address, endpoint.Certificate);
+        });
+        // Defaults beneath every other source (Logging__LogLevel__Microsoft.AspNetCore=Information turns requests back on):
+        // ASP.NET Core logs each request, and gRPC each refusal a service answers with, at Information; the manager logs
+        // what it did (allocations, replacements, elections) itself.
+        builder.Configuration.Sources.Insert(0, new Microsoft.Extensions.Configuration.Memory.MemoryConfigurationSource
+        {
+            InitialData = new Dictionary<string, string?>
+            {
+                ["Logging:LogLevel:Default"] = "Information",
+                ["Logging:LogLevel:Microsoft.AspNetCore"] = "Warning",
+                ["Logging:LogLevel:Grpc"] = "Warning",
+            },
         });
         builder.Logging.AddSimpleConsole(o => { o.SingleLine = true; o.TimestampFormat = "HH:mm:ss.fff "; });
         var services = builder.Services;

@@ -73,6 +73,17 @@ public sealed class CliTests
         Assert.Equal(2, reshaped.GetProperty("servers").GetArrayLength());
         Assert.Equal(256 * MiB, reshaped.GetProperty("capacity").GetInt64());
 
+        // Human tables line their columns up, whatever the widths of their cells.
+        var table = await RunAsync(Env(manager, OpsKey), "servers");
+        Assert.True(table.ExitCode == 0, table.Error);
+        var lines = table.Output.Split('\n', StringSplitOptions.RemoveEmptyEntries);
+        Assert.True(lines.Length >= 3, table.Output);
+        foreach (string column in new[] { "STATE", "VM TYPE", "CACHE", "LENT", "ENDPOINTS" })
+        {
+            int at = lines[0].IndexOf(column, StringComparison.Ordinal);
+            Assert.All(lines.Skip(1), line => Assert.True(line[at - 1] == ' ' && line[at] != ' ', $"column {column} at {at} in:\n{table.Output}"));
+        }
+
         var deleted = await RunAsync(env, "delete", id);
         Assert.True(deleted.ExitCode == 0, deleted.Error);
         Assert.DoesNotContain(Json(await RunAsync(env, "caches", "--json")).EnumerateArray(), c => c.GetProperty("cacheId").GetString() == id);

@@ -88,12 +88,23 @@ public sealed class CrashConsistencyTests
                      })
                 start.ArgumentList.Add(a);
             _process = Process.Start(start)!;
-            // Drained so that a full pipe never blocks the manager.
-            _process.OutputDataReceived += (_, _) => { };
-            _process.ErrorDataReceived += (_, _) => { };
+            // Drained so that a full pipe never blocks the manager; kept for the checks of what it logs.
+            _process.OutputDataReceived += (_, e) => Keep(e.Data);
+            _process.ErrorDataReceived += (_, e) => Keep(e.Data);
             _process.BeginOutputReadLine();
             _process.BeginErrorReadLine();
         }
+
+        private readonly System.Collections.Concurrent.ConcurrentQueue<string> _lines = new();
+
+        private void Keep(string? line)
+        {
+            if (line is not null)
+                _lines.Enqueue(line);
+        }
+
+        /// <summary>What every run of the manager printed so far.</summary>
+        public IReadOnlyCollection<string> Lines => _lines;
 
         /// <summary>kill -9: no shutdown of any kind.</summary>
         public void Kill()
@@ -223,6 +234,9 @@ public sealed class CrashConsistencyTests
 
             manager.Stop();
             Assert.Empty(ServerProcesses.Of(admissionKey));
+            // The manager logs what it did, not each request: ASP.NET Core's and gRPC's request lines are below its defaults.
+            Assert.Contains(manager.Lines, l => l.Contains("Allocated cache", StringComparison.Ordinal));
+            Assert.DoesNotContain(manager.Lines, l => l.Contains("Microsoft.AspNetCore", StringComparison.Ordinal) || l.Contains("Grpc.AspNetCore", StringComparison.Ordinal));
         }
         finally
         {

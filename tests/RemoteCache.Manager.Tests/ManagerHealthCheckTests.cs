@@ -3,6 +3,7 @@ using System.Linq;
 using System.Threading.Tasks;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Diagnostics.HealthChecks;
+using Microsoft.Extensions.Logging;
 using Xunit;
 using Xunit.Sdk;
 using static RemoteCache.Manager.Tests.ManagedClientKit;
@@ -69,5 +70,51 @@ public sealed class ManagerHealthCheckTests
         await client.DisposeAsync();
         entry = await EventuallyAsync(health, HealthStatus.Unhealthy);
         Assert.Contains("disposed", entry.Description, StringComparison.Ordinal);
+    }
+}
+
+/// <summary>What a managed client logs when nothing goes wrong.</summary>
+public sealed class ManagedClientLogTests
+{
+    [Fact]
+    public async Task OpeningAndClosingACacheLogsNothingOfGrpcAndNothingAboveInformation()
+    {
+        await using var manager = new TestManager(warm: 0);
+        await manager.StartAsync();
+        var sink = new Microsoft.Extensions.Logging.Testing.FakeLogCollector();
+        using var loggers = Microsoft.Extensions.Logging.LoggerFactory.Create(b => b
+            .SetMinimumLevel(Microsoft.Extensions.Logging.LogLevel.Trace)
+            .AddProvider(new Microsoft.Extensions.Logging.Testing.FakeLoggerProvider(sink)));
+        await using (var client = manager.ManagedClient(configure: o => o.Cache.LoggerFactory = loggers))
+        {
+            var cache = await client.CreateAsync(Request(64 * MiB));
+            await using (var events = cache.Events.GetAsyncEnumerator())
+                Assert.True(await events.MoveNextAsync());  // the event stream is open when the cache closes
+            await cache.DeleteAsync();
+            await cache.DisposeAsync();
+        }
+        var records = sink.GetSnapshot();
+        Assert.DoesNotContain(records, r => r.Category?.StartsWith("Grpc", StringComparison.Ordinal) == true);
+        Assert.DoesNotContain(records, r => r.Level > Microsoft.Extensions.Logging.LogLevel.Information);
+        Assert.Contains(records, r => r.Category == typeof(RemoteCacheManagerClient).FullName);  // it does log, itself
+    }
+}
+
+/// <summary>What a managed cache's events print: their fields, lists item by item.</summary>
+public sealed class ManagedCacheEventTextTests
+{
+    [Fact]
+    public void EventsWithListsPrintTheirItems()
+    {
+        var time = DateTimeOffset.UnixEpoch;
+        string replaced = new ServerReplacedEvent(7, 3, time, "s1", "s9", 4, 2, 1, new[] { "s0", "s9" }, new[] { 5 }).ToString();
+        Assert.Contains("ServerIds = [s0, s9]", replaced, StringComparison.Ordinal);
+        Assert.Contains("LostRegions = [5]", replaced, StringComparison.Ordinal);
+        Assert.Contains("Replacement = s9", replaced, StringComparison.Ordinal);
+        Assert.Contains("CacheId = 7", replaced, StringComparison.Ordinal);
+        string reshaped = new CacheReshapedEvent(7, 4, time, 1 << 20, new[] { "s0" }).ToString();
+        Assert.Contains("ServerIds = [s0]", reshaped, StringComparison.Ordinal);
+        Assert.Contains("Capacity = 1048576", reshaped, StringComparison.Ordinal);
+        Assert.DoesNotContain("System.", replaced + reshaped, StringComparison.Ordinal);
     }
 }

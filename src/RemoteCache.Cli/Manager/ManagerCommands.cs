@@ -73,11 +73,13 @@ internal static class ManagerCommands
                 await output.WriteLineAsync(new JsonArray(caches.Select(c => (JsonNode)CacheJson(c)).ToArray()).ToJsonString(Json)).ConfigureAwait(false);
                 return ManagerExitCodes.Success;
             }
-            await output.WriteLineAsync(Row("ID", "NAME", "CAPACITY", "SERVERS", "TRANSPORT", "CONFIG (c,s,b,q)", "LEASE ENDS (UTC)", "$/HOUR")).ConfigureAwait(false);
-            foreach (var c in caches)
-                await output.WriteLineAsync(Row(c.CacheId.ToString(CultureInfo.InvariantCulture), c.Name, Units.Size(c.Capacity), c.Servers.Count.ToString(CultureInfo.InvariantCulture),
+            await output.WriteAsync(Table(new[] { "ID", "NAME", "CAPACITY", "SERVERS", "TRANSPORT", "CONFIG (c,s,b,q)", "LEASE ENDS (UTC)", "$/HOUR" },
+                caches.Select(c => new[]
+                {
+                    c.CacheId.ToString(CultureInfo.InvariantCulture), c.Name, Units.Size(c.Capacity), c.Servers.Count.ToString(CultureInfo.InvariantCulture),
                     c.Transport, Config(c.Config), c.LeaseExpires.UtcDateTime.ToString("yyyy-MM-dd HH:mm:ss", CultureInfo.InvariantCulture),
-                    c.PricePerHour.ToString("0.####", CultureInfo.InvariantCulture))).ConfigureAwait(false);
+                    c.PricePerHour.ToString("0.####", CultureInfo.InvariantCulture),
+                }))).ConfigureAwait(false);
             return ManagerExitCodes.Success;
         });
         return command;
@@ -235,10 +237,12 @@ internal static class ManagerCommands
                 await output.WriteLineAsync(array.ToJsonString(Json)).ConfigureAwait(false);
                 return ManagerExitCodes.Success;
             }
-            await output.WriteLineAsync(Row("SERVER", "STATE", "VM TYPE", "SPOT", "CACHE", "LENT", "ENDPOINTS")).ConfigureAwait(false);
-            foreach (var s in servers)
-                await output.WriteLineAsync(Row(s.ServerId, s.State, s.VmType, s.Spot ? "yes" : "no", s.CacheId == 0 ? "-" : s.CacheId.ToString(CultureInfo.InvariantCulture),
-                    Units.Size(s.MemoryLent), string.Join(" ", s.Endpoints.Values))).ConfigureAwait(false);
+            await output.WriteAsync(Table(new[] { "SERVER", "STATE", "VM TYPE", "SPOT", "CACHE", "LENT", "ENDPOINTS" },
+                servers.Select(s => new[]
+                {
+                    s.ServerId, s.State, s.VmType, s.Spot ? "yes" : "no", s.CacheId == 0 ? "-" : s.CacheId.ToString(CultureInfo.InvariantCulture),
+                    Units.Size(s.MemoryLent), string.Join(" ", s.Endpoints.Values),
+                }))).ConfigureAwait(false);
             return ManagerExitCodes.Success;
         });
         return command;
@@ -349,9 +353,15 @@ internal static class ManagerCommands
 
     private static string Config(CacheConfig c) => $"{c.ClientThreads},{c.ServerThreads},{c.BatchSize},{c.QueueDepth}";
 
-    private static string Row(params string[] cells)
+    // Lines of columns, each as wide as its widest cell, two spaces apart.
+    private static string Table(string[] headers, IEnumerable<string[]> rows)
     {
-        int[] widths = { 20, 14, 10, 8, 10, 17, 20, 8 };
-        return string.Join("  ", cells.Select((c, i) => i < cells.Length - 1 ? c.PadRight(i < widths.Length ? widths[i] : 12) : c)).TrimEnd();
+        var lines = new List<string[]> { headers };
+        lines.AddRange(rows);
+        var widths = headers.Select((_, i) => lines.Max(l => l[i].Length)).ToArray();
+        var text = new System.Text.StringBuilder();
+        foreach (var line in lines)
+            text.AppendLine(string.Join("  ", line.Select((cell, i) => cell.PadRight(widths[i]))).TrimEnd());
+        return text.ToString();
     }
 }
