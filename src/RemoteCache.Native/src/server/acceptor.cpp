@@ -4,6 +4,7 @@
 
 #include "common/crypto.h"
 #include "common/log.h"
+#include "common/refusal_log.h"
 #include "common/notifier.h"
 
 namespace rc::server {
@@ -73,7 +74,7 @@ void Acceptor::accept_loop(transport::Listener& listener) {
     std::shared_ptr<Handshake> slot = take_slot(peer);
     if (!slot) {
       const std::string why = "too many connections from " + peer + " are in their handshake";
-      RC_LOG_WARN("refusing a connection: %s", why.c_str());
+      log_refusal("handshake limit", peer, "refusing a connection: " + why);
       pending->refuse(RC_E_LIMIT, why);
       continue;
     }
@@ -132,7 +133,7 @@ void Acceptor::run(std::shared_ptr<Handshake> slot, std::unique_ptr<transport::P
         why = "the server has " + std::to_string(from_peer) + " connections from " + slot->peer + ", its limit per peer";
       if (!why.empty()) {
         if (from_peer == 0) counts_->per_peer.erase(slot->peer);
-        RC_LOG_WARN("refusing a connection: %s", why.c_str());
+        log_refusal("connection limit", slot->peer, "refusing a connection: " + why);
         return transport::Grant{RC_E_LIMIT, why, {}, 0};
       }
       ++from_peer;
@@ -143,7 +144,7 @@ void Acceptor::run(std::shared_ptr<Handshake> slot, std::unique_ptr<transport::P
     read_only = grant.read_only;
     if (grant.status != RC_OK) {
       ticket.reset();
-      RC_LOG_WARN("refusing a connection from %s: %s", slot->peer.c_str(), grant.message.c_str());
+      log_refusal(rc_status_name(grant.status), slot->peer, "refusing a connection from " + slot->peer + ": " + grant.message);
     }
     return grant;
   };

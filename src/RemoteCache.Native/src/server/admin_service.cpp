@@ -7,6 +7,7 @@
 #include "common/clock.h"
 #include "common/crypto.h"
 #include "common/log.h"
+#include "common/refusal_log.h"
 #include "transport/connect_codec.h"
 #include "transport/socket_util.h"
 
@@ -35,14 +36,14 @@ void AdminService::accept(std::unique_ptr<transport::MessageLink> link, std::spa
   auto session = std::make_unique<AdminSession>(context_, key_);
   AdminSession::Answer greeting = session->greet(hello);
   if (greeting.close) {
-    RC_LOG_WARN("refusing an admin connection from %s: %s", link->peer().c_str(), greeting.refused.c_str());
+    log_refusal("admin greeting", link->peer(), "refusing an admin connection from " + link->peer() + ": " + greeting.refused);
     link->send(greeting.frame, handshake_deadline());
     return;
   }
   std::string why;
   std::shared_ptr<Slot> slot = take_slot(why);
   if (!slot) {
-    RC_LOG_WARN("refusing an admin connection from %s: %s", link->peer().c_str(), why.c_str());
+    log_refusal("admin limit", link->peer(), "refusing an admin connection from " + link->peer() + ": " + why);
     link->send(AdminSession::refusal(RC_E_LIMIT, why), handshake_deadline());
     return;
   }

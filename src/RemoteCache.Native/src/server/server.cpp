@@ -17,6 +17,7 @@
 #include "common/capability.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/refusal_log.h"
 #include "common/notifier.h"
 #include "server/acceptor.h"
 #include "server/admin_service.h"
@@ -466,6 +467,7 @@ void Server::stop() {
   }
   impl_->lease_thread.join();
   impl_->acceptor->stop();  // no handshake hands over an admin connection after this
+  RefusalLog::process().flush(UINT64_MAX);  // the refusals counted and not logged yet
   impl_->admin->stop();     // before the threads it wakes after a drop halt
   for (auto& t : impl_->pool) t->halt();
   impl_->housekeeping->halt();

@@ -21,6 +21,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/refusal_log.h"
 #include "common/memfd.h"
 #include "common/notifier.h"
 #include "transport/connect_codec.h"
@@ -538,8 +539,9 @@ class ShmPending final : public PendingConnection {
     }
     status = decode_connect_request(first, request);
     if (status != RC_OK) {
-      RC_LOG_WARN("shm: refusing %s: %s", peer_key().c_str(), last_error());
-      refuse(status, last_error());
+      const std::string why = last_error();
+      log_refusal("no valid Connect", peer_key(), "shm: refusing " + peer_key() + ": " + why);
+      refuse(status, why);
       return nullptr;
     }
     return answer(handlers.admit(request), status);
@@ -620,7 +622,7 @@ class ShmListener final : public Listener {
       auto pending = std::make_unique<ShmPending>(std::move(conn), uid);
       if (path_[0] != '@' || allowed(uid)) return pending;
       const std::string why = "uid " + std::to_string(uid) + " may not use the abstract endpoint shm:" + path_;
-      RC_LOG_WARN("shm: refusing a connection: %s", why.c_str());
+      log_refusal("uid not allowed", pending->peer_key(), "shm: refusing a connection: " + why);
       pending->refuse(RC_E_AUTH, why);
     }
   }

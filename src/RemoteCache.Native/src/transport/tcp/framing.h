@@ -31,6 +31,8 @@ class FrameReader {
   // frame: a Connect or an AdminHello; the frames of an admin connection).
   Status next_of(int fd, std::span<const wire::Kind> kinds, std::span<const std::byte>& frame);
   void consume();
+  // The bytes read and not consumed (after RC_E_PROTOCOL: what did not parse, to say why).
+  std::span<const std::byte> buffered() const { return {buf_.data() + begin_, end_ - begin_}; }
 
  private:
   std::vector<std::byte> buf_;

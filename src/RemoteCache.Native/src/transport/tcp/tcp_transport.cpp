@@ -15,6 +15,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/refusal_log.h"
 #include "transport/connect_codec.h"
 #include "transport/socket_util.h"
 #include "transport/tcp/framing.h"
@@ -218,12 +219,20 @@ class TcpPending final : public PendingConnection {
     FrameReader reader;
     std::span<const std::byte> frame;
     status = read_frame_blocking(conn_.get(), reader, kFirstFrame, deadline_in(kHandshakeTimeoutMs), &stop, frame);
+    if (status == RC_E_PROTOCOL) {
+      // Answered as shm answers it: a Connect of another wire version is told which version this server speaks.
+      wire::ConnectRequest ignored{};
+      (void)decode_connect_request(reader.buffered(), ignored);
+      const std::string why = last_error();
+      log_refusal("no valid Connect", peer_key_, "tcp: refusing " + describe_peer(conn_.get()) + ": " + why);
+      refuse(status, why);
+      return nullptr;
+    }
     if (status != RC_OK) {
       const char* why = status == RC_E_TIMEOUT || status == RC_E_CLOSED
                             ? "sent no Connect in time (or was evicted by newer connections)"
-                        : status == RC_E_PROTOCOL ? "sent bytes that are not a frame of this wire version"
                                                   : "hung up before its Connect";
-      RC_LOG_WARN("tcp: dropping %s: it %s", describe_peer(conn_.get()).c_str(), why);
+      log_refusal(why, peer_key_, "tcp: dropping " + describe_peer(conn_.get()) + ": it " + why);
       return nullptr;
     }
     if (wire::read_header(frame.data()).kind == static_cast<uint8_t>(wire::Kind::AdminHello)) {
@@ -236,8 +245,9 @@ class TcpPending final : public PendingConnection {
     wire::ConnectRequest request{};
     status = decode_connect_request(frame, request);
     if (status != RC_OK) {
-      RC_LOG_WARN("tcp: refusing %s: %s", describe_peer(conn_.get()).c_str(), last_error());
-      refuse(status, last_error());
+      const std::string why = last_error();
+      log_refusal("no valid Connect", peer_key_, "tcp: refusing " + describe_peer(conn_.get()) + ": " + why);
+      refuse(status, why);
       return nullptr;
     }
     reader.consume();

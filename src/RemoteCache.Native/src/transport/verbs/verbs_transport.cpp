@@ -17,6 +17,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/refusal_log.h"
 #include "transport/connect_codec.h"
 #include "transport/socket_util.h"
 
@@ -825,13 +826,13 @@ class VerbsPending final : public PendingConnection {
     RingInfo client_ring{};
     if (qp->handshake_bytes_ != static_cast<int64_t>(frame_bytes + sizeof(RingInfo)) ||
         decode_connect_request({handshake.data(), frame_bytes}, request) != RC_OK) {
-      RC_LOG_WARN("verbs: refusing %s: its first message was not a valid Connect", peer_.c_str());
+      log_refusal("no valid Connect", peer_, "verbs: refusing " + peer_ + ": its first message was not a valid Connect");
       status = RC_E_PROTOCOL;
       return nullptr;
     }
     std::memcpy(&client_ring, handshake.data() + frame_bytes, sizeof client_ring);
     if (client_ring.slots != kSlots || client_ring.slot_bytes != kSlotBytes) {
-      RC_LOG_WARN("verbs: refusing %s: its response ring has another geometry", peer_.c_str());
+      log_refusal("ring geometry", peer_, "verbs: refusing " + peer_ + ": its response ring has another geometry");
       status = RC_E_PROTOCOL;
       return nullptr;
     }
