@@ -44,7 +44,7 @@ internal static class Program
         var window = new Option<int>("--window") { Description = "Operations outstanding per thread (spread over the regions)", DefaultValueFactory = _ => 448 };
         var pace = new Option<int?>("--pull-mib-per-s") { Description = "Pace each region's pull to this many MiB/s (default: as fast as the transport goes)" };
         var config = new Option<string?>("--config") { Description = "The cache's (c,s,b,q): one-sided (0,0,16,8: shm's default, no server thread) or high-throughput (0,1,64,4: tcp's default)" };
-        var noMapAhead = new Option<bool>("--no-map-ahead") { Description = "The client does not map the target's regions while they are copied (RemoteCacheClient.MapRegionsAheadAsync): its operations fault the pages in after the commit" };
+        var noMapAhead = new Option<bool>("--no-map-ahead") { Description = "The client does not map the target's regions while they are copied (new RemoteCacheMover(RemoteCacheClient).MapRegionsAheadAsync): its operations fault the pages in after the commit" };
         var rounds = new Option<int>("--rounds") { Description = "Rounds of the four runs (reads and writes, optimized and paused), interleaved; figures are medians over them", DefaultValueFactory = _ => 3 };
         var output = new Option<string>("--out") { Description = "Folder for migration.json and the PNGs", DefaultValueFactory = _ => "benchmarks/Migration/results" };
         var root = new RootCommand("Region migration under 8 B reads and writes (Redy Fig. 15/16): throughput per 100 ms with and without unpaused reads and pause-on-migration writes; move time against the transport's bulk copy")
@@ -196,7 +196,7 @@ internal static class Bench
     {
         await using var client = await servers.OpenCacheAsync(1, ct);
         await Fill(client, ct);
-        int holder = await client.AddHolderAsync(target.Endpoints[0], servers.TargetCapability(target, client.CacheId, 1), 1, ct);
+        int holder = await new RemoteCacheMover(client).AddHolderAsync(target.Endpoints[0], servers.TargetCapability(target, client.CacheId, 1), 1, ct);
         var moves = await MoveOneByOneAsync(client, servers, target, holder, new[] { 0 }, targetRegionOf: _ => 0, pace: null, ct);
         return moves[0];
     }
@@ -264,7 +264,7 @@ internal static class Bench
     {
         await using var client = await servers.OpenCacheAsync(setup.Regions, ct);
         await Fill(client, ct);
-        int holder = await client.AddHolderAsync(servers.Target.Endpoints[0], servers.TargetCapability(servers.Target, client.CacheId, setup.Regions),
+        int holder = await new RemoteCacheMover(client).AddHolderAsync(servers.Target.Endpoints[0], servers.TargetCapability(servers.Target, client.CacheId, setup.Regions),
                                                  setup.Regions, ct);
         using var load = new Load(client, setup, write: op == "write");
         var clock = Stopwatch.StartNew();
@@ -315,16 +315,16 @@ internal static class Bench
         foreach (int region in regions)
         {
             var watch = Stopwatch.StartNew();
-            await client.BeginMigrationAsync(region, TimeSpan.FromSeconds(10), pauseReads: false, ct);
+            await new RemoteCacheMover(client).BeginMigrationAsync(region, TimeSpan.FromSeconds(10), pauseReads: false, ct);
             double begun = watch.Elapsed.TotalSeconds;
             if (servers.MapAhead && (mapping is null || mapping.IsCompleted))
             {
                 if (mapping is not null)
                     await mapping;
-                mapping = client.MapRegionsAheadAsync(holder, targetRegionOf(region), 1, ct);
+                mapping = new RemoteCacheMover(client).MapRegionsAheadAsync(holder, targetRegionOf(region), 1, ct);
             }
             var pulled = await servers.PullAsync(target, client, region, targetRegionOf(region), pace, ct);
-            client.CommitMigration(region, holder, targetRegionOf(region));
+            new RemoteCacheMover(client).CommitMigration(region, holder, targetRegionOf(region));
             moves.Add(new RegionMove(region, begun, pulled.Elapsed.TotalSeconds, watch.Elapsed.TotalSeconds, pulled.OneSided));
         }
         if (mapping is not null)
@@ -338,14 +338,14 @@ internal static class Bench
     {
         var watch = Stopwatch.StartNew();
         foreach (int region in regions)
-            await client.BeginMigrationAsync(region, TimeSpan.FromSeconds(10), pauseReads: true, ct);
+            await new RemoteCacheMover(client).BeginMigrationAsync(region, TimeSpan.FromSeconds(10), pauseReads: true, ct);
         double begun = watch.Elapsed.TotalSeconds;
         var pulls = new List<RegionPullResult>();
-        var mapping = servers.MapAhead ? client.MapRegionsAheadAsync(holder, regions[0], regions.Length, ct) : Task.CompletedTask;  // consecutive regions
+        var mapping = servers.MapAhead ? new RemoteCacheMover(client).MapRegionsAheadAsync(holder, regions[0], regions.Length, ct) : Task.CompletedTask;  // consecutive regions
         foreach (int region in regions)
             pulls.Add(await servers.PullAsync(servers.Target, client, region, region, pace, ct));
         foreach (int region in regions)
-            client.CommitMigration(region, holder, region);
+            new RemoteCacheMover(client).CommitMigration(region, holder, region);
         await mapping;
         double total = watch.Elapsed.TotalSeconds;
         return regions.Select((r, i) => new RegionMove(r, begun, pulls[i].Elapsed.TotalSeconds, total, pulls[i].OneSided)).ToList();
@@ -449,7 +449,7 @@ internal sealed class Servers : IDisposable
     {
         if (!_admins.TryGetValue(target, out var admin))
             _admins[target] = admin = await CacheServerAdmin.ConnectAsync(target.Endpoints[0], _targetKey, TimeSpan.FromSeconds(30), ct);
-        var placed = client.GetRegion(region);
+        var placed = new RemoteCacheMover(client).GetRegion(region);
         return await admin.PullRegionAsync(new RegionPull
         {
             CacheId = client.CacheId,

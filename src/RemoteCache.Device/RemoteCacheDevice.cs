@@ -105,7 +105,7 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
             if (!cache.ConfigGiven)
             {
                 var config = cache.SloModelPath is { } model ? ConfigForDefaultSlo(cache, model) : CacheConfig.OneSided;
-                cache.Reconfigure(config);
+                cache.ReconfigureAsync(config).GetAwaiter().GetResult();  // a constructor: FASTER builds devices synchronously
                 DeviceLog.Reconfigured(_logger, FileName, cache.Name, config);
             }
             // FASTER keeps up to throttleLimit reads in flight; a configuration chosen for one read's latency (a managed

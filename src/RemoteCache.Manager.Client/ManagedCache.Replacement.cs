@@ -172,11 +172,11 @@ public sealed partial class ManagedCache
             await _holders.WaitAsync(stop).ConfigureAwait(false);
             try
             {
-                holder = await _client.AddHolderAsync(to.Endpoint, to.Capability, regions, stop).ConfigureAwait(false);
+                holder = await _regions.AddHolderAsync(to.Endpoint, to.Capability, regions, stop).ConfigureAwait(false);
                 // A renewal since `to`'s capability was minted lists it among the replacements: present the renewed one.
                 var state = Volatile.Read(ref _state);
                 if (state.Replacements.Any(r => r.Server.ServerId == to.ServerId))
-                    RenewLocked(AllServers(state.Servers, state.Replacements));
+                    await RenewLockedAsync(AllServers(state.Servers, state.Replacements)).ConfigureAwait(false);
             }
             finally
             {
@@ -197,7 +197,7 @@ public sealed partial class ManagedCache
             count = BatchAt(index * regions + k, regions - k);
             int first = index * regions + k;
             var clock = Stopwatch.StartNew();
-            int sourceRegion = _client.GetRegion(first).HolderRegion;
+            int sourceRegion = _regions.GetRegion(first).HolderRegion;
             await FenceAsync(first, count, stop).ConfigureAwait(false);
             var fenced = clock.Elapsed;
             bool copied = false;
@@ -210,9 +210,9 @@ public sealed partial class ManagedCache
                 {
                     if (mapping is not null)
                         await mapping.ConfigureAwait(false);
-                    mapping = _client.MapRegionsAheadAsync(holder, k, count, stop);
+                    mapping = _regions.MapRegionsAheadAsync(holder, k, count, stop);
                 }
-                long size = _client.GetRegion(first).Size;
+                long size = _regions.GetRegion(first).Size;
                 int pace = MovePaceMibPerSecond(_manager.Options.MoveMaxMibPerSecond, (regions - k) * size, deadline - DateTimeOffset.UtcNow);
                 copied = await CopyRegionsAsync(from, sourceRegion, k, count, count * size, pace, deadline, stop).ConfigureAwait(false);
             }
@@ -224,11 +224,11 @@ public sealed partial class ManagedCache
                 if (!kept)
                 {
                     // Before the region is served again: no reader may take the replacement's bytes for what it wrote.
-                    var size = _client.GetRegion(region).Size;
-                    _client.ReportContentLost(region * size, size, lostReason ?? "not copied");
+                    var size = _regions.GetRegion(region).Size;
+                    _regions.ReportContentLost(region * size, size, lostReason ?? "not copied");
                     lost.Add(region);
                 }
-                await WithHoldersAsync(() => _client.CommitMigration(region, holder, k + i), stop).ConfigureAwait(false);  // may let a holder go
+                await WithHoldersAsync(() => _regions.CommitMigration(region, holder, k + i), stop).ConfigureAwait(false);  // may let a holder go
                 if (mode != ShareMove.Follow)
                     _feed.Publish(new RegionMovedEvent(CacheId, DateTimeOffset.UtcNow, from, region, k + i + 1, regions, clock.Elapsed, !kept));
             }
@@ -245,11 +245,11 @@ public sealed partial class ManagedCache
     // most MoveBatchBytes (a region that size or larger moves alone).
     private int BatchAt(int first, int left)
     {
-        var start = _client.GetRegion(first);
+        var start = _regions.GetRegion(first);
         int count = 1;
         while (count < left && (count + 1) * start.Size <= _manager.Options.MoveBatchBytes)
         {
-            var next = _client.GetRegion(first + count);
+            var next = _regions.GetRegion(first + count);
             if (next.Holder != start.Holder || next.HolderRegion != start.HolderRegion + count || next.Size != start.Size)
                 break;
             count++;
@@ -258,14 +258,14 @@ public sealed partial class ManagedCache
     }
 
     // Waits until no write sent before can still change regions [first, + count) where they are
-    // (RemoteCacheClient.BeginMigrationAsync).
+    // (RemoteCacheMover.BeginMigrationAsync).
     private async Task FenceAsync(int first, int count, CancellationToken stop)
     {
         for (int attempt = 1; ; attempt++)
         {
             try
             {
-                await _client.BeginMigrationAsync(first, count, FenceTimeout, pauseReads: false, stop).ConfigureAwait(false);
+                await _regions.BeginMigrationAsync(first, count, FenceTimeout, pauseReads: false, stop).ConfigureAwait(false);
                 return;
             }
             catch (RemoteCacheException e) when (e.Status == RemoteCacheStatus.Timeout && attempt < FenceAttempts)

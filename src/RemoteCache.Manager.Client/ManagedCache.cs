@@ -35,6 +35,7 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
 
     private readonly RemoteCacheManagerClient _manager;
     private readonly RemoteCacheClient _client;
+    private readonly RemoteCacheMover _regions;  // moves the client's regions on a reclaim, a failure or a reshape
     private readonly SemaphoreSlim _gate = new(1, 1);  // one change of the cache's shape, config or servers at a time
     // The data client's holders change, and capabilities are presented to them, one at a time: a renewal runs beside a
     // move (which holds _gate for as long as the move takes) and presents one capability per holder as they are then.
@@ -55,6 +56,7 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
         _manager = manager;
         _state = state;
         _client = client;
+        _regions = new RemoteCacheMover(client);
         Name = name;
         CacheId = state.CacheId;
         _renewing = Task.Run(() => RenewLoopAsync(_stop.Token));
@@ -146,7 +148,7 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
         // Shrinking: stop using the tail before the manager frees it, so no operation reaches a server that dropped the cache.
         bool shrinking = servers < before.Servers.Count;
         if (shrinking)
-            WithHolders(() => _client.Shrink(servers));
+            await WithHoldersAsync(() => _client.ShrinkAsync(servers), CancellationToken.None).ConfigureAwait(false);
         ReallocateResponse response;
         try
         {
@@ -155,7 +157,8 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
         catch when (shrinking)
         {
             var tail = before.Servers.Skip(servers).ToList();
-            WithHolders(() => _client.Grow(tail.Select(s => s.Endpoint).ToList(), tail.Select(s => s.Capability).ToList()));
+            await WithHoldersAsync(() => _client.GrowAsync(tail.Select(s => s.Endpoint).ToList(), tail.Select(s => s.Capability).ToList()), CancellationToken.None)
+                .ConfigureAwait(false);
             throw;
         }
         var after = response.Cache;
@@ -168,7 +171,7 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
             // All or nothing: the manager takes back what it granted (its tail servers, its new configuration).
             Log.ReshapeUndone(_manager.Logger, Name, e.Message);
             if (response.Added.Count > 0 && _client.ServerCount > before.Servers.Count)
-                WithHolders(() => _client.Shrink(before.Servers.Count));
+                await WithHoldersAsync(() => _client.ShrinkAsync(before.Servers.Count), CancellationToken.None).ConfigureAwait(false);
             var undo = new ReallocateRequest { CacheId = CacheId, Capacity = before.Capacity, Slo = before.Slo };
             await _manager.CallAsync("Reallocate (undoing a reshape)", (m, o) => m.Grpc.ReallocateAsync(undo, o), CancellationToken.None).ConfigureAwait(false);
             throw;
@@ -305,7 +308,7 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
             return;
         }
         var servers = AllServers(renewed.Servers, renewed.Replacements).ToList();
-        await WithHoldersAsync(() => RenewLocked(servers), stop).ConfigureAwait(false);
+        await WithHoldersAsync(() => RenewLockedAsync(servers), stop).ConfigureAwait(false);
         UpdateState(state =>
         {
             var next = state.Clone();
@@ -343,25 +346,19 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
         return next;
     });
 
-    private async Task WithHoldersAsync(Action change, CancellationToken cancellationToken)
+    private async Task WithHoldersAsync(Action change, CancellationToken cancellationToken) =>
+        await WithHoldersAsync(() =>
+        {
+            change();
+            return Task.CompletedTask;
+        }, cancellationToken).ConfigureAwait(false);
+
+    private async Task WithHoldersAsync(Func<Task> change, CancellationToken cancellationToken)
     {
         await _holders.WaitAsync(cancellationToken).ConfigureAwait(false);
         try
         {
-            change();
-        }
-        finally
-        {
-            _holders.Release();
-        }
-    }
-
-    private void WithHolders(Action change)
-    {
-        _holders.Wait();
-        try
-        {
-            change();
+            await change().ConfigureAwait(false);
         }
         finally
         {
@@ -492,31 +489,30 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
                 var lost = await MoveShareLockedAsync(i, have[i].ServerId, want[i], ShareMove.Follow, null, reason, cancellationToken).ConfigureAwait(false);
                 ReportLost(lost, reason, refill: false);
             }
-        await WithHoldersAsync(() =>
+        await WithHoldersAsync(async () =>
         {
             if (want.Count < have.Count)
-                _client.Shrink(want.Count);
+                await _client.ShrinkAsync(want.Count).ConfigureAwait(false);
             else if (want.Count > have.Count)
-                _client.Grow(want.Skip(have.Count).Select(s => s.Endpoint).ToList(), want.Skip(have.Count).Select(s => s.Capability).ToList());
+                await _client.GrowAsync(want.Skip(have.Count).Select(s => s.Endpoint).ToList(), want.Skip(have.Count).Select(s => s.Capability).ToList())
+                             .ConfigureAwait(false);
             if (cache.Lease.Expires.ToDateTimeOffset() > _state.Lease.Expires.ToDateTimeOffset())
-                RenewLocked(AllServers(cache.Servers, cache.Replacements));
+                await RenewLockedAsync(AllServers(cache.Servers, cache.Replacements)).ConfigureAwait(false);
         }, cancellationToken).ConfigureAwait(false);
-        var config = Contract.FromProto(cache.Config);
-        if (config != _client.Config)
-            _client.Reconfigure(config);
+        await _client.ReconfigureAsync(Contract.FromProto(cache.Config)).ConfigureAwait(false);  // the one it runs changes nothing
         AdoptState(cache);
     }
 
     // Presents the capabilities of `servers` to the holders they belong to (by endpoint); a holder let go gets none.
-    private void RenewLocked(IEnumerable<CacheServer> servers)
+    private Task RenewLockedAsync(IEnumerable<CacheServer> servers)
     {
         var byEndpoint = new Dictionary<string, string>(StringComparer.Ordinal);
         foreach (var server in servers)
             byEndpoint[server.Endpoint] = server.Capability;
-        var capabilities = Enumerable.Range(0, _client.HolderCount)
-                                     .Select(h => byEndpoint.GetValueOrDefault(_client.GetHolderEndpoint(h)))
+        var capabilities = Enumerable.Range(0, _regions.HolderCount)
+                                     .Select(h => byEndpoint.GetValueOrDefault(_regions.GetHolderEndpoint(h)))
                                      .ToList();
-        _client.Renew(capabilities);
+        return _client.RenewAsync(capabilities);
     }
 
     // ---- populate ----------------------------------------------------------------------------------------------
@@ -597,8 +593,7 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
             var config = Contract.FromProto(_state.Config);
             if (filling && config.QueueDepth < PopulateDepth)
                 config = config with { QueueDepth = PopulateDepth };
-            if (_client.Config != config)
-                _client.Reconfigure(config);
+            await _client.ReconfigureAsync(config, stop).ConfigureAwait(false);  // the one it runs changes nothing
         }
         finally
         {

@@ -117,7 +117,7 @@ public sealed class RemoteCacheManagerOptions
 
     /// <summary>
     /// Whether the client maps a replacement's pages of each batch while they are copied
-    /// (<see cref="RemoteCacheClient.MapRegionsAheadAsync"/>; shm only), so that its operations after the commit do not
+    /// (<see cref="RemoteCacheMover.MapRegionsAheadAsync"/>; shm only), so that its operations after the commit do not
     /// fault them in one by one. It takes a core while the copy runs and is never waited for (a batch whose predecessor's
     /// mapping is still running skips it). Measured on 2 cores, where client, copy and mapping share the host: writes in
     /// the 2 s after a 4-region step keep 89 % of before with it against 54 % without, but reads while one region moves

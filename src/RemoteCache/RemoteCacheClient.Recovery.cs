@@ -48,7 +48,7 @@ public sealed partial class RemoteCacheClient
         lock (_resize)
         {
             foreach (int holder in HoldersInUse())
-                states.Add(new RemoteCacheServerState(GetHolderEndpoint(holder), NativeMethods.CacheHolderStatus(_cache, (uint)holder)));
+                states.Add(new RemoteCacheServerState(HolderEndpoint(holder), NativeMethods.CacheHolderStatus(_cache, (uint)holder)));
         }
         return states;
     }
@@ -115,7 +115,7 @@ public sealed partial class RemoteCacheClient
             {
                 var status = NativeMethods.CacheHolderStatus(_cache, (uint)holder);
                 if (status != RemoteCacheStatus.Ok)
-                    gone.Add((holder, new RemoteCacheServerState(GetHolderEndpoint(holder), status)));
+                    gone.Add((holder, new RemoteCacheServerState(HolderEndpoint(holder), status)));
             }
         }
         return gone;
@@ -181,6 +181,16 @@ public sealed partial class RemoteCacheClient
         }
     }
 
+    private const int MaxEndpointBytes = 1024;  // a holder's endpoint text: a host name and port, or a socket path
+
+    // The endpoint of a holder as it was given when it joined.
+    internal unsafe string HolderEndpoint(int holder)
+    {
+        byte* text = stackalloc byte[MaxEndpointBytes];
+        Errors.ThrowIfFailed(NativeMethods.CacheHolderEndpoint(_cache, (uint)holder, text, MaxEndpointBytes), Name);
+        return new string((sbyte*)text);
+    }
+
     // Holders that hold a region of the address space. Under _resize.
     private List<int> HoldersInUse()
     {
@@ -212,7 +222,7 @@ public sealed partial class RemoteCacheClient
         _recoveryStop.Dispose();
     }
 
-    private void SetHolderCapability(int holder, string? capability)
+    internal void SetHolderCapability(int holder, string? capability)
     {
         while (_holderCapabilities.Count <= holder)
             _holderCapabilities.Add(null);

@@ -311,10 +311,10 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
     /// <summary>The name used in messages and exceptions.</summary>
     public string Name { get; }
 
-    /// <summary>Bytes in the cache: its servers' regions, end to end (changed by <see cref="Grow"/> and <see cref="Shrink"/>).</summary>
+    /// <summary>Bytes in the cache: its servers' regions, end to end (changed by <see cref="GrowAsync"/> and <see cref="ShrinkAsync"/>).</summary>
     public long Capacity => Volatile.Read(ref _capacity);
 
-    /// <summary>How many servers the cache spans (changed by <see cref="Grow"/> and <see cref="Shrink"/>).</summary>
+    /// <summary>How many servers the cache spans (changed by <see cref="GrowAsync"/> and <see cref="ShrinkAsync"/>).</summary>
     public int ServerCount => Volatile.Read(ref _endpointCount);
 
     /// <summary>The current data-path configuration.</summary>
@@ -334,13 +334,14 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
     /// changes nothing.
     /// </summary>
     /// <exception cref="ArgumentException">A parameter is out of range (<see cref="CacheConfig"/> names the limits).</exception>
-    public void Reconfigure(CacheConfig config)
+    internal void Reconfigure(CacheConfig config)
     {
         ThrowIfDisposed();
         if (config.Problem() is { } problem)
             throw new ArgumentException($"{Name}: the configuration {config} {problem}", nameof(config));
         lock (_resize)
         {
+            ThrowIfDisposed();  // a change that started after Dispose (from another thread) touches nothing
             config = Widened(config);
             var old = Config;
             if (old == config)
@@ -353,7 +354,7 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
 
     /// <summary>
     /// Keeps the cache's batch size and queue depth at least <paramref name="batchSize"/> and <paramref name="queueDepth"/>
-    /// from now on, whatever configuration is applied later (<see cref="Reconfigure"/>, a retune for the SLO, the
+    /// from now on, whatever configuration is applied later (<see cref="ReconfigureAsync"/>, a retune for the SLO, the
     /// manager's): for a user with many requests in flight at once, such as a FASTER device, on a cache whose configuration
     /// was chosen for one request's latency. Both are the client's own window: they cost no server core, and a lone
     /// request still goes out the moment it is submitted. Client and server threads stay as configured. Raises the current
@@ -383,18 +384,19 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
     /// <summary>
     /// Presents new capabilities, one per holder in holder order (after the manager renewed the lease; without
     /// migrations the holders are the endpoints, in endpoint order): each server extends the cache's lease to the new
-    /// expiry; operations go on undisturbed. A holder let go (<see cref="HolderCount"/>) takes null. On failure the
+    /// expiry; operations go on undisturbed. A holder let go (<see cref="RemoteCacheMover.HolderCount"/>) takes null. On failure the
     /// cache keeps its old lease.
     /// </summary>
     /// <exception cref="ArgumentException">Not one capability per holder, or none for a holder in use.</exception>
     /// <exception cref="RemoteCacheException">A server refused a capability (<see cref="RemoteCacheStatus.Auth"/>) or is unreachable.</exception>
-    public unsafe void Renew(IReadOnlyList<string?> capabilities)
+    internal unsafe void Renew(IReadOnlyList<string?> capabilities)
     {
         ArgumentNullException.ThrowIfNull(capabilities);
         ThrowIfDisposed();
         using var strings = new Utf8StringArray(capabilities.Select(c => string.IsNullOrEmpty(c) ? null : c).ToList());
         lock (_resize)
         {
+            ThrowIfDisposed();  // a change that started after Dispose (from another thread) touches nothing
             int holders = (int)NativeMethods.CacheHolderCount(_cache);
             if (capabilities.Count != holders)
                 throw new ArgumentException(
@@ -416,7 +418,7 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
     /// <param name="capabilities">One per new server when the cache was opened with capabilities; otherwise null.</param>
     /// <exception cref="ArgumentException">No endpoints, or the capabilities do not match them.</exception>
     /// <exception cref="RemoteCacheException">A new server refused or could not be reached; the cache is as it was.</exception>
-    public unsafe void Grow(IReadOnlyList<string> endpoints, IReadOnlyList<string>? capabilities = null)
+    internal unsafe void Grow(IReadOnlyList<string> endpoints, IReadOnlyList<string>? capabilities = null)
     {
         ArgumentNullException.ThrowIfNull(endpoints);
         ThrowIfDisposed();
@@ -428,6 +430,7 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
         using var capabilityStrings = capabilities is null ? null : new Utf8StringArray(capabilities);
         lock (_resize)
         {
+            ThrowIfDisposed();  // a change that started after Dispose (from another thread) touches nothing
             int oldServers = _endpointCount;
             long oldCapacity = _capacity;
             Errors.ThrowIfFailed(NativeMethods.CacheGrow(_cache, endpointStrings.Pointers, (nuint)endpoints.Count,
@@ -447,11 +450,12 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
     /// Reallocate kept.
     /// </summary>
     /// <exception cref="ArgumentOutOfRangeException"><paramref name="serverCount"/> is not 1..<see cref="ServerCount"/>.</exception>
-    public void Shrink(int serverCount)
+    internal void Shrink(int serverCount)
     {
         ThrowIfDisposed();
         lock (_resize)
         {
+            ThrowIfDisposed();  // a change that started after Dispose (from another thread) touches nothing
             ArgumentOutOfRangeException.ThrowIfLessThan(serverCount, 1);
             ArgumentOutOfRangeException.ThrowIfGreaterThan(serverCount, _endpointCount);
             int oldServers = _endpointCount;
@@ -459,6 +463,96 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
             Errors.ThrowIfFailed(NativeMethods.CacheShrink(_cache, (nuint)serverCount), Name);
             Resized(oldServers, oldCapacity);
         }
+    }
+
+    /// <summary>
+    /// Applies a new (c, s, b, q) while the cache is in use; nothing submitted is lost or reordered. Its servers are told
+    /// the new server threads and, with client threads, new connections are made, on a thread of its own. The batch size
+    /// and queue depth applied are at least those of <see cref="KeepWindowAtLeast"/>; a configuration the cache has
+    /// already changes nothing.
+    /// </summary>
+    /// <param name="config">The configuration.</param>
+    /// <param name="cancellationToken">Stops the wait, not the change: a change under way finishes (or fails) in the
+    /// background, and the cache then runs the old or the new configuration.</param>
+    /// <exception cref="ArgumentException">A parameter is out of range (<see cref="CacheConfig"/> names the limits).</exception>
+    /// <exception cref="RemoteCacheException">A server could not be told (the cache keeps its old configuration).</exception>
+    /// <exception cref="ObjectDisposedException">The client is disposed.</exception>
+    public Task ReconfigureAsync(CacheConfig config, CancellationToken cancellationToken = default)
+    {
+        ThrowIfDisposed();
+        if (config.Problem() is { } problem)
+            throw new ArgumentException($"{Name}: the configuration {config} {problem}", nameof(config));
+        return InBackground(() => Reconfigure(config), cancellationToken);
+    }
+
+    /// <summary>
+    /// Presents new capabilities, one per holder in holder order (after the manager renewed the lease): each server
+    /// extends the cache's lease to the new expiry; operations go on undisturbed. Without migrations or recoveries the
+    /// holders are the endpoints, in endpoint order (<see cref="RemoteCacheMover.HolderCount"/>, <see cref="RemoteCacheMover.GetHolderEndpoint"/>);
+    /// a holder let go takes null. On failure the cache keeps its old lease.
+    /// </summary>
+    /// <param name="capabilities">One per holder.</param>
+    /// <param name="cancellationToken">Stops the wait, not the renewal (which finishes or fails in the background).</param>
+    /// <exception cref="ArgumentException">Not one capability per holder, or none for a holder in use.</exception>
+    /// <exception cref="RemoteCacheException">A server refused a capability (<see cref="RemoteCacheStatus.Auth"/>) or is unreachable.</exception>
+    public Task RenewAsync(IReadOnlyList<string?> capabilities, CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(capabilities);
+        ThrowIfDisposed();
+        return InBackground(() => Renew(capabilities), cancellationToken);
+    }
+
+    /// <summary>
+    /// Appends servers to the cache (Redy §3.3's grow): each is connected with this cache's id and token and lends
+    /// <see cref="RemoteCacheOptions.RegionsPerServer"/> regions, which extend the address space past
+    /// <see cref="Capacity"/> in the order given. All or nothing; operations in flight are not disturbed. A cache
+    /// allocated by the manager grows through its ManagedCache (ReshapeAsync).
+    /// </summary>
+    /// <param name="endpoints">The new servers, in address order.</param>
+    /// <param name="capabilities">One per new server when the cache was opened with capabilities; otherwise null.</param>
+    /// <param name="cancellationToken">Stops the wait, not the growth: connects under way finish in the background (each
+    /// bounded by <see cref="RemoteCacheOptions.ConnectTimeout"/>), and the cache then has grown or is as it was.</param>
+    /// <exception cref="ArgumentException">No endpoints, or the capabilities do not match them.</exception>
+    /// <exception cref="RemoteCacheException">A new server refused or could not be reached; the cache is as it was.</exception>
+    public Task GrowAsync(IReadOnlyList<string> endpoints, IReadOnlyList<string>? capabilities = null, CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(endpoints);
+        ThrowIfDisposed();
+        if (endpoints.Count == 0 || endpoints.Any(string.IsNullOrEmpty))
+            throw new ArgumentException($"{Name}: growing takes one or more non-empty endpoints", nameof(endpoints));
+        if (capabilities is not null && (capabilities.Count != endpoints.Count || capabilities.Any(string.IsNullOrEmpty)))
+            throw new ArgumentException($"{Name}: give one non-empty capability per new endpoint ({endpoints.Count})", nameof(capabilities));
+        return InBackground(() => Grow(endpoints, capabilities), cancellationToken);
+    }
+
+    /// <summary>
+    /// Keeps the first <paramref name="serverCount"/> servers and cuts the address space after their regions: from then
+    /// on I/O past the new <see cref="Capacity"/> throws <see cref="ArgumentOutOfRangeException"/>, as any range outside
+    /// the cache does, and I/O below it is not disturbed. Operations already in flight to the dropped servers complete, or
+    /// fail if their server drops the cache first.
+    /// </summary>
+    /// <param name="serverCount">Servers kept, 1..<see cref="ServerCount"/>.</param>
+    /// <param name="cancellationToken">Stops the wait, not the cut (which finishes in the background).</param>
+    /// <exception cref="ArgumentOutOfRangeException"><paramref name="serverCount"/> is not 1..<see cref="ServerCount"/>.</exception>
+    public Task ShrinkAsync(int serverCount, CancellationToken cancellationToken = default)
+    {
+        ThrowIfDisposed();
+        ArgumentOutOfRangeException.ThrowIfLessThan(serverCount, 1);
+        ArgumentOutOfRangeException.ThrowIfGreaterThan(serverCount, ServerCount);
+        return InBackground(() => Shrink(serverCount), cancellationToken);
+    }
+
+    // Runs a change of the cache (blocking native calls) on a thread of its own; the token stops the caller's wait only.
+    private static Task InBackground(Action change, CancellationToken cancellationToken)
+    {
+        if (cancellationToken.IsCancellationRequested)
+            return Task.FromCanceled(cancellationToken);
+        var running = BlockingCall.Start(change);
+        if (!cancellationToken.CanBeCanceled)
+            return running;
+        _ = running.ContinueWith(static t => _ = t.Exception, CancellationToken.None, TaskContinuationOptions.OnlyOnFaulted | TaskContinuationOptions.ExecuteSynchronously,
+                                 TaskScheduler.Default);  // observed when the caller has stopped waiting
+        return running.WaitAsync(cancellationToken);
     }
 
     private void Resized(int oldServers, long oldCapacity)
@@ -777,7 +871,12 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
     }
 
 
-    private void ThrowIfDisposed()
+    // For RemoteCacheMover, which drives the native cache's migration primitives.
+    internal CacheHandle Handle => _cache;
+    internal ILogger Logger => _logger;
+    internal object ResizeLock => _resize;
+
+    internal void ThrowIfDisposed()
     {
         if (Volatile.Read(ref _disposed) != 0)
             throw new ObjectDisposedException(Name);
@@ -813,6 +912,11 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
     {
         _sloMonitor?.Dispose();
         StopRecovery();
+        lock (_resize)
+        {
+            // A change under way (GrowAsync, ReconfigureAsync … whose caller stopped waiting) finishes first; later ones
+            // find the client disposed.
+        }
         foreach (var lane in _lanes)
             lane.Drain();
         _instruments.Unregister(this);

@@ -1,4 +1,5 @@
 using System;
+using System.Threading.Tasks;
 using System.Collections.Generic;
 using System.IO;
 using RemoteCache.Device;
@@ -88,7 +89,7 @@ public sealed class DeviceSloTests : IDisposable
     }
 
     [Fact]
-    public void TheThreadsOfAConfigurationTheCallerGaveAreKeptItsWindowWidened()
+    public async Task TheThreadsOfAConfigurationTheCallerGaveAreKeptItsWindowWidened()
     {
         var chosen = new CacheConfig(1, 1, 4, 2);
         Assert.NotEqual(CacheConfig.OneSided, chosen);
@@ -98,10 +99,10 @@ public sealed class DeviceSloTests : IDisposable
         }), ownsCache: true);
         Assert.Equal(new CacheConfig(1, 1, RemoteCacheDevice.DeviceWindow.BatchSize, RemoteCacheDevice.DeviceWindow.QueueDepth), device.Cache.Config);
         // Later configurations keep the window too (the manager's, a retune's): the threads change, the window stays.
-        device.Cache.Reconfigure(new CacheConfig(0, 2, 1, 1));
+        await device.Cache.ReconfigureAsync(new CacheConfig(0, 2, 1, 1));
         Assert.Equal(Widened(new CacheConfig(0, 2, 1, 1)), device.Cache.Config);
         var wider = new CacheConfig(0, 1, 64, 16);
-        device.Cache.Reconfigure(wider);
+        await device.Cache.ReconfigureAsync(wider);
         Assert.Equal(wider, device.Cache.Config);
     }
 

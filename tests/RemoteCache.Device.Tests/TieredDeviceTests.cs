@@ -73,8 +73,8 @@ public sealed class TieredDeviceTests : IDisposable
         using var later = new SectorBuffer(Sector, 0xB2);
         using var back = new SectorBuffer(Sector, 0);
         Assert.Equal((0u, (uint)Sector), Waits.ForDevice(cb => tiered.WriteAsync(written.Address, 0, 0, Sector, cb, null!)));
-        int holder = await cache.AddHolderAsync(spare.Endpoints[0], null, Regions);
-        await cache.BeginMigrationAsync(0, Regions, TimeSpan.FromSeconds(10));
+        int holder = await new RemoteCacheMover(cache).AddHolderAsync(spare.Endpoints[0], null, Regions);
+        await new RemoteCacheMover(cache).BeginMigrationAsync(0, Regions, TimeSpan.FromSeconds(10));
 
         // On one thread's session: a write to the moving region waits, and so does the read after it.
         using var wrote = new ManualResetEventSlim();
@@ -89,9 +89,9 @@ public sealed class TieredDeviceTests : IDisposable
         issue.Join();
         Assert.False(read.Wait(50), "the read went ahead of the write it follows");
 
-        cache.ReportContentLost(0, Regions * Region, "the test's server was replaced");
+        new RemoteCacheMover(cache).ReportContentLost(0, Regions * Region, "the test's server was replaced");
         for (int region = 0; region < Regions; region++)
-            cache.CommitMigration(region, holder, region);
+            new RemoteCacheMover(cache).CommitMigration(region, holder, region);
         Assert.True(wrote.Wait(TimeSpan.FromSeconds(10)) && read.Wait(TimeSpan.FromSeconds(10)), "the held operations did not complete");
         Assert.Equal((0u, 0u), (writeError, readError));
         Assert.True(back.AllAre(0xA1), $"the read returned {back.First:x2}.. where a1 was written: the replacement's bytes, not the log's");

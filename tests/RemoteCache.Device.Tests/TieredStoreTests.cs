@@ -209,13 +209,13 @@ public abstract class TieredStoreTests<TValue> where TValue : unmanaged
 
         // What the managed client does after a failure: a replacement server takes every region, without content.
         var cache = rig.Cache;
-        int holder = await cache.AddHolderAsync(spare.Endpoint, null, cache.RegionCount);
-        for (int region = 0; region < cache.RegionCount; region++)
+        int holder = await new RemoteCacheMover(cache).AddHolderAsync(spare.Endpoint, null, new RemoteCacheMover(cache).RegionCount);
+        for (int region = 0; region < new RemoteCacheMover(cache).RegionCount; region++)
         {
-            await cache.BeginMigrationAsync(region, TimeSpan.FromSeconds(10));
-            var size = cache.GetRegion(region).Size;
-            cache.ReportContentLost(region * size, size, "its server was killed");
-            cache.CommitMigration(region, holder, region);
+            await new RemoteCacheMover(cache).BeginMigrationAsync(region, TimeSpan.FromSeconds(10));
+            var size = new RemoteCacheMover(cache).GetRegion(region).Size;
+            new RemoteCacheMover(cache).ReportContentLost(region * size, size, "its server was killed");
+            new RemoteCacheMover(cache).CommitMigration(region, holder, region);
         }
         Assert.Empty(rig.Tiered.FailedTiers);  // taken back
         await rig.Tiered.Warming.WaitAsync(TimeSpan.FromSeconds(30));

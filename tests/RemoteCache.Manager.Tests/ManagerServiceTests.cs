@@ -221,7 +221,7 @@ public sealed class ManagerServiceTests
         {
             await Task.Delay(1500);
             var renewed = await alice.RenewLeaseAsync(new RenewLeaseRequest { CacheId = cache.CacheId });
-            client.Renew(renewed.Servers.Select(s => s.Capability).ToList());
+            await client.RenewAsync(renewed.Servers.Select(s => s.Capability).ToList());
         }
         await client.WriteAsync(0, new byte[8]);  // 6 s after a 3 s lease began
         Assert.Single((await alice.ListCachesAsync(new ListCachesRequest())).Caches);
@@ -260,7 +260,7 @@ public sealed class ManagerServiceTests
         Assert.Equal(cache.Servers.Select(s => s.ServerId), recovered.Servers.Select(s => s.ServerId));
         Assert.Equal(cache.Token, recovered.Token);
         var renewed = await alice.RenewLeaseAsync(new RenewLeaseRequest { CacheId = cache.CacheId });
-        client.Renew(renewed.Servers.Select(s => s.Capability).ToList());
+        await client.RenewAsync(renewed.Servers.Select(s => s.Capability).ToList());
         stop.Cancel();
         await workload;
 

@@ -242,7 +242,7 @@ public sealed class ReplacementTests
         var early = await Assert.ThrowsAsync<Grpc.Core.RpcException>(async () => await alice.MoveRegionAsync(move));
         Assert.Equal(Grpc.Core.StatusCode.FailedPrecondition, early.StatusCode);
         Assert.Contains("connect to the replacement", early.Status.Detail);
-        await cache.Client.AddHolderAsync(begun.Endpoint, begun.Capability, (int)begun.Regions, CancellationToken.None);  // creates the cache there
+        await new RemoteCacheMover(cache.Client).AddHolderAsync(begun.Endpoint, begun.Capability, (int)begun.Regions, CancellationToken.None);  // creates the cache there
         var past = move.Clone();
         past.Regions = 3;  // 1..3 of a server's 0..2
         var beyond = await Assert.ThrowsAsync<Grpc.Core.RpcException>(async () => await alice.MoveRegionAsync(past));

@@ -409,11 +409,11 @@ public sealed class AdmissionTests
 
                 // A capability for another cache is refused, and the old lease stays as it was.
                 var foreign = RemoteCacheCapability.Mint(key, options.CacheId + 1, server.ServerId, 2, DateTimeOffset.UtcNow + TimeSpan.FromMinutes(1));
-                var refused = Assert.Throws<RemoteCacheException>(() => client.Renew(new[] { foreign }));
+                var refused = await Assert.ThrowsAsync<RemoteCacheException>(() => client.RenewAsync(new[] { foreign }));
                 Assert.Equal(RemoteCacheStatus.Auth, refused.Status);
-                Assert.Throws<ArgumentException>(() => client.Renew(Array.Empty<string>()));
+                await Assert.ThrowsAsync<ArgumentException>(() => client.RenewAsync(Array.Empty<string>()));
 
-                client.Renew(new[] { RemoteCacheCapability.Mint(key, options.CacheId, server.ServerId, 2, DateTimeOffset.UtcNow + TimeSpan.FromMinutes(1)) });
+                await client.RenewAsync(new[] { RemoteCacheCapability.Mint(key, options.CacheId, server.ServerId, 2, DateTimeOffset.UtcNow + TimeSpan.FromMinutes(1)) });
                 while (granted.Elapsed < lease + TimeSpan.FromSeconds(1))
                     await Task.Delay(100);
                 // Past the first lease (and the server's quarter-second check): same cache, same data.

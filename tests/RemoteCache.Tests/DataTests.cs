@@ -100,7 +100,7 @@ public sealed class DataTests
                                 await Task.Delay(1);
                             if (ioTask.IsCompleted)
                                 return;
-                            client.Reconfigure(config);
+                            await client.ReconfigureAsync(config);
                             applied++;
                             var now = client.Config;
                             if (now != config)
@@ -151,7 +151,7 @@ public sealed class DataTests
                 for (int round = 0; round < 3; round++)
                 {
                     await Progress();
-                    client.Grow(new[] { second.Endpoint });
+                    await client.GrowAsync(new[] { second.Endpoint });
                     Assert.Equal(2 * kept, client.Capacity);
                     Assert.Equal(2, client.ServerCount);
                     Random.Shared.NextBytes(data);
@@ -160,14 +160,14 @@ public sealed class DataTests
                     Assert.True(data.AsSpan().SequenceEqual(back), "the added range does not hold what was written");
 
                     await Progress();
-                    client.Shrink(1);
+                    await client.ShrinkAsync(1);
                     Assert.Equal(kept, client.Capacity);
                     Assert.Equal(1, client.ServerCount);
                     await Assert.ThrowsAsync<ArgumentOutOfRangeException>(async () => await client.ReadAsync(kept, new byte[1]));
                 }
-                Assert.Throws<ArgumentOutOfRangeException>(() => client.Shrink(2));
-                Assert.Throws<ArgumentException>(() => client.Grow(Array.Empty<string>()));
-                Assert.Throws<ArgumentException>(() => client.Grow(new[] { second.Endpoint }, new[] { "a", "b" }));
+                Assert.Throws<ArgumentOutOfRangeException>(() => { _ = client.ShrinkAsync(2); });
+                Assert.Throws<ArgumentException>(() => { _ = client.GrowAsync(Array.Empty<string>()); });
+                Assert.Throws<ArgumentException>(() => { _ = client.GrowAsync(new[] { second.Endpoint }, new[] { "a", "b" }); });
             }
             finally
             {

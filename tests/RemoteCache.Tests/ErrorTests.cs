@@ -72,7 +72,7 @@ public sealed class ErrorTests
             Assert.Throws<ObjectDisposedException>(() => client.ReadAsync(0, new byte[1]));
             Assert.Throws<ObjectDisposedException>(() => client.StartWrite(0, (IntPtr)1, 1, NoOp, null));
             Assert.Throws<ObjectDisposedException>(() => client.StartRead(0, (IntPtr)1, 1, NoOp, null));
-            Assert.Throws<ObjectDisposedException>(() => client.Reconfigure(CacheConfig.LowLatency));
+            Assert.Throws<ObjectDisposedException>(() => { _ = client.ReconfigureAsync(CacheConfig.LowLatency); });
             Assert.Throws<ObjectDisposedException>(() => client.Config);
             // Disposing again is harmless.
             await DisposeWithTimeout(client);

@@ -168,7 +168,7 @@ public sealed class FailureTests
 
             Assert.Throws<ObjectDisposedException>(() => client.ReadAsync(0, new byte[1]));
             Assert.Throws<ObjectDisposedException>(() => client.WriteAsync(0, new byte[1]));
-            Assert.Throws<ObjectDisposedException>(() => client.Reconfigure(CacheConfig.LowLatency));
+            Assert.Throws<ObjectDisposedException>(() => { _ = client.ReconfigureAsync(CacheConfig.LowLatency); });
         });
         server.AssertRunning();
     }

@@ -34,16 +34,16 @@ public sealed class MigrationTests
             await using var client = await RemoteCacheClient.OpenAsync(new[] { source.Process.Endpoint }, options);
             await using var sourceAdmin = await CacheServerAdmin.ConnectAsync(source.Process.Endpoint, source.Key, TimeSpan.FromSeconds(10));
             await using var targetAdmin = await CacheServerAdmin.ConnectAsync(target.Process.Endpoint, target.Key, TimeSpan.FromSeconds(10));
-            Assert.Equal(Regions, client.RegionCount);
-            Assert.Equal(1, client.HolderCount);
+            Assert.Equal(Regions, new RemoteCacheMover(client).RegionCount);
+            Assert.Equal(1, new RemoteCacheMover(client).HolderCount);
 
-            int holder = await client.AddHolderAsync(target.Process.Endpoint, target.Capability(options.CacheId, Regions, leaseEnd), Regions);
+            int holder = await new RemoteCacheMover(client).AddHolderAsync(target.Process.Endpoint, target.Capability(options.CacheId, Regions, leaseEnd), Regions);
             Assert.Equal(1, holder);
-            Assert.Equal(target.Process.Endpoint, client.GetHolderEndpoint(holder));
+            Assert.Equal(target.Process.Endpoint, new RemoteCacheMover(client).GetHolderEndpoint(holder));
             Assert.Equal(Regions * MiB, (await targetAdmin.GetStatsAsync()).MemoryLent);  // lent, empty, before any move
-            var beyond = await Assert.ThrowsAsync<ArgumentException>(() => client.MapRegionsAheadAsync(holder, Regions - 1, 2));
+            var beyond = await Assert.ThrowsAsync<ArgumentException>(() => new RemoteCacheMover(client).MapRegionsAheadAsync(holder, Regions - 1, 2));
             Assert.Contains($"no region {Regions}", beyond.Message);
-            await Assert.ThrowsAsync<ArgumentException>(() => client.MapRegionsAheadAsync(holder + 1, 0, 1));
+            await Assert.ThrowsAsync<ArgumentException>(() => new RemoteCacheMover(client).MapRegionsAheadAsync(holder + 1, 0, 1));
 
             var io = new CheckedIo(client, 0, (int)client.Capacity, seed: 9100) { Label = $"{transport} migration" };
             int stop = 0;
@@ -60,11 +60,11 @@ public sealed class MigrationTests
                 foreach (var (region, to) in new[] { (1, 2), (0, 0), (2, 1) })
                 {
                     await Progress(50);
-                    await client.BeginMigrationAsync(region, TimeSpan.FromSeconds(5));
-                    var moving = client.GetRegion(region);
+                    await new RemoteCacheMover(client).BeginMigrationAsync(region, TimeSpan.FromSeconds(5));
+                    var moving = new RemoteCacheMover(client).GetRegion(region);
                     Assert.True(moving.Moving);
                     Assert.Equal(0, moving.Holder);
-                    var mapped = client.MapRegionsAheadAsync(holder, to, 1);  // as the managed client does, while the target copies
+                    var mapped = new RemoteCacheMover(client).MapRegionsAheadAsync(holder, to, 1);  // as the managed client does, while the target copies
                     var pulled = await targetAdmin.PullRegionAsync(new RegionPull
                     {
                         CacheId = options.CacheId,
@@ -77,8 +77,8 @@ public sealed class MigrationTests
                     Assert.Equal(MiB, pulled.Bytes);
                     Assert.Equal(transport == "shm", pulled.OneSided);
                     await mapped;
-                    client.CommitMigration(region, holder, to);
-                    Assert.Equal(new RemoteCacheRegion(region, holder, to, MiB, false), client.GetRegion(region));
+                    new RemoteCacheMover(client).CommitMigration(region, holder, to);
+                    Assert.Equal(new RemoteCacheRegion(region, holder, to, MiB, false), new RemoteCacheMover(client).GetRegion(region));
                 }
                 // What the manager does last: the old server drops the cache. It is lease-lived (registry.h), so it is
                 // there whether or not idle lanes still hold connections to it. Nothing the I/O does reaches it any more.
@@ -112,11 +112,11 @@ public sealed class MigrationTests
         {
             await using var client = await RemoteCacheClient.OpenAsync(new[] { source.Process.Endpoint }, options);
             await using var targetAdmin = await CacheServerAdmin.ConnectAsync(target.Process.Endpoint, target.Key, TimeSpan.FromSeconds(10));
-            int holder = await client.AddHolderAsync(target.Process.Endpoint, target.Capability(options.CacheId, 1, leaseEnd), 1);
+            int holder = await new RemoteCacheMover(client).AddHolderAsync(target.Process.Endpoint, target.Capability(options.CacheId, 1, leaseEnd), 1);
             var data = Enumerable.Range(0, 4096).Select(i => (byte)i).ToArray();
             await client.WriteAsync(MiB + 100, data);
 
-            await client.BeginMigrationAsync(1, TimeSpan.FromSeconds(5));
+            await new RemoteCacheMover(client).BeginMigrationAsync(1, TimeSpan.FromSeconds(5));
             // A client's capability is no migration capability: the source refuses the target, and the pull says so.
             var refused = await Assert.ThrowsAsync<RemoteCacheException>(() => targetAdmin.PullRegionAsync(new RegionPull
             {
@@ -137,22 +137,22 @@ public sealed class MigrationTests
                 MaxMibPerSecond = 0,
             }));
             Assert.Contains("migration capability", refused.Message, StringComparison.Ordinal);
-            await Assert.ThrowsAsync<ArgumentException>(() => client.BeginMigrationAsync(1, TimeSpan.FromSeconds(1)));  // moving already
+            await Assert.ThrowsAsync<ArgumentException>(() => new RemoteCacheMover(client).BeginMigrationAsync(1, TimeSpan.FromSeconds(1)));  // moving already
 
             // A write to the moving region waits; the abort sends it to the source after all.
             var write = client.WriteAsync(MiB + 100, new byte[] { 7 }).AsTask();
             await Task.Delay(50);
             Assert.False(write.IsCompleted);
-            client.AbortMigration(1);
+            new RemoteCacheMover(client).AbortMigration(1);
             await write;
-            Assert.Equal(new RemoteCacheRegion(1, 0, 1, MiB, false), client.GetRegion(1));
+            Assert.Equal(new RemoteCacheRegion(1, 0, 1, MiB, false), new RemoteCacheMover(client).GetRegion(1));
             var back = new byte[4096];
             await client.ReadAsync(MiB + 100, back);
             data[0] = 7;
             Assert.Equal(data, back);
 
-            Assert.Throws<ArgumentException>(() => client.CommitMigration(1, holder, 0));  // not moving
-            client.RemoveHolder(holder);
+            Assert.Throws<ArgumentException>(() => new RemoteCacheMover(client).CommitMigration(1, holder, 0));  // not moving
+            new RemoteCacheMover(client).RemoveHolder(holder);
             // The target's share is lease-lived (registry.h): let go, it stays idle until the manager drops it there.
             for (int i = 0; i < 500 && (await targetAdmin.ListCachesAsync()).Any(c => c.Connections != 0); i++)
                 await Task.Delay(20);

@@ -194,7 +194,7 @@ public sealed class OptionsTests
     }
 
     [Fact]
-    public void TheWindowKeptIsBoundedAndOutlastsLaterConfigurations()
+    public async Task TheWindowKeptIsBoundedAndOutlastsLaterConfigurations()
     {
         using var server = StartTcpServer();
         using var client = RemoteCacheClient.Open(server.Endpoints, new RemoteCacheOptions { Config = CacheConfig.LowLatency });
@@ -206,7 +206,7 @@ public sealed class OptionsTests
         Assert.Equal(new CacheConfig(0, 1, 16, 8), client.Config);
         client.KeepWindowAtLeast(4, 12);  // the larger of each stays
         Assert.Equal(new CacheConfig(0, 1, 16, 12), client.Config);
-        client.Reconfigure(new CacheConfig(0, 2, 1, 1));
+        await client.ReconfigureAsync(new CacheConfig(0, 2, 1, 1));
         Assert.Equal(new CacheConfig(0, 2, 16, 12), client.Config);
     }
 
@@ -215,7 +215,7 @@ public sealed class OptionsTests
     {
         using var server = StartTcpServer();
         using var client = RemoteCacheClient.Open(server.Endpoints, new RemoteCacheOptions());
-        var e = Assert.Throws<ArgumentException>(() => client.Reconfigure(new CacheConfig(0, 1, CacheConfig.MaxBatchSize + 1, 1)));
+        var e = Assert.Throws<ArgumentException>(() => { _ = client.ReconfigureAsync(new CacheConfig(0, 1, CacheConfig.MaxBatchSize + 1, 1)); });
         Assert.Contains("BatchSize", e.Message, StringComparison.Ordinal);
         Assert.Equal(CacheConfig.HighThroughput, client.Config);
     }

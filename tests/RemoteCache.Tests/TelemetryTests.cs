@@ -36,7 +36,7 @@ public sealed class TelemetryTests
         Assert.Equal((2 * MiB).ToString(System.Globalization.CultureInfo.InvariantCulture), fields["Capacity"]);
         Assert.Equal(CacheConfig.LowLatency.ToString(), fields["Config"]);
 
-        client.Reconfigure(CacheConfig.HighThroughput);
+        await client.ReconfigureAsync(CacheConfig.HighThroughput);
         var reconfigured = Fields(sink.GetSnapshot().Single(r => r.Id.Id == 5));
         Assert.Equal(CacheConfig.LowLatency.ToString(), reconfigured["OldConfig"]);
         Assert.Equal(CacheConfig.HighThroughput.ToString(), reconfigured["NewConfig"]);

@@ -5,8 +5,8 @@ namespace RemoteCache.Admin;
 
 /// <summary>
 /// A region copy a target server makes from a source server (<see cref="CacheServerAdmin.PullRegionAsync"/>): the
-/// middle step of moving a region (<see cref="RemoteCacheClient.BeginMigrationAsync(int, System.TimeSpan, bool, System.Threading.CancellationToken)"/>, then this on the target, then
-/// <see cref="RemoteCacheClient.CommitMigration"/>).
+/// middle step of moving a region (<see cref="RemoteCacheMover.BeginMigrationAsync(int, System.TimeSpan, bool, System.Threading.CancellationToken)"/>, then this on the target, then
+/// <see cref="RemoteCacheMover.CommitMigration"/>).
 /// </summary>
 public sealed record RegionPull
 {

@@ -5,18 +5,33 @@ using RemoteCache.Interop;
 
 namespace RemoteCache;
 
-// Region migration (Redy §6.2, remotecache.h's migration section): the primitives the manager's flows drive.
-public sealed partial class RemoteCacheClient
+/// <summary>
+/// The primitives that move a cache's regions between servers while it is in use (Redy §6.2, remotecache.h's migration
+/// section): what a mover drives, such as the managed client (ManagedCache) when a server is reclaimed, fails or is
+/// replaced for a new SLO. Applications reading and writing a cache need none of it; a cache moved by its manager is
+/// moved by the managed client.
+/// </summary>
+public sealed class RemoteCacheMover
 {
-    private const int MaxEndpointBytes = 1024;  // a holder's endpoint text: a host name and port, or a socket path
+    private readonly RemoteCacheClient _client;
+
+    /// <summary>Moves the regions of <paramref name="client"/>'s cache (for as long as the client is open).</summary>
+    public RemoteCacheMover(RemoteCacheClient client)
+    {
+        ArgumentNullException.ThrowIfNull(client);
+        _client = client;
+    }
+
+    /// <summary>The client whose cache this moves.</summary>
+    public RemoteCacheClient Client => _client;
 
     /// <summary>Regions of the address space now.</summary>
     public int RegionCount
     {
         get
         {
-            ThrowIfDisposed();
-            return (int)NativeMethods.CacheRegionCount(_cache);
+            _client.ThrowIfDisposed();
+            return (int)NativeMethods.CacheRegionCount(_client.Handle);
         }
     }
 
@@ -28,8 +43,8 @@ public sealed partial class RemoteCacheClient
     {
         get
         {
-            ThrowIfDisposed();
-            return (int)NativeMethods.CacheHolderCount(_cache);
+            _client.ThrowIfDisposed();
+            return (int)NativeMethods.CacheHolderCount(_client.Handle);
         }
     }
 
@@ -38,20 +53,18 @@ public sealed partial class RemoteCacheClient
     public RemoteCacheRegion GetRegion(int region)
     {
         ArgumentOutOfRangeException.ThrowIfNegative(region);
-        ThrowIfDisposed();
-        Errors.ThrowIfFailed(NativeMethods.CacheRegionInfo(_cache, (uint)region, out var info), Name);
+        _client.ThrowIfDisposed();
+        Errors.ThrowIfFailed(NativeMethods.CacheRegionInfo(_client.Handle, (uint)region, out var info), _client.Name);
         return new RemoteCacheRegion(region, (int)info.Holder, (int)info.HolderRegion, (long)info.Size, info.Moving != 0);
     }
 
     /// <summary>The endpoint of holder <paramref name="holder"/>, as given when it joined.</summary>
     /// <exception cref="ArgumentException">The cache has no such holder.</exception>
-    public unsafe string GetHolderEndpoint(int holder)
+    public string GetHolderEndpoint(int holder)
     {
         ArgumentOutOfRangeException.ThrowIfNegative(holder);
-        ThrowIfDisposed();
-        byte* text = stackalloc byte[MaxEndpointBytes];
-        Errors.ThrowIfFailed(NativeMethods.CacheHolderEndpoint(_cache, (uint)holder, text, MaxEndpointBytes), Name);
-        return new string((sbyte*)text);
+        _client.ThrowIfDisposed();
+        return _client.HolderEndpoint(holder);
     }
 
     /// <summary>
@@ -70,15 +83,15 @@ public sealed partial class RemoteCacheClient
         ArgumentException.ThrowIfNullOrEmpty(endpoint);
         ArgumentOutOfRangeException.ThrowIfLessThan(regions, 1);
         ArgumentOutOfRangeException.ThrowIfGreaterThan(regions, RemoteCacheOptions.MaxRegionsPerServer);
-        ThrowIfDisposed();
+        _client.ThrowIfDisposed();
         if (cancellationToken.IsCancellationRequested)
             return Task.FromCanceled<int>(cancellationToken);
         return BlockingCall.Start(() =>
         {
-            Errors.ThrowIfFailed(NativeMethods.CacheAddHolder(_cache, endpoint, capability, (uint)regions, out uint holder), Name);
-            lock (_resize)
-                SetHolderCapability((int)holder, capability);
-            Log.HolderAdded(_logger, Name, endpoint, (int)holder, regions);
+            Errors.ThrowIfFailed(NativeMethods.CacheAddHolder(_client.Handle, endpoint, capability, (uint)regions, out uint holder), _client.Name);
+            lock (_client.ResizeLock)
+                _client.SetHolderCapability((int)holder, capability);
+            Log.HolderAdded(_client.Logger, _client.Name, endpoint, (int)holder, regions);
             return (int)holder;
         });
     }
@@ -117,15 +130,15 @@ public sealed partial class RemoteCacheClient
         ArgumentOutOfRangeException.ThrowIfLessThan(count, 1);
         ArgumentOutOfRangeException.ThrowIfLessThan(timeout, TimeSpan.FromMilliseconds(1));
         ArgumentOutOfRangeException.ThrowIfGreaterThan(timeout, TimeSpan.FromMilliseconds(uint.MaxValue));
-        ThrowIfDisposed();
+        _client.ThrowIfDisposed();
         if (cancellationToken.IsCancellationRequested)
             return Task.FromCanceled(cancellationToken);
         return BlockingCall.Start(() =>
         {
             uint flags = pauseReads ? NativeLimits.MigrationPauseReads : 0;
-            Errors.ThrowIfFailed(NativeMethods.CacheMigrationBegin(_cache, (uint)firstRegion, (uint)count, flags, (uint)timeout.TotalMilliseconds), Name);
+            Errors.ThrowIfFailed(NativeMethods.CacheMigrationBegin(_client.Handle, (uint)firstRegion, (uint)count, flags, (uint)timeout.TotalMilliseconds), _client.Name);
             for (int r = firstRegion; r < firstRegion + count; r++)
-                Log.MigrationBegun(_logger, Name, r);
+                Log.MigrationBegun(_client.Logger, _client.Name, r);
         });
     }
 
@@ -141,9 +154,9 @@ public sealed partial class RemoteCacheClient
         ArgumentOutOfRangeException.ThrowIfNegative(region);
         ArgumentOutOfRangeException.ThrowIfNegative(holder);
         ArgumentOutOfRangeException.ThrowIfNegative(holderRegion);
-        ThrowIfDisposed();
-        Errors.ThrowIfFailed(NativeMethods.CacheMigrationCommit(_cache, (uint)region, (uint)holder, (uint)holderRegion), Name);
-        Log.MigrationCommitted(_logger, Name, region, holder, holderRegion);
+        _client.ThrowIfDisposed();
+        Errors.ThrowIfFailed(NativeMethods.CacheMigrationCommit(_client.Handle, (uint)region, (uint)holder, (uint)holderRegion), _client.Name);
+        Log.MigrationCommitted(_client.Logger, _client.Name, region, holder, holderRegion);
     }
 
     /// <summary>
@@ -164,7 +177,7 @@ public sealed partial class RemoteCacheClient
         ArgumentOutOfRangeException.ThrowIfNegative(holder);
         ArgumentOutOfRangeException.ThrowIfNegative(firstHolderRegion);
         ArgumentOutOfRangeException.ThrowIfLessThan(count, 1);
-        ThrowIfDisposed();
+        _client.ThrowIfDisposed();
         if (cancellationToken.IsCancellationRequested)
             return Task.FromCanceled(cancellationToken);
         return BlockingCall.Start(() =>
@@ -172,7 +185,7 @@ public sealed partial class RemoteCacheClient
             for (int r = firstHolderRegion; r < firstHolderRegion + count; r++)
             {
                 cancellationToken.ThrowIfCancellationRequested();
-                Errors.ThrowIfFailed(NativeMethods.CacheMapRegionAhead(_cache, (uint)holder, (uint)r), Name);
+                Errors.ThrowIfFailed(NativeMethods.CacheMapRegionAhead(_client.Handle, (uint)holder, (uint)r), _client.Name);
             }
         });
     }
@@ -182,9 +195,9 @@ public sealed partial class RemoteCacheClient
     public void AbortMigration(int region)
     {
         ArgumentOutOfRangeException.ThrowIfNegative(region);
-        ThrowIfDisposed();
-        Errors.ThrowIfFailed(NativeMethods.CacheMigrationAbort(_cache, (uint)region), Name);
-        Log.MigrationAborted(_logger, Name, region);
+        _client.ThrowIfDisposed();
+        Errors.ThrowIfFailed(NativeMethods.CacheMigrationAbort(_client.Handle, (uint)region), _client.Name);
+        Log.MigrationAborted(_client.Logger, _client.Name, region);
     }
 
     /// <summary>Lets go of a holder that holds no region (the target of an aborted migration).</summary>
@@ -192,38 +205,24 @@ public sealed partial class RemoteCacheClient
     public void RemoveHolder(int holder)
     {
         ArgumentOutOfRangeException.ThrowIfNegative(holder);
-        ThrowIfDisposed();
-        Errors.ThrowIfFailed(NativeMethods.CacheRemoveHolder(_cache, (uint)holder), Name);
+        _client.ThrowIfDisposed();
+        Errors.ThrowIfFailed(NativeMethods.CacheRemoveHolder(_client.Handle, (uint)holder), _client.Name);
     }
 
     /// <summary>
-    /// Raised when bytes of the cache no longer hold what was written there, before they are served again: on the thread
-    /// that called <see cref="ReportContentLost"/>, or on the client's recovery thread when a server that went away came
-    /// back empty (<see cref="RemoteCacheOptions.Reconnect"/>). Users that trust what they wrote earlier (a FASTER device
-    /// over the cache) forget those bytes.
-    /// </summary>
-    public event EventHandler<RemoteCacheContentLostEventArgs>? ContentLost;
-
-    /// <summary>
-    /// Tells this client's users (<see cref="ContentLost"/>) that bytes [<paramref name="address"/>, +
+    /// Tells this client's users (<see cref="RemoteCacheClient.ContentLost"/>) that bytes [<paramref name="address"/>, +
     /// <paramref name="length"/>) lost their content. The managed client calls it for each region it moves to a
     /// replacement without its content (a failed server's, or one whose reclaim deadline came first), before the region
     /// is served again, so that no reader takes the replacement's bytes for what it wrote.
     /// </summary>
-    /// <exception cref="ArgumentOutOfRangeException">The range is not within <see cref="Capacity"/>.</exception>
+    /// <exception cref="ArgumentOutOfRangeException">The range is not within <see cref="RemoteCacheClient.Capacity"/>.</exception>
     public void ReportContentLost(long address, long length, string reason)
     {
         ArgumentOutOfRangeException.ThrowIfNegative(address);
         ArgumentOutOfRangeException.ThrowIfLessThan(length, 1);
-        ArgumentOutOfRangeException.ThrowIfGreaterThan(length, Capacity - Math.Min(address, Capacity), nameof(length));
+        ArgumentOutOfRangeException.ThrowIfGreaterThan(length, _client.Capacity - Math.Min(address, _client.Capacity), nameof(length));
         ArgumentException.ThrowIfNullOrEmpty(reason);
-        ThrowIfDisposed();
-        RaiseContentLost(address, length, reason);
-    }
-
-    private void RaiseContentLost(long address, long length, string reason)
-    {
-        Log.ContentLost(_logger, Name, address, length, reason);
-        ContentLost?.Invoke(this, new RemoteCacheContentLostEventArgs(address, length, reason));
+        _client.ThrowIfDisposed();
+        _client.RaiseContentLost(address, length, reason);
     }
 }
