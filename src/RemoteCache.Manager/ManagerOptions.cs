@@ -67,7 +67,7 @@ public sealed class ManagerOptions
     /// <summary>The VM catalogue (JSON); null: <see cref="Catalogue.VmCatalogue.LocalDefault"/>.</summary>
     public string? Catalogue { get; set; }
 
-    /// <summary>The directory of performance models; null: the models shipped next to the manager, else ./models.</summary>
+    /// <summary>The directory of performance models; null: the models shipped beside the manager (RemoteCacheSloModels.Directory).</summary>
     public string? Models { get; set; }
 
     /// <summary>API keys (JSON); null: a key file generated in the state directory on first start.</summary>

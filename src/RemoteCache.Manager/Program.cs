@@ -228,7 +228,7 @@ public static class Program
         CheckReplicas(options, listen);
         Directory.CreateDirectory(options.StateDirectory);
         var catalogue = Load(() => options.Catalogue is null ? VmCatalogue.LocalDefault : VmCatalogue.Load(options.Catalogue));
-        string modelsDir = options.Models ?? Path.Combine(AppContext.BaseDirectory, "models");
+        string modelsDir = options.Models ?? RemoteCache.Slo.RemoteCacheSloModels.Directory;
         var models = Load(() => ModelLibrary.Load(modelsDir));
         foreach (string t in options.Transports.Where(t => !models.Transports.Contains(t)))
             throw new StartupException($"--transports names {t}, but {modelsDir} has no {t} model");

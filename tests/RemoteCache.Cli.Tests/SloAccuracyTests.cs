@@ -4,6 +4,7 @@ using System.IO;
 using System.Linq;
 using System.Threading;
 using System.Threading.Tasks;
+using RemoteCache.Benchmarks.SloCharts;
 using RemoteCache.Cli.Slo;
 using RemoteCache.Slo;
 using Xunit;
@@ -80,7 +81,13 @@ public sealed class SloAccuracyTests
         string dir = Directory.CreateTempSubdirectory("accuracy-").FullName;
         try
         {
-            var charts = AccuracyCharts.Write(dir, rows, "test");
+            // accuracy.json as the command writes it, read back and drawn by benchmarks/SloCharts.
+            File.WriteAllText(Path.Combine(dir, "accuracy.json"),
+                              SloAccuracyCommand.Json("test-model.json", model, SloOperation.Read, summary, rows.ToList(), slow, DateTime.UtcNow));
+            var (title, drawn) = AccuracyCharts.Read(Path.Combine(dir, "accuracy.json"));
+            Assert.Equal(summary.Feasible, drawn.RealUs.Length);
+            Assert.Contains($"{summary.Feasible} feasible SLOs", title, StringComparison.Ordinal);
+            var charts = AccuracyCharts.Write(dir, drawn, title);
             foreach (var chart in charts)
             {
                 var bytes = File.ReadAllBytes(chart);

@@ -52,7 +52,7 @@ public sealed class ControlPlaneTests
         {
             // Only a tcp model of 512 B records: the manager plans with what --models holds.
             string models = Directory.CreateDirectory(Path.Combine(dir, "models")).FullName;
-            File.Copy(Path.Combine(AppContext.BaseDirectory, "models", "tcp-512.json"), Path.Combine(models, "tcp-512.json"));
+            File.Copy(RemoteCache.Slo.RemoteCacheSloModels.PathFor("tcp", 512), Path.Combine(models, "tcp-512.json"));
             var o = YcsbOptions.Parse(new[] { "--transport", "tcp", "--models", models, "--slo-read-us", "200", "--slo-ops", "1000" });
             const long bytes = 40L << 20;
             await using (var plane = await ControlPlane.StartAsync(Path.Combine(dir, "state"), bytes, o))

@@ -20,7 +20,10 @@
 #      from RemoteCacheServer.ExecutablePath as a separate process, writes and reads a cache on it, and writes and
 #      reads a sector through a RemoteCacheDevice over a second, exclusive cache;
 #   5. the tool is installed from the packed folder (dotnet tool install --tool-path) and `remotecache slo search`
-#      answers from a model of the repository.
+#      answers from a model of the repository; 6. the remotecache-manager tool installs and serves;
+#   7. the README's install commands (the block after <!-- packaging-test: install -->) run as written in a new
+#      project with a home of its own: the packages restore, the tools install globally and answer --help, and the
+#      remotecache tool takes at most 30 MiB installed (its package at most 30 MiB unpacked, step 2).
 # A native asset missing from the package, or not executable after restore, fails one of these steps.
 #
 # usage: bash tests/packaging/run.sh
@@ -137,7 +140,7 @@ def nuspec(z, pid):
     ns = {"n": root.tag[1:].split("}")[0]} if root.tag.startswith("{") else {"n": ""}
     return root, ns
 
-def check(pid, required, forbidden, deps, assemblies="lib/net8.0"):
+def check(pid, required, forbidden, deps, assemblies="lib/net8.0", max_installed=None):
     path = os.path.join(feed, f"{pid}.{version}.nupkg")
     if not os.path.exists(path):
         return
@@ -146,6 +149,10 @@ def check(pid, required, forbidden, deps, assemblies="lib/net8.0"):
         print(f"{pid}.{version}.nupkg:")
         for name, info in sorted(infos.items()):
             print(f"  {info.file_size:>9}  {name}")
+        installed = sum(i.file_size for i in infos.values())
+        print(f"  {installed / 2**20:.1f} MiB installed ({os.path.getsize(path) / 2**20:.1f} MiB packed)")
+        if max_installed is not None and installed > max_installed:
+            errors.append(f"{pid}: {installed / 2**20:.1f} MiB installed, more than {max_installed / 2**20:.0f} MiB")
         for name in required:
             if name not in infos:
                 errors.append(f"{pid}: {name} is missing from the package")
@@ -163,6 +170,10 @@ def check(pid, required, forbidden, deps, assemblies="lib/net8.0"):
         for tag in ("id", "version", "authors", "description", "readme", "tags"):
             if not text(tag):
                 errors.append(f"{pid}: the nuspec has no <{tag}>")
+        if text("license") != "MIT" or meta.find("n:license", ns).get("type") != "expression":
+            errors.append(f"{pid}: the nuspec's license is {text('license')!r}, not the expression MIT")
+        if "LICENSE" not in infos:
+            errors.append(f"{pid}: the package holds no LICENSE file")
         if text("id") != pid or text("version") != version:
             errors.append(f"{pid}: the nuspec says {text('id')} {text('version')}")
         if text("readme") and text("readme") not in infos:
@@ -195,7 +206,8 @@ def check(pid, required, forbidden, deps, assemblies="lib/net8.0"):
 native = "runtimes/linux-x64/native/"
 check("RemoteCache",
       ["lib/net8.0/RemoteCache.dll", native + "libremotecache.so", native + "remotecache-server",
-       native + "remotecache-capability", native + "remotecache-admin", "buildTransitive/RemoteCache.targets"],
+       native + "remotecache-capability", native + "remotecache-admin", "buildTransitive/RemoteCache.targets",
+       "LICENSE", "contentFiles/any/any/remotecache-models/shm-512.json", "contentFiles/any/any/remotecache-models/tcp-512.json"],
       [native + "remotecache-bench", native + "remotecache-abi"], {})
 check("RemoteCache.Device", ["lib/net8.0/RemoteCache.Device.dll"], [],
       {"RemoteCache": version, "Microsoft.FASTER.Core": None})
@@ -203,11 +215,11 @@ tool = "tools/net8.0/any/"
 check("RemoteCache.Cli",
       [tool + "RemoteCache.Cli.dll", tool + "DotnetToolSettings.xml", tool + "RemoteCache.dll",
        tool + native + "libremotecache.so"],
-      [], {}, assemblies="tools/net8.0/any")
+      [], {}, assemblies="tools/net8.0/any", max_installed=30 * 2**20)
 check("RemoteCache.Manager.Contract", ["lib/net8.0/RemoteCache.Manager.Contract.dll"], [], {"Google.Protobuf": None, "Grpc.Core.Api": None})
 check("RemoteCache.Manager",
       [tool + "RemoteCache.Manager.dll", tool + "DotnetToolSettings.xml", tool + "RemoteCache.Manager.Contract.dll",
-       tool + native + "remotecache-server", tool + "models/shm-8.json", tool + "models/tcp-8.json"],
+       tool + native + "remotecache-server", tool + "remotecache-models/shm-8.json", tool + "remotecache-models/tcp-8.json"],
       [], {}, assemblies="tools/net8.0/any")
 if not remote:
     print("packaging: note: the repository has no git remote, so the packages name no repository url and the PDBs "
@@ -374,4 +386,57 @@ if ! grep -q "serving on" "$WORK/manager.log" || ! grep -q "generated .*keys.jso
   exit 1
 fi
 echo "packaging: remotecache-manager started and served (log: $WORK/manager.log)"
+
+# ---- 7. the README's install commands, as a user runs them --------------------------------------------
+# The block after "<!-- packaging-test: install -->" in README.md, line by line, in a new console project with a home
+# of its own (~ is a temporary folder). Its pack line is not run again: ~/remotecache-feed is the folder packed above.
+# Restore sees the machine's NuGet sources and, as in step 3, the global packages without the RemoteCache ids.
+t0=$SECONDS
+READ_HOME="$WORK/readme-home"
+APP="$WORK/readme-app"
+mkdir -p "$READ_HOME/.nuget/NuGet" "$APP"
+ln -s "$FEED" "$READ_HOME/remotecache-feed"
+if [[ -f $HOME/.nuget/NuGet/NuGet.Config ]]; then
+  cp "$HOME/.nuget/NuGet/NuGet.Config" "$READ_HOME/.nuget/NuGet/"
+fi
+python3 - "$ROOT/README.md" >"$WORK/readme-install.sh" <<'PY'
+import re, sys
+text = open(sys.argv[1], encoding="utf-8").read()
+block = re.search(r"<!-- packaging-test: install -->\s*```sh\n(.*?)```", text, re.S)
+if not block:
+    sys.exit("packaging: README.md has no ```sh block after <!-- packaging-test: install -->")
+lines = [l for l in block.group(1).splitlines() if l.strip() and not l.lstrip().startswith("dotnet pack ")]
+if not any("dotnet tool install" in l for l in lines) or not any("dotnet add package" in l for l in lines):
+    sys.exit("packaging: the README's install block has no dotnet add package or dotnet tool install line")
+print("set -euo pipefail")
+print("\n".join(lines))
+PY
+cat >"$APP/NuGet.Config" <<XML
+<?xml version="1.0" encoding="utf-8"?>
+<configuration>
+  <fallbackPackageFolders><add key="global-without-remotecache" value="$FALLBACK" /></fallbackPackageFolders>
+</configuration>
+XML
+(
+  cd "$APP"
+  export HOME="$READ_HOME" DOTNET_CLI_HOME="$READ_HOME" NUGET_PACKAGES="$WORK/readme-packages" DOTNET_NOLOGO=1 DOTNET_CLI_TELEMETRY_OPTOUT=1
+  dotnet new console --name ReadmeApp --output . >/dev/null
+  bash "$WORK/readme-install.sh"
+  dotnet build -nologo -v:q >/dev/null
+  "$READ_HOME/.dotnet/tools/remotecache" --help >/dev/null
+  "$READ_HOME/.dotnet/tools/remotecache-manager" --help >/dev/null
+)
+output="$(dirname "$(find "$APP/bin/Debug" -name ReadmeApp.dll | head -1)")"
+for f in runtimes/linux-x64/native/libremotecache.so runtimes/linux-x64/native/remotecache-server remotecache-models/shm-512.json; do
+  if [[ ! -f $output/$f ]]; then
+    echo "packaging: the README's project has no $f in its output ($output)" >&2
+    exit 1
+  fi
+done
+installed=$(du -sm "$READ_HOME/.dotnet/tools/.store/remotecache.cli" | cut -f1)
+echo "-- README install commands: $((SECONDS - t0))s; the remotecache tool takes ${installed} MiB installed"
+if (( installed > 30 )); then
+  echo "packaging: the remotecache tool takes ${installed} MiB installed; at most 30" >&2
+  exit 1
+fi
 echo "packaging: passed"

@@ -39,7 +39,7 @@ internal static class SloAccuracyCommand
         {
             Description = "How far past a bound still counts as meeting it (0.1 = 10 %)", DefaultValueFactory = _ => 0.1,
         };
-        var output = new Option<DirectoryInfo?>("--out") { Description = "Where accuracy.json and the CDF charts go (default artifacts/slo-accuracy/MODEL)" };
+        var output = new Option<DirectoryInfo?>("--out") { Description = "Where accuracy.json goes (default artifacts/slo-accuracy/MODEL); benchmarks/SloCharts draws its CDF charts" };
         var bench = new Option<string?>("--bench") { Description = "The remotecache-bench to measure with (default: the one next to remotecache-server)" };
         var verbsAddress = VerbsAddressOption.Create();
         var json = new Option<bool>("--json") { Description = "Print the summary as JSON" };
@@ -50,7 +50,7 @@ internal static class SloAccuracyCommand
         };
         var command = new Command("accuracy",
             "Redy's accuracy experiment on this host: random SLOs searched in the model, each chosen configuration measured with " +
-            "remotecache-bench; prints the share of feasible SLOs met and the prediction errors, writes CDF charts (SLO, predicted, real)")
+            "remotecache-bench; prints the share of feasible SLOs met and the prediction errors, writes accuracy.json (its CDF charts: benchmarks/SloCharts)")
         {
             model, operation, slos, seed, seconds, warmup, repeats, tolerance, output, bench, verbsAddress, json, samePhase,
         };
@@ -96,8 +96,7 @@ internal static class SloAccuracyCommand
                     stdout.WriteLine(Invariant($"[{n}/{count}] {row.Objective.MaxMeanLatencyUs,9:G4} µs {row.Objective.MinOpsPerSecond,10:G4} ops/s -> infeasible in the model"));
             }, CancellationToken.None).GetAwaiter().GetResult();
             var summary = SloAccuracy.Summarize(rows, tol, measurer);
-            string title = $"{loaded.Transport}, {loaded.RecordSize} B {op.ToString().ToLowerInvariant()}s, {summary.Feasible} feasible SLOs";
-            var charts = AccuracyCharts.Write(directory, rows, phase ? title + ", real in the model's phase" : title);
+            Directory.CreateDirectory(directory);
             File.WriteAllText(Path.Combine(directory, "accuracy.json"), Json(file.FullName, loaded, op, summary, rows, measurer, started));
             if (parse.GetValue(json))
             {
@@ -113,7 +112,7 @@ internal static class SloAccuracyCommand
                 stdout.WriteLine(Invariant($"|predicted − real| / real, median / p95: latency {summary.LatencyErrorMedian:P1} / {summary.LatencyErrorP95:P1}, throughput {summary.ThroughputErrorMedian:P1} / {summary.ThroughputErrorP95:P1} (target median ≤ {ErrorTarget:P0}: {(errorMet ? "met" : "missed")})"));
                 if (summary.Repeats > 1)
                     stdout.WriteLine(Invariant($"real = median of {summary.Repeats} runs per configuration; run-to-run noise (median |run − median| / median): latency {summary.LatencyNoise:P1}, throughput {summary.ThroughputNoise:P1}"));
-                stdout.WriteLine($"wrote {Path.Combine(directory, "accuracy.json")}, {string.Join(", ", charts)}");
+                stdout.WriteLine($"wrote {Path.Combine(directory, "accuracy.json")}; its charts: dotnet run --project benchmarks/SloCharts -- {directory}");
             }
             return SloExitCodes.Success;
         });
@@ -137,7 +136,8 @@ internal static class SloAccuracyCommand
             ? Invariant($" (raw {p.Raw.MeanUs:G4} µs {p.Raw.OpsPerSecond:G4}/s; reference {p.Reference} drift ×{p.LatencyDrift:G3} / ×{p.ThroughputDrift:G3})")
             : "";
 
-    private static string Json(string path, PerformanceModel model, SloOperation op, AccuracySummary summary, System.Collections.Generic.List<AccuracyRow> rows,
+    // accuracy.json: the run's summary and every SLO's bound, prediction and measurement (benchmarks/SloCharts reads it).
+    internal static string Json(string path, PerformanceModel model, SloOperation op, AccuracySummary summary, System.Collections.Generic.List<AccuracyRow> rows,
                                RepeatedMeasurer measurer, DateTime started)
     {
         var document = new

@@ -53,6 +53,14 @@ internal static class Program
                 return Fail($"{path} does not exist: the package did not bring {sibling}");
         }
 
+        // The shipped SLO models came along as content files, and one plans a cache for an SLO.
+        string model = RemoteCache.Slo.RemoteCacheSloModels.PathFor("tcp", 512);
+        var plan = new RemoteCache.Slo.SloPlanner(RemoteCache.Slo.PerformanceModel.Load(model))
+            .Plan(new RemoteCache.Slo.RemoteCacheSlo { ReadLatency = TimeSpan.FromMicroseconds(100), RecordSize = 512 });
+        Console.WriteLine($"shipped models: {string.Join(", ", RemoteCache.Slo.RemoteCacheSloModels.Files)}; tcp-512 plans {plan.Config}");
+        if (plan.Config is null)
+            return Fail($"the shipped model {model} meets no 100 µs read SLO");
+
         using var server = ServerProcess.Start(serverPath, "--listen", "tcp:127.0.0.1:0", "--region-size", "16M",
                                                "--memory-limit", "64M");
         string endpoint = await server.WaitReadyAsync(ct);

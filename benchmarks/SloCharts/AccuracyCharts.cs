@@ -2,10 +2,11 @@ using System;
 using System.Collections.Generic;
 using System.IO;
 using System.Linq;
+using System.Text.Json;
 using RemoteCache.Charts;
 using ScottPlot;
 
-namespace RemoteCache.Cli.Slo;
+namespace RemoteCache.Benchmarks.SloCharts;
 
 /// <summary>
 /// Redy's Fig. 13 and 14 for an accuracy run: per metric, the CDFs of the SLOs' bounds, the predictions and what the
@@ -25,16 +26,36 @@ internal static class AccuracyCharts
 
     static AccuracyCharts() => ChartKit.UseSansSerif();
 
-    /// <summary>Writes both charts into <paramref name="directory"/>; returns their paths.</summary>
-    public static IReadOnlyList<string> Write(string directory, IReadOnlyList<AccuracyRow> rows, string title)
+    /// <summary>The bound, prediction and measurement of each feasible SLO of a run, per metric.</summary>
+    internal sealed record Points(double[] SloUs, double[] PredictedUs, double[] RealUs, double[] SloOps, double[] PredictedOps, double[] RealOps);
+
+    /// <summary>
+    /// Reads <paramref name="accuracyJson"/> (written by <c>remotecache slo accuracy</c>): the chart's title and the points
+    /// of its feasible SLOs (those with a measurement).
+    /// </summary>
+    /// <exception cref="InvalidDataException">The file is not an accuracy run's.</exception>
+    public static (string Title, Points Points) Read(string accuracyJson)
     {
-        var feasible = rows.Where(r => r.Real is not null).ToList();
+        using var document = JsonDocument.Parse(File.ReadAllText(accuracyJson));
+        var root = document.RootElement;
+        if (!root.TryGetProperty("rows", out var rows) || rows.ValueKind != JsonValueKind.Array || !root.TryGetProperty("transport", out var transport))
+            throw new InvalidDataException($"{accuracyJson} is not the accuracy.json of remotecache slo accuracy (no transport or rows)");
+        var feasible = rows.EnumerateArray().Where(r => r.TryGetProperty("realUs", out var real) && real.ValueKind == JsonValueKind.Number).ToList();
+        double[] Of(string name) => feasible.Select(r => r.GetProperty(name).GetDouble()).ToArray();
+        var points = new Points(Of("latencyUs"), Of("predictedUs"), Of("realUs"), Of("opsPerSecond"), Of("predictedOpsPerSecond"), Of("realOpsPerSecond"));
+        string title = $"{transport.GetString()}, {root.GetProperty("recordSize").GetInt32()} B {root.GetProperty("operation").GetString()}s, {feasible.Count} feasible SLOs";
+        if (root.TryGetProperty("samePhase", out var phase) && phase.ValueKind == JsonValueKind.True)
+            title += ", real in the model's phase";
+        return (title, points);
+    }
+
+    /// <summary>Writes both charts into <paramref name="directory"/>; returns their paths.</summary>
+    public static IReadOnlyList<string> Write(string directory, Points points, string title)
+    {
         Directory.CreateDirectory(directory);
         string latency = Path.Combine(directory, LatencyFile), throughput = Path.Combine(directory, ThroughputFile);
-        Cdf(latency, $"{title}: mean latency", "mean latency (log scale)", ChartKit.Duration,
-            feasible.Select(r => r.Objective.MaxMeanLatencyUs), feasible.Select(r => r.Predicted!.Value.MeanUs), feasible.Select(r => r.Real!.MeanUs));
-        Cdf(throughput, $"{title}: throughput", "operations per second (log scale)", ChartKit.Si,
-            feasible.Select(r => r.Objective.MinOpsPerSecond), feasible.Select(r => r.Predicted!.Value.OpsPerSecond), feasible.Select(r => r.Real!.OpsPerSecond));
+        Cdf(latency, $"{title}: mean latency", "mean latency (log scale)", ChartKit.Duration, points.SloUs, points.PredictedUs, points.RealUs);
+        Cdf(throughput, $"{title}: throughput", "operations per second (log scale)", ChartKit.Si, points.SloOps, points.PredictedOps, points.RealOps);
         return new[] { latency, throughput };
     }
 
