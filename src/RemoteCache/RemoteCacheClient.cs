@@ -328,17 +328,9 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
         }
     }
 
-    /// <summary>
-    /// Applies a new (c, s, b, q) while the cache is in use; nothing submitted is lost or reordered. The batch size and
-    /// queue depth applied are at least those of <see cref="KeepWindowAtLeast"/>; a configuration the cache has already
-    /// changes nothing.
-    /// </summary>
-    /// <exception cref="ArgumentException">A parameter is out of range (<see cref="CacheConfig"/> names the limits).</exception>
+    // ReconfigureAsync's work (the configuration checked there), and a retune's or a widened window's, which are valid.
     internal void Reconfigure(CacheConfig config)
     {
-        ThrowIfDisposed();
-        if (config.Problem() is { } problem)
-            throw new ArgumentException($"{Name}: the configuration {config} {problem}", nameof(config));
         lock (_resize)
         {
             ThrowIfDisposed();  // a change that started after Dispose (from another thread) touches nothing
@@ -381,14 +373,7 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
     private CacheConfig Widened(CacheConfig config) =>
         config with { BatchSize = Math.Max(config.BatchSize, _window.BatchSize), QueueDepth = Math.Max(config.QueueDepth, _window.QueueDepth) };
 
-    /// <summary>
-    /// Presents new capabilities, one per holder in holder order (after the manager renewed the lease; without
-    /// migrations the holders are the endpoints, in endpoint order): each server extends the cache's lease to the new
-    /// expiry; operations go on undisturbed. A holder let go (<see cref="RemoteCacheMover.HolderCount"/>) takes null. On failure the
-    /// cache keeps its old lease.
-    /// </summary>
-    /// <exception cref="ArgumentException">Not one capability per holder, or none for a holder in use.</exception>
-    /// <exception cref="RemoteCacheException">A server refused a capability (<see cref="RemoteCacheStatus.Auth"/>) or is unreachable.</exception>
+    // RenewAsync's work, on a thread of its own.
     internal unsafe void Renew(IReadOnlyList<string?> capabilities)
     {
         ArgumentNullException.ThrowIfNull(capabilities);
@@ -408,24 +393,9 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
         Log.LeaseRenewed(_logger, Name, capabilities.Count);
     }
 
-    /// <summary>
-    /// Appends servers to the cache (Redy §3.3's grow): each is connected with this cache's id and token and lends
-    /// <see cref="RemoteCacheOptions.RegionsPerServer"/> regions, which extend the address space past
-    /// <see cref="Capacity"/> in the order given. All or nothing; operations in flight are not disturbed. A cache
-    /// allocated by the manager grows with the servers and capabilities its Reallocate returns.
-    /// </summary>
-    /// <param name="endpoints">The new servers, in address order.</param>
-    /// <param name="capabilities">One per new server when the cache was opened with capabilities; otherwise null.</param>
-    /// <exception cref="ArgumentException">No endpoints, or the capabilities do not match them.</exception>
-    /// <exception cref="RemoteCacheException">A new server refused or could not be reached; the cache is as it was.</exception>
-    internal unsafe void Grow(IReadOnlyList<string> endpoints, IReadOnlyList<string>? capabilities = null)
+    // GrowAsync's work, on a thread of its own (arguments checked there).
+    internal unsafe void Grow(IReadOnlyList<string> endpoints, IReadOnlyList<string>? capabilities)
     {
-        ArgumentNullException.ThrowIfNull(endpoints);
-        ThrowIfDisposed();
-        if (endpoints.Count == 0 || endpoints.Any(string.IsNullOrEmpty))
-            throw new ArgumentException($"{Name}: growing takes one or more non-empty endpoints", nameof(endpoints));
-        if (capabilities is not null && (capabilities.Count != endpoints.Count || capabilities.Any(string.IsNullOrEmpty)))
-            throw new ArgumentException($"{Name}: give one non-empty capability per new endpoint ({endpoints.Count})", nameof(capabilities));
         using var endpointStrings = new Utf8StringArray(endpoints);
         using var capabilityStrings = capabilities is null ? null : new Utf8StringArray(capabilities);
         lock (_resize)
@@ -442,14 +412,7 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
         }
     }
 
-    /// <summary>
-    /// Keeps the first <paramref name="serverCount"/> servers and cuts the address space after their regions: from
-    /// then on I/O past the new <see cref="Capacity"/> throws <see cref="ArgumentOutOfRangeException"/>, as any range
-    /// outside the cache does, and I/O below it is not disturbed. Operations already in flight to the dropped servers
-    /// complete, or fail if their server drops the cache first. A cache allocated by the manager shrinks to what its
-    /// Reallocate kept.
-    /// </summary>
-    /// <exception cref="ArgumentOutOfRangeException"><paramref name="serverCount"/> is not 1..<see cref="ServerCount"/>.</exception>
+    // ShrinkAsync's work, on a thread of its own (its count checked again under the lock: servers may have changed).
     internal void Shrink(int serverCount)
     {
         ThrowIfDisposed();
