@@ -24,8 +24,6 @@ public sealed partial class RemoteCacheClient
     // to the server that comes back. Guarded by _resize.
     private readonly List<string?> _holderCapabilities = new();
 
-    // Endpoints of the servers found gone and not recovered yet, for the health check; replaced, never changed.
-    private volatile IReadOnlyList<RemoteCacheServerState> _unreachable = Array.Empty<RemoteCacheServerState>();
     private long _recoveries;
 
     /// <summary>Whether the client reconnects by itself to a server that went away and came back (<see cref="RemoteCacheOptions.Reconnect"/>).</summary>
@@ -72,7 +70,6 @@ public sealed partial class RemoteCacheClient
                 // Failures from here on wake the next wait.
                 Volatile.Write(ref _recoveryKick, new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously));
                 var gone = await BlockingCall.Start(GoneHolders).ConfigureAwait(false);
-                _unreachable = gone.Count == 0 ? Array.Empty<RemoteCacheServerState>() : gone.ConvertAll(g => g.State);
                 failing = false;
                 foreach (var (holder, state) in gone)
                 {
@@ -80,11 +77,12 @@ public sealed partial class RemoteCacheClient
                     {
                         await BlockingCall.Start(() => Recover(holder, state)).ConfigureAwait(false);
                     }
-                    catch (RemoteCacheException e)
+                    catch (Exception e) when (e is RemoteCacheException or ArgumentException)
                     {
-                        // Down still, or refusing: try again after a while, saying so once per outage.
+                        // Down still, or refusing (a limit the native cache names): try again after a while, saying so
+                        // once per outage.
                         if (_recoveryLogged.Add(state.Endpoint))
-                            Log.ReconnectFailing(_logger, Name, state.Endpoint, e.Status, e.Message);
+                            Log.ReconnectFailing(_logger, Name, state.Endpoint, (e as RemoteCacheException)?.Status ?? RemoteCacheStatus.InvalidArgument, e.Message);
                         failing = true;
                     }
                 }
@@ -113,8 +111,10 @@ public sealed partial class RemoteCacheClient
             ThrowIfDisposed();
             foreach (int holder in HoldersInUse())
             {
+                // Only a server that went away comes back to be reconnected: one that dropped the cache on purpose (its
+                // lease ended, its manager dropped it: Expired, said in a notice) is left so.
                 var status = NativeMethods.CacheHolderStatus(_cache, (uint)holder);
-                if (status != RemoteCacheStatus.Ok)
+                if (status == RemoteCacheStatus.Disconnected)
                     gone.Add((holder, new RemoteCacheServerState(HolderEndpoint(holder), status)));
             }
         }

@@ -6,6 +6,7 @@ using System.IO;
 using System.Runtime.Versioning;
 using System.Security.Cryptography;
 using System.Threading.Tasks;
+using Microsoft.Extensions.Logging;
 using Xunit;
 using Xunit.Sdk;
 using static RemoteCache.Tests.Harness;
@@ -345,6 +346,10 @@ public sealed class AdmissionTests
         return WithAdmissionServer(transport, key, async (server, endpoint) =>
         {
             var options = Options(2, name: $"leased-{transport}");
+            var logs = new Microsoft.Extensions.Logging.Testing.FakeLogCollector();
+            using var loggers = Microsoft.Extensions.Logging.LoggerFactory.Create(b => b.AddProvider(new Microsoft.Extensions.Logging.Testing.FakeLoggerProvider(logs)));
+            options.LoggerFactory = loggers;
+            options.ReconnectDelay = TimeSpan.FromMilliseconds(50);
             var lease = TimeSpan.FromSeconds(2);
             var granted = Stopwatch.StartNew();
             options.Capabilities = new[] { RemoteCacheCapability.Mint(key, options.CacheId, server.ServerId, 2, DateTimeOffset.UtcNow + lease) };
@@ -375,6 +380,12 @@ public sealed class AdmissionTests
                 Assert.True(granted.Elapsed >= lease - TimeSpan.FromMilliseconds(100),
                             $"failed after {granted.Elapsed.TotalSeconds:0.00} s, before the lease ended: {failure}");
                 Assert.True(failure.Status == RemoteCacheStatus.Expired, $"status {failure.Status}, expected Expired: {failure.Message}");
+
+                // A cache whose lease ended is gone by intent: the client says so, and does not try to reconnect.
+                await Task.Delay(RemoteCacheClient.HolderProbeInterval * 2);
+                Assert.All(client.CheckServers(), s => Assert.Equal(RemoteCacheStatus.Expired, s.Status));
+                Assert.Equal(0, client.Recoveries);
+                Assert.DoesNotContain(logs.GetSnapshot(), r => r.Id.Id is 14 or 15);  // ReconnectFailing, ServerRecovered
             }
             finally
             {
