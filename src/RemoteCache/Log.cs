@@ -72,14 +72,21 @@ internal static partial class Log
     [LoggerMessage(13, LogLevel.Warning, "A handler of {CacheName}'s SloObserved event threw")]
     public static partial void SloHandlerFailed(ILogger logger, string cacheName, Exception exception);
 
-    [LoggerMessage(14, LogLevel.Warning, "{CacheName}: server {Endpoint} is gone ({Status}); reconnecting with back-off: {Reason}")]
+    [LoggerMessage(23, LogLevel.Warning, "{CacheName}: server {Endpoint} is gone ({Status}); reconnecting with back-off: {Reason}")]
     public static partial void ReconnectFailing(ILogger logger, string cacheName, string endpoint, RemoteCacheStatus status, string reason);
 
-    [LoggerMessage(15, LogLevel.Warning, "{CacheName}: server {Endpoint} is back; its {Regions} regions are served again, empty (holder {Holder})")]
+    [LoggerMessage(24, LogLevel.Warning, "{CacheName}: server {Endpoint} is back; its {Regions} regions are served again, empty (holder {Holder})")]
     public static partial void ServerRecovered(ILogger logger, string cacheName, string endpoint, int regions, int holder);
 
-    [LoggerMessage(16, LogLevel.Warning, "{CacheName}: recovering server {Endpoint}'s regions stopped at region {Region} ({Status}); the next attempt takes the rest")]
+    [LoggerMessage(25, LogLevel.Warning, "{CacheName}: recovering server {Endpoint}'s regions stopped at region {Region} ({Status}); the next attempt takes the rest")]
     public static partial void RecoveryStopped(ILogger logger, string cacheName, string endpoint, int region, RemoteCacheStatus status);
+
+    [LoggerMessage(26, LogLevel.Error,
+        "A handler of {CacheName}'s ContentLost event threw while server {Endpoint}'s regions were recovered; they are served again all the same")]
+    public static partial void ContentLostHandlerFailed(ILogger logger, string cacheName, string endpoint, Exception exception);
+
+    [LoggerMessage(27, LogLevel.Error, "{CacheName}: recovering its servers failed unexpectedly; trying again after a back-off")]
+    public static partial void RecoveryFailed(ILogger logger, string cacheName, Exception exception);
 
     [LoggerMessage(20, LogLevel.Information,
         "Embedded server {ServerId} listening on {Endpoints}: regions of {RegionSize} bytes, at most {MemoryLimit} bytes, admission {Admission}")]

@@ -97,6 +97,12 @@ public sealed partial class RemoteCacheClient
             {
                 return;  // the client closed under a probe
             }
+            catch (Exception e)
+            {
+                // Ending here would leave every later outage unrecovered and unsaid.
+                Log.RecoveryFailed(_logger, Name, e);
+                failing = true;
+            }
         }
     }
 
@@ -171,7 +177,15 @@ public sealed partial class RemoteCacheClient
                     Log.RecoveryStopped(_logger, Name, was.Endpoint, region, fenced);
                     break;  // what is not moved stays on the gone holder: the next round takes it
                 }
-                RaiseContentLost(region * size, size, reason);
+                try
+                {
+                    RaiseContentLost(region * size, size, reason);
+                }
+                catch (Exception e)
+                {
+                    // Not in the way of the commit: the region's writes wait for it.
+                    Log.ContentLostHandlerFailed(_logger, Name, was.Endpoint, e);
+                }
                 Errors.ThrowIfFailed(NativeMethods.CacheMigrationCommit(_cache, (uint)region, fresh, (uint)holderRegion), Name);
             }
             Interlocked.Increment(ref _recoveries);

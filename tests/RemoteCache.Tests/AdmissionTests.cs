@@ -385,7 +385,7 @@ public sealed class AdmissionTests
                 await Task.Delay(RemoteCacheClient.HolderProbeInterval * 2);
                 Assert.All(client.CheckServers(), s => Assert.Equal(RemoteCacheStatus.Expired, s.Status));
                 Assert.Equal(0, client.Recoveries);
-                Assert.DoesNotContain(logs.GetSnapshot(), r => r.Id.Id is 14 or 15);  // ReconnectFailing, ServerRecovered
+                Assert.DoesNotContain(logs.GetSnapshot(), r => r.Id.Id is 23 or 24);  // ReconnectFailing, ServerRecovered
             }
             finally
             {

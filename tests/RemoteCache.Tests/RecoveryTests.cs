@@ -103,6 +103,50 @@ public sealed class RecoveryTests
     }
 
     [Fact]
+    public async Task AContentLostHandlerThatThrowsStrandsNoRegion()
+    {
+        var first = ServerProcess.Start("shm");
+        ServerProcess? second = null;
+        try
+        {
+            await WithTimeout(TimeSpan.FromSeconds(60), "a throwing handler", async () =>
+            {
+                await using var client = RemoteCacheClient.Open(new[] { first.Endpoint }, Reconnecting("throwing-handler"));
+                int calls = 0;
+                client.ContentLost += (_, _) =>
+                {
+                    Interlocked.Increment(ref calls);
+                    throw new InvalidOperationException("the handler's own bug");
+                };
+                first.KillHard();
+                second = ServerProcess.Start("shm", listen: first.Endpoint);
+                await WaitUntil(() => client.Recoveries == 1, TimeSpan.FromSeconds(10), () => $"no recovery; servers {string.Join(", ", client.CheckServers())}");
+                Assert.True(calls >= 1, "the handler was called");
+                // Each region was committed to the new connection despite the handler: writes do not wait on a fence.
+                var pattern = Pattern(4096, 3);
+                var read = new byte[pattern.Length];
+                for (long address = 0; address < client.Capacity; address += client.Capacity / 4)
+                {
+                    await client.WriteAsync(address, pattern);
+                    await client.ReadAsync(address, read);
+                    AssertSameBytes(pattern, read, $"written at {address} after the recovery");
+                }
+
+                // And the watcher lives on: a second outage is recovered too.
+                second.KillHard();
+                second.Dispose();
+                second = ServerProcess.Start("shm", listen: first.Endpoint);
+                await WaitUntil(() => client.Recoveries == 2, TimeSpan.FromSeconds(10), () => $"no second recovery; servers {string.Join(", ", client.CheckServers())}");
+            });
+        }
+        finally
+        {
+            second?.Dispose();
+            first.Dispose();
+        }
+    }
+
+    [Fact]
     public async Task OnlyTheRestartedServersRegionsAreLostTheOthersServeThroughout()
     {
         using var steady = ServerProcess.Start("tcp");
