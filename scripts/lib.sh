@@ -47,7 +47,7 @@ YCSB_PACKAGES=(samba libsmbclient fio)
 build_dotnet_app() {
   local project=$1 log=$2
   if ! command -v dotnet >/dev/null 2>&1; then
-    echo "the .NET SDK is not installed (https://dot.net); the libraries target net8.0" >&2
+    echo "the .NET SDK is not installed (https://dot.net): 10.0 or later (the libraries target net8.0 and net10.0)" >&2
     return 1
   fi
   mkdir -p build
@@ -59,12 +59,75 @@ build_dotnet_app() {
 }
 
 # build_ycsb: builds benchmarks/Ycsb (the main job); the tool is then $YCSB_DLL.
-YCSB_DLL=benchmarks/Ycsb/bin/Release/net8.0/RemoteCache.Benchmarks.Ycsb.dll
+YCSB_DLL=benchmarks/Ycsb/bin/Release/net10.0/RemoteCache.Benchmarks.Ycsb.dll
 build_ycsb() { build_dotnet_app benchmarks/Ycsb build/ycsb-build.log; }
 
 # build_cli: builds the remotecache CLI (src/RemoteCache.Cli); it is then $CLI_DLL.
-CLI_DLL=src/RemoteCache.Cli/bin/Release/net8.0/RemoteCache.Cli.dll
+CLI_DLL=src/RemoteCache.Cli/bin/Release/net10.0/RemoteCache.Cli.dll
 build_cli() { build_dotnet_app src/RemoteCache.Cli build/cli-build.log; }
+
+# The .NET 8 runtimes the net8.0 test legs run on (the newest 8.0 patch this machine's NuGet source serves; .NET 8
+# left support on 2026-11-10, so it changes no more).
+NET8_RUNTIME_VERSION=8.0.31
+
+# dotnet_with_net8: prints the path of a `dotnet` that runs net8.0 programs on .NET 8 itself, not rolled forward to
+# a newer runtime. The machine's SDK may come with its own runtime only; this makes build/dotnet-net8, a dotnet root
+# holding the machine's SDK and runtimes (linked) and the .NET 8 runtime and ASP.NET Core runtime from their NuGet
+# runtime packs (the files a self-contained .NET 8 app ships), once per SDK and runtime version.
+dotnet_with_net8() {
+  local system root stamp work packages fx
+  system="$(dirname "$(readlink -f "$(command -v dotnet)")")"
+  root="$PWD/build/dotnet-net8"
+  stamp="$root/.made-for-$(dotnet --version)-$NET8_RUNTIME_VERSION"
+  if [[ -f $stamp ]]; then
+    echo "$root/dotnet"
+    return
+  fi
+  rm -rf "$root"
+  work="$root/.download"
+  packages="$work/packages"
+  mkdir -p "$work"
+  cat >"$work/download.csproj" <<XML
+<Project Sdk="Microsoft.NET.Sdk">
+  <PropertyGroup><TargetFramework>net8.0</TargetFramework></PropertyGroup>
+  <ItemGroup>
+    <PackageDownload Include="Microsoft.NETCore.App.Runtime.linux-x64" Version="[$NET8_RUNTIME_VERSION]" />
+    <PackageDownload Include="Microsoft.AspNetCore.App.Runtime.linux-x64" Version="[$NET8_RUNTIME_VERSION]" />
+  </ItemGroup>
+</Project>
+XML
+  # Outside the repository: its Directory.Build.props and central package versions are not for this project.
+  echo '<Project />' >"$work/Directory.Build.props"
+  echo '<Project />' >"$work/Directory.Packages.props"
+  if ! dotnet restore "$work/download.csproj" --packages "$packages" >"$work/restore.log" 2>&1; then
+    tail -20 "$work/restore.log" >&2
+    echo "dotnet_with_net8: the .NET $NET8_RUNTIME_VERSION runtime packs did not restore (log above)" >&2
+    return 1
+  fi
+  # The muxer finds the SDK and the runtimes beside itself, so it is a copy; the SDK is linked file by file (it
+  # too locates the muxer it starts test hosts with from its own path); the rest are symbolic links.
+  cp "$system/dotnet" "$root/dotnet"
+  cp -al "$system/sdk" "$root/sdk" 2>/dev/null || cp -a "$system/sdk" "$root/sdk"
+  ln -s "$system/host" "$root/host"
+  ln -s "$system/packs" "$root/packs"
+  for fx in "$system"/shared/*/*; do
+    mkdir -p "$root/shared/$(basename "$(dirname "$fx")")"
+    ln -s "$fx" "$root/shared/$(basename "$(dirname "$fx")")/$(basename "$fx")"
+  done
+  for fx in Microsoft.NETCore.App Microsoft.AspNetCore.App; do
+    local pack="$packages/${fx,,}.runtime.linux-x64/$NET8_RUNTIME_VERSION/runtimes/linux-x64"
+    mkdir -p "$root/shared/$fx/$NET8_RUNTIME_VERSION"
+    cp "$pack"/lib/net8.0/* "$root/shared/$fx/$NET8_RUNTIME_VERSION/"
+    if [[ -d $pack/native ]]; then cp "$pack"/native/* "$root/shared/$fx/$NET8_RUNTIME_VERSION/"; fi
+  done
+  rm -rf "$work"
+  if ! "$root/dotnet" --list-runtimes | grep -q "Microsoft.NETCore.App $NET8_RUNTIME_VERSION"; then
+    echo "dotnet_with_net8: $root/dotnet does not list the .NET $NET8_RUNTIME_VERSION runtime" >&2
+    return 1
+  fi
+  touch "$stamp"
+  echo "$root/dotnet"
+}
 
 # Parallel build jobs: at most 2, so that a build leaves room on the small machines this runs on.
 native_build_jobs() {

@@ -7,7 +7,9 @@
 #   4. fuzz            build/native-fuzz   clang-14 libFuzzer: 6 targets, an equal share of RC_FUZZ_SECONDS
 #                                          each, from generated seeds (fuzz/CMakeLists.txt lists them)
 #      (the native builds are the configure presets release, asan, tsan and fuzz of CMakePresets.json)
-#   5. dotnet          dotnet test RemoteCache.sln (skipped while there is no solution)
+#   5. dotnet          dotnet test RemoteCache.sln on the newest target framework (net10.0)
+#   5b. dotnet-net8    the test projects that target net8.0 too (RemoteCache.Net8.slnf), on the .NET 8 runtime
+#                      (build/dotnet-net8: the machine's SDK beside .NET 8 from its NuGet runtime packs)
 #   6. packaging       tests/packaging/run.sh: dotnet pack, then a project outside the repository restores the
 #                      packages and runs a quickstart against the packaged remotecache-server
 #   7. rdma-vm         tests/rdma-vm/run.sh: a qemu VM with Soft-RoCE runs the conformance suite over
@@ -310,7 +312,21 @@ step_dotnet() {
     echo "test.sh: RemoteCache.sln exists but the dotnet SDK is not installed" >&2
     return 1
   fi
-  dotnet test RemoteCache.sln
+  dotnet test RemoteCache.sln -f "$(dotnet_property RemoteCacheAppFramework)"
+}
+
+# The projects that target .NET 8 as well (RemoteCache.Net8.slnf: the test projects whose TargetFrameworks are
+# $(RemoteCacheFrameworks)), on the .NET 8 runtime itself (dotnet_with_net8 in lib.sh), not rolled forward.
+step_dotnet_net8() {
+  local dotnet8
+  dotnet8="$(dotnet_with_net8)"
+  "$dotnet8" --list-runtimes
+  "$dotnet8" test RemoteCache.Net8.slnf -f net8.0
+}
+
+# dotnet_property NAME: a property of Directory.Build.props, as MSBuild evaluates it.
+dotnet_property() {
+  dotnet msbuild tests/RemoteCache.Tests -getProperty:"$1"
 }
 
 # ---- NuGet packages ------------------------------------------------------------------------------
@@ -344,6 +360,7 @@ if (( ! QUICK )); then
   run_suite native-tsan step_tsan
   run_suite fuzz step_fuzz
   run_suite dotnet step_dotnet
+  run_suite dotnet-net8 step_dotnet_net8
   run_suite packaging step_packaging
   run_suite rdma-vm step_rdma_vm
 fi

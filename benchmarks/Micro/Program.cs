@@ -8,7 +8,7 @@ namespace RemoteCache.Benchmarks.Micro;
 /// over <see cref="MicroConfig"/>.
 /// </summary>
 /// <example>
-/// dotnet benchmarks/Micro/bin/Release/net8.0/RemoteCache.Benchmarks.Micro.dll --filter '*' --exporters json
+/// dotnet benchmarks/Micro/bin/Release/net10.0/RemoteCache.Benchmarks.Micro.dll --filter '*' --exporters json
 /// dotnet ... --filter '*DataPath.ReadCallback*' '*Size: 8, Transport: shm*'   (parameters in the name are matched too)
 /// dotnet ... --alloc-probe [--transports shm] [--sizes 8] [--methods ReadCallback]   exact allocated bytes per operation of every case (not BenchmarkDotNet)
 /// RC_BENCH_METRICS=1 dotnet ...   the same with the RemoteCache meter listened to (MetricsListener)

@@ -4,7 +4,7 @@
 #      the remotecache tool (RemoteCache.Cli), the manager's contract (RemoteCache.Manager.Contract), the managed
 #      client (RemoteCache.Manager.Client) and the remotecache-manager tool (RemoteCache.Manager) (.nupkg + .snupkg)
 #      come out; the packable projects rebuilt from scratch pack to the same bytes (deterministic builds);
-#   2. the listings: RemoteCache holds lib/net8.0/RemoteCache.dll and runtimes/linux-x64/native/libremotecache.so,
+#   2. the listings: RemoteCache holds lib/<framework>/RemoteCache.dll for each of its frameworks and runtimes/linux-x64/native/libremotecache.so,
 #      remotecache-server, remotecache-capability and remotecache-admin (ELF files) and not remotecache-bench or
 #      remotecache-abi;
 #      RemoteCache.Device holds its assembly and depends on RemoteCache (same version) and Microsoft.FASTER.Core;
@@ -15,8 +15,10 @@
 #      sources) into a fresh packages folder, so that a stale package in the global cache cannot stand in for the
 #      packed one; the machine's global packages folder serves every other package, as a fallback folder without
 #      the two RemoteCache ids;
-#   4. the consumer is built and published; in both outputs the four native files are present and the three
-#      programs have mode 755 (the package's buildTransitive targets); run from each, it starts remotecache-server
+#   4. the consumer is built for net8.0 and net10.0 (both frameworks the packages target) and published; in every
+#      output the four native files are present and the three programs have mode 755 (the package's buildTransitive
+#      targets); the net8.0 build runs on .NET 8 itself (scripts/lib.sh's dotnet_with_net8), the net10.0 build and
+#      the publish output on .NET 10; run from each, it starts remotecache-server
 #      from RemoteCacheServer.ExecutablePath as a separate process, writes and reads a cache on it, and writes and
 #      reads a sector through a RemoteCacheDevice over a second, exclusive cache;
 #   5. the tool is installed from the packed folder (dotnet tool install --tool-path) and `remotecache slo search`
@@ -125,10 +127,15 @@ case "$REMOTE" in
   *) [[ -n $REMOTE ]] && echo "packaging: origin ($REMOTE) is not a host SourceLink maps; not requiring repository urls"
      REMOTE="" ;;
 esac
-python3 - "$FEED" "$VERSION" "$REMOTE" <<'EOF'
+FRAMEWORKS="$(dotnet msbuild src/RemoteCache/RemoteCache.csproj -getProperty:TargetFrameworks)"
+python3 - "$FEED" "$VERSION" "$REMOTE" "$FRAMEWORKS" <<'EOF'
 import os, sys, zipfile, xml.etree.ElementTree as ET
 
 feed, version, remote = sys.argv[1], sys.argv[2], sys.argv[3]
+# Every package holds its assemblies once per framework the libraries target.
+frameworks = sys.argv[4].split(";")
+if len(frameworks) < 2:
+    sys.exit(f"packaging: the libraries target {frameworks}; expected net8.0 and net10.0")
 errors = []
 expected = {f"{i}.{version}.{ext}" for i in ("RemoteCache", "RemoteCache.Device", "RemoteCache.Cli", "RemoteCache.Manager.Contract", "RemoteCache.Manager.Client", "RemoteCache.Manager") for ext in ("nupkg", "snupkg")}
 present = set(os.listdir(feed))
@@ -140,7 +147,9 @@ def nuspec(z, pid):
     ns = {"n": root.tag[1:].split("}")[0]} if root.tag.startswith("{") else {"n": ""}
     return root, ns
 
-def check(pid, required, forbidden, deps, assemblies="lib/net8.0", max_installed=None):
+def check(pid, required, forbidden, deps, assemblies="lib/{tfm}", max_installed=None):
+    """required and assemblies may name {tfm}: such a file must be there for every framework."""
+    required = [r.format(tfm=f) for r in required for f in (frameworks if "{tfm}" in r else [None])]
     path = os.path.join(feed, f"{pid}.{version}.nupkg")
     if not os.path.exists(path):
         return
@@ -193,34 +202,35 @@ def check(pid, required, forbidden, deps, assemblies="lib/net8.0", max_installed
     spath = os.path.join(feed, f"{pid}.{version}.snupkg")
     if os.path.exists(spath):
         with zipfile.ZipFile(spath) as z:
-            pdb = f"{assemblies}/{pid}.pdb"
-            if pdb not in z.namelist():
-                errors.append(f"{pid}: the symbol package has no {pdb} ({z.namelist()})")
-            else:
-                # The SourceLink map is stored as plain JSON in the portable PDB's blob heap.
-                has_link = b'{"documents":' in z.read(pdb)
-                print(f"  {pid}.{version}.snupkg: {pdb}, SourceLink {'present' if has_link else 'absent'}")
-                if remote and not has_link:
-                    errors.append(f"{pid}: the repository has a remote ({remote}) but {pdb} has no SourceLink")
+            for tfm in frameworks:
+                pdb = f"{assemblies.format(tfm=tfm)}/{pid}.pdb"
+                if pdb not in z.namelist():
+                    errors.append(f"{pid}: the symbol package has no {pdb} ({z.namelist()})")
+                else:
+                    # The SourceLink map is stored as plain JSON in the portable PDB's blob heap.
+                    has_link = b'{"documents":' in z.read(pdb)
+                    print(f"  {pid}.{version}.snupkg: {pdb}, SourceLink {'present' if has_link else 'absent'}")
+                    if remote and not has_link:
+                        errors.append(f"{pid}: the repository has a remote ({remote}) but {pdb} has no SourceLink")
 
 native = "runtimes/linux-x64/native/"
 check("RemoteCache",
-      ["lib/net8.0/RemoteCache.dll", native + "libremotecache.so", native + "remotecache-server",
+      ["lib/{tfm}/RemoteCache.dll", native + "libremotecache.so", native + "remotecache-server",
        native + "remotecache-capability", native + "remotecache-admin", "buildTransitive/RemoteCache.targets",
        "LICENSE", "contentFiles/any/any/remotecache-models/shm-512.json", "contentFiles/any/any/remotecache-models/tcp-512.json"],
       [native + "remotecache-bench", native + "remotecache-abi"], {})
-check("RemoteCache.Device", ["lib/net8.0/RemoteCache.Device.dll"], [],
+check("RemoteCache.Device", ["lib/{tfm}/RemoteCache.Device.dll"], [],
       {"RemoteCache": version, "Microsoft.FASTER.Core": None})
-tool = "tools/net8.0/any/"
+tool = "tools/{tfm}/any/"
 check("RemoteCache.Cli",
       [tool + "RemoteCache.Cli.dll", tool + "DotnetToolSettings.xml", tool + "RemoteCache.dll",
        tool + native + "libremotecache.so"],
-      [], {}, assemblies="tools/net8.0/any", max_installed=30 * 2**20)
-check("RemoteCache.Manager.Contract", ["lib/net8.0/RemoteCache.Manager.Contract.dll"], [], {"Google.Protobuf": None, "Grpc.Core.Api": None})
+      [], {}, assemblies="tools/{tfm}/any", max_installed=30 * 2**20)
+check("RemoteCache.Manager.Contract", ["lib/{tfm}/RemoteCache.Manager.Contract.dll"], [], {"Google.Protobuf": None, "Grpc.Core.Api": None})
 check("RemoteCache.Manager",
       [tool + "RemoteCache.Manager.dll", tool + "DotnetToolSettings.xml", tool + "RemoteCache.Manager.Contract.dll",
        tool + native + "remotecache-server", tool + "remotecache-models/shm-8.json", tool + "remotecache-models/tcp-8.json"],
-      [], {}, assemblies="tools/net8.0/any")
+      [], {}, assemblies="tools/{tfm}/any")
 if not remote:
     print("packaging: note: the repository has no git remote, so the packages name no repository url and the PDBs "
           "carry no SourceLink")
@@ -329,10 +339,10 @@ check_native() {
   return $bad
 }
 
-# run_consumer DLL WHAT: runs the quickstart; its output goes to the console and to $WORK/consumer.log.
+# run_consumer DOTNET DLL WHAT: runs the quickstart; its output goes to the console and to $WORK/consumer.log.
 run_consumer() {
-  local dll=$1 what=$2 log="$WORK/consumer.log" rc=0 t0=$SECONDS
-  timeout --kill-after=10 180 dotnet "$dll" 2>&1 | tee "$log" || rc=${PIPESTATUS[0]}
+  local dotnet=$1 dll=$2 what=$3 log="$WORK/consumer.log" rc=0 t0=$SECONDS
+  timeout --kill-after=10 180 "$dotnet" "$dll" 2>&1 | tee "$log" || rc=${PIPESTATUS[0]}
   SERVER_PID="$(sed -n 's/^remotecache-server (pid \([0-9]*\)) ready.*/\1/p' "$log" | head -n 1)"
   echo "-- consumer ($what): $((SECONDS - t0))s, exit $rc"
   if (( rc != 0 )); then
@@ -345,15 +355,19 @@ run_consumer() {
 t0=$SECONDS
 dotnet build "$CONSUMER/Consumer.csproj" -c Release --no-restore -p:RemoteCachePackageVersion="$VERSION" -nologo
 echo "-- build: $((SECONDS - t0))s"
-check_native "$CONSUMER/bin/Release/net8.0" "build output"
-run_consumer "$CONSUMER/bin/Release/net8.0/Consumer.dll" "build output"
+DOTNET8="$(source scripts/lib.sh && dotnet_with_net8)"
+check_native "$CONSUMER/bin/Release/net8.0" "net8.0 build output"
+run_consumer "$DOTNET8" "$CONSUMER/bin/Release/net8.0/Consumer.dll" "net8.0 build output, on .NET 8"
+grep -q "^runtime: .NET 8\." "$WORK/consumer.log" || { echo "packaging: the net8.0 consumer did not run on .NET 8" >&2; exit 1; }
+check_native "$CONSUMER/bin/Release/net10.0" "net10.0 build output"
+run_consumer dotnet "$CONSUMER/bin/Release/net10.0/Consumer.dll" "net10.0 build output"
 
 t0=$SECONDS
-dotnet publish "$CONSUMER/Consumer.csproj" -c Release --no-restore --no-build -o "$WORK/publish" \
+dotnet publish "$CONSUMER/Consumer.csproj" -c Release -f net10.0 --no-restore --no-build -o "$WORK/publish" \
   -p:RemoteCachePackageVersion="$VERSION" -nologo
 echo "-- publish: $((SECONDS - t0))s"
 check_native "$WORK/publish" "publish output"
-run_consumer "$WORK/publish/Consumer.dll" "publish output"
+run_consumer dotnet "$WORK/publish/Consumer.dll" "publish output"
 
 # ---- 5. the remotecache tool ------------------------------------------------------------------------
 t0=$SECONDS

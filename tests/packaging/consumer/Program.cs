@@ -37,6 +37,8 @@ internal static class Program
     {
         using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(90));
         var ct = timeout.Token;
+        // run.sh checks that the net8.0 build ran on .NET 8.
+        Console.WriteLine($"runtime: {RuntimeInformation.FrameworkDescription}");
 
         string serverPath = RemoteCacheServer.ExecutablePath;
         Console.WriteLine($"RemoteCacheServer.ExecutablePath = {serverPath}");
