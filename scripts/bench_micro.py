@@ -31,7 +31,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROJECT = os.path.join(ROOT, "benchmarks", "Micro", "RemoteCache.Benchmarks.Micro.csproj")
-OUT = os.path.join(ROOT, "benchmarks", "Micro", "bin", "Release", "net8.0")
+OUT = os.path.join(ROOT, "benchmarks", "Micro", "bin", "Release", "net10.0")
 DLL = os.path.join(OUT, "RemoteCache.Benchmarks.Micro.dll")
 NATIVE_BENCH = os.path.join(OUT, "runtimes", "linux-x64", "native", "remotecache-bench")
 BDN_ARTIFACTS = os.path.join(ROOT, "benchmarks", "Micro", "BenchmarkDotNet.Artifacts")
