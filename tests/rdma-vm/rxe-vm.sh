@@ -13,7 +13,11 @@
 #                  libraries its ELF files need (repeatable)
 #   --module NAME  also load this kernel module of the guest kernel, after those it depends on (repeatable)
 #   --deb PACKAGE  unpack this Debian package (apt-get download, cached) into the VM, with the shared
-#                  libraries its ELF files need; nothing of it is installed on the host (repeatable)
+#                  libraries its ELF files need; nothing of it is installed on the host (repeatable);
+#                  PACKAGE/SUITE takes it from another suite of the Debian archive (e.g. bookworm-backports),
+#                  through an apt configuration of its own: the host's sources stay as they are
+#   --kernel DIR   boot this kernel instead of Debian's: DIR holds vmlinux, config, modules.builtin and release
+#                  (smbdirect-kernel.sh's output); every module the VM loads must be built into it
 #
 # The VM boots Debian's stock kernel under qemu (TCG: KVM does not work here), loads the RDMA modules,
 # gives eth0 10.0.2.15/24 (qemu user networking), creates rxe0 on eth0 and runs COMMAND with /bin/sh
@@ -30,15 +34,16 @@
 # Environment (optional):
 #   RC_RXE_CACHE        where the unpacked kernel is kept (default /var/tmp/remotecache-rxe-vm)
 #   RC_RXE_CONSOLE_LOG  also save the guest's kernel console to this file
+#   RC_RXE_DEBIAN_MIRROR  the Debian archive --deb PACKAGE/SUITE fetches from (default http://deb.debian.org/debian)
 set -euo pipefail
 # Host-side lib/ELF parsing must not depend on the caller's locale.
 export LC_ALL=C
 
-usage() { sed -n '6,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '6,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 die() { echo "rxe-vm: $*" >&2; exit 2; }
 
 MEM=1024 SMP=2 TIMEOUT=600
-ADDS=() EXTRA_MODULES=() DEBS=()
+ADDS=() EXTRA_MODULES=() DEBS=() KERNEL_DIR=""
 while (($#)); do
   case $1 in
     --mem) [[ $# -ge 2 ]] || die "--mem needs a value"; MEM=$2; shift 2 ;;
@@ -47,6 +52,7 @@ while (($#)); do
     --add) [[ $# -ge 2 ]] || die "--add needs a path"; ADDS+=("$2"); shift 2 ;;
     --module) [[ $# -ge 2 ]] || die "--module needs a name"; EXTRA_MODULES+=("$2"); shift 2 ;;
     --deb) [[ $# -ge 2 ]] || die "--deb needs a package"; DEBS+=("$2"); shift 2 ;;
+    --kernel) [[ $# -ge 2 ]] || die "--kernel needs a directory"; KERNEL_DIR=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; break ;;
     *) usage >&2; die "unknown argument '$1'" ;;
@@ -153,10 +159,19 @@ extract_vmlinux() {
   echo "$fallback: no kernel ELF found inside $image" >&2
   return 1
 }
-ensure_kernel
-
-MODDIR=$CACHE/kernel/lib/modules/$KVER
-[[ -d $MODDIR ]] || die "no modules for $KVER in $CACHE/kernel (delete $CACHE to refetch)"
+if [[ -n $KERNEL_DIR ]]; then
+  for f in vmlinux config modules.builtin release; do
+    [[ -f $KERNEL_DIR/$f ]] || die "--kernel $KERNEL_DIR: no $f there (tests/rdma-vm/smbdirect-kernel.sh makes one)"
+  done
+  KERNEL=$KERNEL_DIR/vmlinux
+  KVER=$(<"$KERNEL_DIR/release")
+  # No modules of its own: the module check below finds each in modules.builtin or stops.
+  MODDIR=$KERNEL_DIR
+else
+  ensure_kernel
+  MODDIR=$CACHE/kernel/lib/modules/$KVER
+  [[ -d $MODDIR ]] || die "no modules for $KVER in $CACHE/kernel (delete $CACHE to refetch)"
+fi
 
 # ---- the initramfs -------------------------------------------------------------------------------
 
@@ -243,20 +258,44 @@ done
 
 for a in ${ADDS[@]+"${ADDS[@]}"}; do add_path "$a"; done
 
+# apt_for_suite SUITE ARGS...: apt-get ARGS with the host's configuration when SUITE is empty; else with sources,
+# lists and caches of its own under $CACHE/apt-SUITE that list SUITE alone (the host's keyring still verifies it).
+apt_for_suite() {
+  local suite=$1
+  shift
+  [[ -n $suite ]] || { apt-get "$@"; return; }
+  local dir=$CACHE/apt-$suite
+  local opts=(-o "Dir::Etc::SourceList=$dir/sources.list" -o "Dir::Etc::SourceParts=$dir/sources.list.d"
+    -o "Dir::State::Lists=$dir/lists" -o "Dir::Cache=$dir/cache")
+  mkdir -p "$dir/lists/partial" "$dir/cache/archives/partial" "$dir/sources.list.d"
+  echo "deb ${RC_RXE_DEBIAN_MIRROR:-http://deb.debian.org/debian} $suite main" >"$dir/sources.list"
+  # The lists are fetched once a day at most.
+  if [[ -z $(find "$dir/lists" -maxdepth 1 -name '*Packages*' -mtime -1 -print -quit) ]]; then
+    apt-get "${opts[@]}" update -q >&2 || return
+  fi
+  apt-get "${opts[@]}" "$@"
+}
+
 # --deb: packages unpacked into the guest's merged-/usr layout (a package's /lib, /bin, /sbin land under /usr),
 # with the libraries their ELF files need (ldd also looks among the unpacked ones).
 if ((${#DEBS[@]})); then
   DEB_CACHE=$CACHE/debs
   DEB_ROOT=$WORK/debroot
   mkdir -p "$DEB_CACHE" "$DEB_ROOT"
-  for pkg in "${DEBS[@]}"; do
-    if ! compgen -G "$DEB_CACHE/${pkg}_*.deb" >/dev/null &&
-      ! (cd "$DEB_CACHE" && apt-get download "$pkg" >/dev/null 2>&1); then
+  for spec in "${DEBS[@]}"; do
+    pkg=${spec%%/*} suite="" dir=$DEB_CACHE
+    if [[ $spec == */* ]]; then
+      suite=${spec#*/}
+      dir=$DEB_CACHE/$suite
+    fi
+    mkdir -p "$dir"
+    if ! compgen -G "$dir/${pkg}_*.deb" >/dev/null &&
+      ! (cd "$dir" && apt_for_suite "$suite" download "$spec" >/dev/null 2>&1); then
       # The command runs without it (and says so if it needs it): a missing package is not a broken VM.
-      echo "rxe-vm: warning: --deb $pkg: apt-get download failed; the VM goes without it" >&2
+      echo "rxe-vm: warning: --deb $spec: apt-get download failed; the VM goes without it" >&2
       continue
     fi
-    dpkg -x "$(compgen -G "$DEB_CACHE/${pkg}_*.deb" | sort -V | tail -n 1)" "$DEB_ROOT"
+    dpkg -x "$(compgen -G "$dir/${pkg}_*.deb" | sort -V | tail -n 1)" "$DEB_ROOT"
   done
   for d in lib bin sbin; do
     [[ -d $DEB_ROOT/$d && ! -L $DEB_ROOT/$d ]] || continue
@@ -277,7 +316,7 @@ MODULES=(virtio_ring virtio virtio_pci_legacy_dev virtio_pci_modern_dev virtio_p
   failover net_failover virtio_net udp_tunnel ip6_udp_tunnel ib_core ib_uverbs iw_cm ib_cm rdma_cm rdma_ucm
   rdma_rxe)
 # --module: each after the modules it depends on (modinfo reads that from the .ko itself).
-module_file() { find "$MODDIR/kernel" -name "$1.ko" -o -name "$1.ko.xz" -o -name "$1.ko.zst" -o -name "$1.ko.gz" | head -n 1; }
+module_file() { [[ -d $MODDIR/kernel ]] || return 0; find "$MODDIR/kernel" -name "$1.ko" -o -name "$1.ko.xz" -o -name "$1.ko.zst" -o -name "$1.ko.gz" | head -n 1; }
 with_dependencies() {
   local m=$1 ko dep
   [[ " ${MODULES[*]} " == *" $m "* ]] && return 0
