@@ -685,7 +685,10 @@ TEST_F(MigrationPullFailures, SilentSourceTimesOut) {
   std::printf("[ info     ] silent source: %s after %lld ms: %s\n", sname(pulled_.status).c_str(),
               static_cast<long long>(took.count()), pulled_.error.c_str());
   EXPECT_EQ(pulled_.status, RC_E_TIMEOUT) << pulled_.error;
-  EXPECT_TRUE(contains(pulled_.error, "within its 1500 ms")) << pulled_.error;
+  // Silent from before the pull reached it (a slow build: ASan) or from the middle: the deadline is the pull's either way.
+  EXPECT_TRUE(contains(pulled_.error, "within its 1500 ms") ||
+              contains(pulled_.error, "no Connect reply from " + a_.endpoint()))
+      << pulled_.error;
   EXPECT_GE(took, ms(kTimeoutMs - 50));
   ASSERT_EQ(::kill(a_.pid(), SIGCONT), 0);
   EXPECT_TRUE(cache_works(cb_.c, 4096, 42));
