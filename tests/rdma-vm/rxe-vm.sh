@@ -4,7 +4,7 @@
 # here has no RDMA modules (and containers cannot load any), so the verbs stack has to live in a guest.
 #
 #   usage: tests/rdma-vm/rxe-vm.sh [--mem MB] [--smp N] [--timeout S] [--add PATH]... [--module NAME]...
-#                                  [--deb PACKAGE]... -- COMMAND...
+#                                  [--deb PACKAGE[/SUITE]]... [--kernel DIR] -- COMMAND...
 #
 #   --mem MB       guest memory (default 1024)
 #   --smp N        guest CPUs (default 2: perftest and our tests poll on both ends of a connection)
@@ -39,7 +39,7 @@ set -euo pipefail
 # Host-side lib/ELF parsing must not depend on the caller's locale.
 export LC_ALL=C
 
-usage() { sed -n '6,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '6,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 die() { echo "rxe-vm: $*" >&2; exit 2; }
 
 MEM=1024 SMP=2 TIMEOUT=600
