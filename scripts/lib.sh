@@ -38,6 +38,28 @@ ensure_packages() {
 # The packages every native build needs (rdma-core for the verbs transport, libssl-dev for libcrypto).
 NATIVE_PACKAGES=(cmake ninja-build g++ libgtest-dev libgmock-dev python3 libibverbs-dev librdmacm-dev libssl-dev)
 
+# apt_for_suite DIR SUITE ARGS...: apt-get ARGS with the host's configuration when SUITE is empty; else with sources,
+# lists and caches of its own under DIR/apt-SUITE that list SUITE of the Debian archive alone (the host's keyring still
+# verifies it; the host's sources stay as they are). The mirror: RC_RXE_DEBIAN_MIRROR (default deb.debian.org).
+apt_for_suite() {
+  local base=$1 suite=$2
+  shift 2
+  [[ -n $suite ]] || { apt-get "$@"; return; }
+  local dir=$base/apt-$suite
+  local opts=(-o "Dir::Etc::SourceList=$dir/sources.list" -o "Dir::Etc::SourceParts=$dir/sources.list.d"
+    -o "Dir::State::Lists=$dir/lists" -o "Dir::Cache=$dir/cache")
+  mkdir -p "$dir/lists/partial" "$dir/cache/archives/partial" "$dir/sources.list.d"
+  echo "deb ${RC_RXE_DEBIAN_MIRROR:-http://deb.debian.org/debian} $suite main" >"$dir/sources.list"
+  # The lists are fetched once a day at most.
+  if [[ -z $(find "$dir/lists" -maxdepth 1 -name '*Packages*' -mtime -1 -print -quit) ]]; then
+    apt-get "${opts[@]}" update -q >&2 || return
+  fi
+  apt-get "${opts[@]}" "$@"
+}
+
+# What tests/rdma-vm/smbdirect-kernel.sh needs to build the RDMA VM's kernel.
+KERNEL_BUILD_PACKAGES=(build-essential bc bison flex libelf-dev libssl-dev cpio kmod xz-utils patch)
+
 # The YCSB main job's baselines: smbd (samba) and its client library (libsmbclient) for SMB, fio for the
 # SSD reference. The tests run a small main job too.
 YCSB_PACKAGES=(samba libsmbclient fio)
@@ -65,6 +87,10 @@ build_ycsb() { build_dotnet_app benchmarks/Ycsb build/ycsb-build.log; }
 # build_cli: builds the remotecache CLI (src/RemoteCache.Cli); it is then $CLI_DLL.
 CLI_DLL=src/RemoteCache.Cli/bin/Release/net10.0/RemoteCache.Cli.dll
 build_cli() { build_dotnet_app src/RemoteCache.Cli build/cli-build.log; }
+
+# build_rdma_vm_charts: builds benchmarks/RdmaVmCharts (the RDMA VM harness's charts); it is then $RDMA_VM_CHARTS_DLL.
+RDMA_VM_CHARTS_DLL=benchmarks/RdmaVmCharts/bin/Release/net10.0/RemoteCache.Benchmarks.RdmaVmCharts.dll
+build_rdma_vm_charts() { build_dotnet_app benchmarks/RdmaVmCharts build/rdma-vm-charts-build.log; }
 
 # The .NET 8 runtimes the net8.0 test legs run on (the newest 8.0 patch this machine's NuGet source serves; .NET 8
 # left support on 2026-11-10, so it changes no more).

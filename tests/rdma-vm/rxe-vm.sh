@@ -64,6 +64,8 @@ done
 CMD="$*"
 
 CACHE=${RC_RXE_CACHE:-/var/tmp/remotecache-rxe-vm}
+# shellcheck source=../../scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"   # apt_for_suite
 MULTIARCH=/usr/lib/x86_64-linux-gnu
 RXE_PROVIDER=$MULTIARCH/libibverbs/librxe-rdmav34.so
 RXE_DRIVER=/etc/libibverbs.d/rxe.driver
@@ -258,24 +260,6 @@ done
 
 for a in ${ADDS[@]+"${ADDS[@]}"}; do add_path "$a"; done
 
-# apt_for_suite SUITE ARGS...: apt-get ARGS with the host's configuration when SUITE is empty; else with sources,
-# lists and caches of its own under $CACHE/apt-SUITE that list SUITE alone (the host's keyring still verifies it).
-apt_for_suite() {
-  local suite=$1
-  shift
-  [[ -n $suite ]] || { apt-get "$@"; return; }
-  local dir=$CACHE/apt-$suite
-  local opts=(-o "Dir::Etc::SourceList=$dir/sources.list" -o "Dir::Etc::SourceParts=$dir/sources.list.d"
-    -o "Dir::State::Lists=$dir/lists" -o "Dir::Cache=$dir/cache")
-  mkdir -p "$dir/lists/partial" "$dir/cache/archives/partial" "$dir/sources.list.d"
-  echo "deb ${RC_RXE_DEBIAN_MIRROR:-http://deb.debian.org/debian} $suite main" >"$dir/sources.list"
-  # The lists are fetched once a day at most.
-  if [[ -z $(find "$dir/lists" -maxdepth 1 -name '*Packages*' -mtime -1 -print -quit) ]]; then
-    apt-get "${opts[@]}" update -q >&2 || return
-  fi
-  apt-get "${opts[@]}" "$@"
-}
-
 # --deb: packages unpacked into the guest's merged-/usr layout (a package's /lib, /bin, /sbin land under /usr),
 # with the libraries their ELF files need (ldd also looks among the unpacked ones).
 if ((${#DEBS[@]})); then
@@ -290,7 +274,7 @@ if ((${#DEBS[@]})); then
     fi
     mkdir -p "$dir"
     if ! compgen -G "$dir/${pkg}_*.deb" >/dev/null &&
-      ! (cd "$dir" && apt_for_suite "$suite" download "$spec" >/dev/null 2>&1); then
+      ! (cd "$dir" && apt_for_suite "$CACHE" "$suite" download "$spec" >/dev/null 2>&1); then
       # The command runs without it (and says so if it needs it): a missing package is not a broken VM.
       echo "rxe-vm: warning: --deb $spec: apt-get download failed; the VM goes without it" >&2
       continue
