@@ -97,17 +97,7 @@ public static class Chart
                 var r = rows.FirstOrDefault(x => x.Distribution == groups[g] && x.Device == devices[d]);
                 if (r is null)
                     continue;
-                var bar = new Bar
-                {
-                    Position = x0 + d,
-                    Value = Math.Log10(r.OpsPerSecond),
-                    ValueBase = lo,
-                    Size = 0.85,
-                    FillColor = ColorOf(devices[d]),
-                    LineWidth = 0,
-                    Label = ChartKit.Si(r.OpsPerSecond),
-                };
-                var bars = plot.Add.Bar(bar);
+                var bars = plot.Add.Bar(ChartKit.LogBar(x0 + d, r.OpsPerSecond, lo, ColorOf(devices[d])));
                 bars.ValueLabelStyle.FontSize = 12;
             }
         }

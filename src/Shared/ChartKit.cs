@@ -52,6 +52,21 @@ internal static class ChartKit
         return ticks;
     }
 
+    /// <summary>
+    /// A bar of <paramref name="value"/> on a log axis (log10 of the values, as <see cref="LogTicks"/> labels them),
+    /// standing on <paramref name="logBase"/> and labelled with the value.
+    /// </summary>
+    internal static Bar LogBar(double position, double value, double logBase, Color color) => new()
+    {
+        Position = position,
+        Value = Math.Log10(value),
+        ValueBase = logBase,
+        Size = 0.85,
+        FillColor = color,
+        LineWidth = 0,
+        Label = Si(value),
+    };
+
     /// <summary>1.2K, 340K, 4.1M: a throughput in a few characters.</summary>
     internal static string Si(double v) =>
         v >= 1e9 ? Fixed(v / 1e9, "G") : v >= 1e6 ? Fixed(v / 1e6, "M") : v >= 1e3 ? Fixed(v / 1e3, "K") : Fixed(v, "");

@@ -63,7 +63,7 @@ public sealed class ChartTests
     }
 
     /// <summary>How many pixels are (nearly) this colour: a device drawn in a chart leaves some.</summary>
-    private static int PixelsOf(SKBitmap image, SKColor color)
+    internal static int PixelsOf(SKBitmap image, SKColor color)
     {
         int count = 0;
         for (int y = 0; y < image.Height; y++)

@@ -7,19 +7,26 @@
 #      ibv_devinfo -v; perftest baselines (ib_read_lat, ib_write_lat, ib_write_bw);
 #      the conformance suite's verbs instantiation; remotecache-bench over verbs (8 B read, 8 B write,
 #      batched 16 B writes; connect time for a 64 MiB and a 1 GiB cache; a 128 MiB region pull against
-#      ib_read_bw); NFS over RDMA (kernel nfsd, proto=rdma) read with fio next to RemoteCache reads of the
-#      same sizes and depths; a verbs SLO model (remotecache slo model --quick); FASTER YCSB (benchmarks/Ycsb,
-#      .NET) with its log on that NFS mount against the tiered device whose cache tier is a RemoteCache over
-#      verbs, placed by the manager with that model;
-#   3. prints a summary (perftest figures, our p50s and ops/s, the three ratios against their targets)
-#      and writes artifacts/rdma-vm/{output.txt,console.txt,summary.json}.
+#      ib_read_bw); the two file servers over RDMA, each exporting a tmpfs folder: SMB Direct (the kernel's ksmbd,
+#      cifs mounted with rdma) and NFS over RDMA (kernel nfsd, proto=rdma), read with fio next to RemoteCache
+#      reads of the same sizes and depths; a verbs SLO model (remotecache slo model --quick); FASTER YCSB
+#      (benchmarks/Ycsb, .NET) with its log on each mount against the tiered device whose cache tier is a
+#      RemoteCache over verbs, placed by the manager with that model;
+#   3. prints a summary (perftest figures, our p50s and ops/s, the ratios against their targets), draws the file
+#      server comparison (benchmarks/RdmaVmCharts) and writes artifacts/rdma-vm/{output.txt,console.txt,
+#      summary.json,file-servers.png,ycsb.png}.
+#
+# The VM boots a kernel with SMB Direct, which Debian's kernels lack: tests/rdma-vm/smbdirect-kernel.sh builds it
+# from Debian's linux-source-6.1 once per machine (a few minutes cold; cached after) and the whole harness runs on it.
 #
 # Everything inside the VM is emulated (qemu TCG), so absolute times mean little: only the ratios
 # against perftest measured in the same boot are meaningful.
 #
 # Exit status: non-zero when the build fails, the VM does not boot or finish, or a verbs conformance test
-# fails, or FASTER YCSB in the guest reads a wrong value or does not finish. Missed performance targets and
-# unavailable sections are reported, not fatal.
+# fails, or FASTER YCSB in the guest reads a wrong value or does not finish, or SMB Direct was not measured (the
+# kernel did not build, or the share is not mounted over SMB Direct: its rows then say why, and no figure of SMB over
+# TCP is ever reported as SMB Direct). Missed performance targets and other unavailable sections are reported, not
+# fatal.
 #
 # usage: bash tests/rdma-vm/run.sh
 # environment (all optional):
@@ -29,9 +36,14 @@
 #   RC_RDMA_VM_REQUIRE_VERBS  1: also fail when the verbs conformance tests are skipped or absent
 #   RC_RDMA_VM_YCSB           FASTER YCSB in the guest through the manager (a verbs model measured first), the log
 #                             on NFS over RDMA against the tiered device over verbs (about two minutes more; guest
-#                             memory 3072 MB, limit 900 s): auto (default) runs
+#                             memory 3072 MB, limit 1200 s): auto (default) runs
 #                             it when the .NET SDK is installed, 1 fails without it, 0 skips it
-#   RC_RDMA_VM_YCSB_ARGS      its flags (default: readonly, 400000 records, 1 thread, 3 rounds of 2 s, ssd and remotecache)
+#   RC_RDMA_VM_YCSB_ARGS      its flags but --devices, which the harness sets per mount (default: readonly, 400000
+#                             records, 1 thread, 3 rounds of 2 s)
+#   RC_RDMA_VM_SMBDIRECT      1 (default): boot the kernel with SMB Direct and measure it (see above); 0: boot Debian's
+#                             stock kernel, and the SMB Direct rows say "not measured" (not a failure then)
+#   RC_RDMA_VM_SMB_MOUNT      rdma (default) or tcp: mount the share over TCP instead (SMB3 over loopback TCP), to see
+#                             the harness refuse it: its rows are not measured and the harness fails
 #   RC_SKIP_APT=1             never call apt-get (see scripts/lib.sh)
 set -euo pipefail
 
@@ -132,10 +144,33 @@ if [[ $YCSB_MODE != 0 ]]; then
   [[ -n $libssl ]] || { echo "rdma-vm: no libssl.so.3 on this host for .NET in the guest" >&2; exit 1; }
   YCSB_ADDS=(--add "$stage" --add "$cli_stage" --add "$dotnet_root/dotnet" --add "$dotnet_root/host" --add "$dotnet_root/shared"
              --add "$libssl")
-  YCSB_ARGS=${RC_RDMA_VM_YCSB_ARGS:-"--workload readonly --records 400000 --threads 1 --rounds 3 --duration 2 --devices ssd,remotecache --no-fio"}
+  YCSB_ARGS=${RC_RDMA_VM_YCSB_ARGS:-"--workload readonly --records 400000 --threads 1 --rounds 3 --duration 2 --no-fio"}
+  [[ " $YCSB_ARGS " != *" --devices "* ]] || { echo "rdma-vm: RC_RDMA_VM_YCSB_ARGS must not set --devices (the harness sets them per mount)" >&2; exit 2; }
   YCSB_TIMEOUT=300
   VM_MEM=${RC_RDMA_VM_MEM:-3072}
-  VM_TIMEOUT=${RC_RDMA_VM_TIMEOUT:-900}
+  VM_TIMEOUT=${RC_RDMA_VM_TIMEOUT:-1200}
+fi
+
+# The kernel: one with SMB Direct (ksmbd's and cifs's), built here once per machine, for the whole boot, so that
+# every baseline is measured in the same boot as RemoteCache. SMB_SKIP, when set, is why SMB Direct is not measured.
+SMB_MODE=${RC_RDMA_VM_SMBDIRECT:-1}
+SMB_MOUNT=${RC_RDMA_VM_SMB_MOUNT:-rdma}
+[[ $SMB_MODE =~ ^(0|1)$ ]] || { echo "rdma-vm: RC_RDMA_VM_SMBDIRECT is 0 or 1, not '$SMB_MODE'" >&2; exit 2; }
+[[ $SMB_MOUNT =~ ^(rdma|tcp)$ ]] || { echo "rdma-vm: RC_RDMA_VM_SMB_MOUNT is rdma or tcp, not '$SMB_MOUNT'" >&2; exit 2; }
+KERNEL_ARGS=() SMB_SKIP="" SMB_DEBS=()
+if [[ $SMB_MODE == 1 ]]; then
+  banner "kernel with SMB Direct (tests/rdma-vm/smbdirect-kernel.sh: built once per machine)"
+  if kernel_dir=$(bash "$HERE/smbdirect-kernel.sh"); then
+    KERNEL_ARGS=(--kernel "$kernel_dir")
+    echo "booting $(<"$kernel_dir/release") from $kernel_dir (built in $(<"$kernel_dir/build-seconds") s)"
+    # bookworm's ksmbd-tools (3.4.7) fails every tree connect; backports' 3.5.2 works (docs/rdma.md).
+    SMB_DEBS=(--deb ksmbd-tools/bookworm-backports --deb cifs-utils --deb libnl-genl-3-200)
+  else
+    SMB_SKIP="the kernel with SMB Direct did not build (tests/rdma-vm/smbdirect-kernel.sh failed: its output is above), so the VM boots Debian's stock kernel, which has no SMB Direct"
+    echo "rdma-vm: $SMB_SKIP" >&2
+  fi
+else
+  SMB_SKIP="RC_RDMA_VM_SMBDIRECT=0: Debian's stock kernel, which has no SMB Direct"
 fi
 
 # ---- 2. the guest script -----------------------------------------------------------------------
@@ -144,7 +179,7 @@ rm -rf "$OUT_DIR"
 mkdir -p "$OUT_DIR"
 GUEST="$ROOT/$OUT_DIR/guest.sh"
 # Runs under busybox sh in the VM. Every section prints "===== rdma-vm: NAME =====" first and
-# "===== rdma-vm: NAME done rc=N =====" last; summarize.py splits the output on these. Each tool runs
+# "===== rdma-vm: NAME done rc=N seconds=S =====" last; summarize.py splits the output on these. Each tool runs
 # under its own timeout so one hang costs one section, not the whole VM. The whole script normally takes
 # 1.5 min on an idle host (the conformance suite ~1 min of it) and up to ~4 min on a busy one; each
 # timeout is several times its tool's normal duration, and the VM's own limit is the backstop.
@@ -160,10 +195,12 @@ CLI_DLL=$GUEST_CLI
 DOTNET=${dotnet_root:-}/dotnet
 YCSB_ARGS="$YCSB_ARGS"
 YCSB_TIMEOUT=$YCSB_TIMEOUT
+SMB_SKIP="$SMB_SKIP"
+SMB_MOUNT=$SMB_MOUNT
 EOF
 cat >> "$GUEST" <<'EOF'
-begin() { SECTION=$1; echo; echo "===== rdma-vm: $1 ====="; }
-end() { echo "===== rdma-vm: $SECTION done rc=$1 ====="; }
+begin() { SECTION=$1; SECTION_START=$(date +%s); echo; echo "===== rdma-vm: $1 ====="; }
+end() { echo "===== rdma-vm: $SECTION done rc=$1 seconds=$(($(date +%s) - SECTION_START)) ====="; }
 
 # perftest NAME TOOL ARGS...: TOOL as server in the background, then as client to $ADDR, in one section.
 # The client's table comes first; the server's own copy follows after "--- server side ---".
@@ -243,10 +280,15 @@ bench connect_1g --op connect --cache-bytes 1G
 perftest ib_read_bw ib_read_bw -s 65536 -n 2000
 bench bench_pull --op pull --cache-bytes 128M
 
-# The file-server-over-RDMA baseline: the kernel NFS server exports a tmpfs folder over RDMA (NFSv4.2, port 20049)
-# and the guest mounts it over rxe0 with proto=rdma; fio reads 512 B and 4 KiB at random, O_DIRECT, at depth 1 and
-# 32, each next to remotecache-bench reading the same sizes at the same depth (one-sided, c=0 s=0) from a cache as
-# large as the file. NFSv4's grace period is cut to 10 s so that the first open does not wait 90 s.
+# The file servers over RDMA, each exporting a tmpfs folder (so that no disk is measured) to a mount over rxe0:
+#  - SMB Direct, Redy's baseline: the kernel's SMB3 server (ksmbd, whose TCP listener is bound to lo only, so that
+#    10.0.2.15 speaks SMB Direct alone) and the kernel's client (cifs, mounted with rdma). The mount is checked to be
+#    SMB Direct (the rdma option and a connected SMBDirect transport in /proc/fs/cifs/DebugData) before every
+#    section that measures it; otherwise the section prints "not measured: WHY" and the harness fails.
+#  - NFS over RDMA: the kernel NFS server (NFSv4.2, port 20049) and the client with proto=rdma. NFSv4's grace period
+#    is cut to 10 s so that the first open does not wait 90 s.
+# fio reads 512 B and 4 KiB at random, O_DIRECT, at depth 1 and 32 on each, next to remotecache-bench reading the
+# same sizes at the same depth (one-sided, c=0 s=0) from a cache as large as the file.
 begin nfs_setup
 mkdir -p /proc/fs/nfsd /var/lib/nfs /export /mnt/nfs
 touch /var/lib/nfs/etab /var/lib/nfs/rmtab
@@ -259,27 +301,117 @@ mount -t nfsd nfsd /proc/fs/nfsd && mount -t tmpfs tmpfs /export &&
   grep ' /mnt/nfs ' /proc/mounts && dd if=/dev/zero of=/mnt/nfs/file bs=1M count=64 2>/dev/null
 nfs_rc=$?
 end $nfs_rc
+
+# smb_direct_check: whether /mnt/smb is SMB Direct; if not, prints "not measured: WHY" and fails.
+smb_direct_check() {
+  opts=$(awk '$2 == "/mnt/smb" && $3 == "cifs" { print $4 }' /proc/mounts)
+  if [ -z "$opts" ]; then
+    echo "not measured: /mnt/smb is not a cifs mount"
+    return 1
+  fi
+  case ",$opts," in
+    *,rdma,*) ;;
+    *) echo "not measured: the share is mounted over TCP, not SMB Direct (no rdma among the mount's options: $(echo "$opts" | cut -c1-120))"
+       return 1 ;;
+  esac
+  # cifs_debug.c prints the SMBDirect transport's state in hex; 2 is SMBD_CONNECTED.
+  transport=$(grep -o 'SMBDirect.*transport status: [0-9a-f]*' /proc/fs/cifs/DebugData 2>/dev/null | head -n 1)
+  case "$transport" in
+    *"transport status: 2") echo "verified: $transport" ;;
+    *) echo "not measured: cifs reports no connected SMB Direct transport (DebugData: ${transport:-no SMBDirect line})"
+       return 1 ;;
+  esac
+}
+begin smb_setup
+smb_rc=1
+if [ -n "$SMB_SKIP" ]; then
+  echo "not measured: $SMB_SKIP"
+else
+  mkdir -p /srv/share /mnt/smb /etc/ksmbd /run /var/run
+  grep -q '^root:' /etc/passwd 2>/dev/null || echo 'root:x:0:0:root:/tmp:/bin/sh' >> /etc/passwd
+  grep -q '^root:' /etc/group 2>/dev/null || echo 'root:x:0:' >> /etc/group
+  printf '%s\n' '[global]' '	netbios name = rcvm' '	bind interfaces only = yes' '	interfaces = lo' \
+    '[share]' '	path = /srv/share' '	read only = no' '	force user = root' > /etc/ksmbd/ksmbd.conf
+  if [ "$SMB_MOUNT" = tcp ]; then
+    smb_source=//127.0.0.1/share smb_options=vers=3.0,username=rc,password=rcpass,cache=none
+  else
+    smb_source=//10.0.2.15/share smb_options=rdma,vers=3.0,username=rc,password=rcpass,cache=none
+  fi
+  mount -t tmpfs tmpfs /srv/share && ksmbd.adduser -a rc -p rcpass > /dev/null && ksmbd.mountd &&
+    echo "\$ mount.cifs $smb_source /mnt/smb -o $smb_options" &&
+    timeout 60 mount.cifs "$smb_source" /mnt/smb -o "$smb_options" && smb_direct_check &&
+    dd if=/dev/zero of=/mnt/smb/file bs=1M count=64 2>/dev/null && smb_direct_check > /dev/null
+  smb_rc=$?
+  [ $smb_rc -eq 0 ] || dmesg | grep -iE 'cifs|ksmbd|smbd' | tail -n 10
+fi
+end $smb_rc
+
+# fio_read NAME FILE SIZE DEPTH: fio random reads of FILE (64 MiB) in JSON.
+fio_read() {
+  timeout 60 fio --name="$1" --filename="$2" --size=64M --rw=randread --bs="$3" --iodepth="$4" \
+    --ioengine=libaio --direct=1 --runtime=3 --time_based --output-format=json 2>&1
+}
 for size in 512 4096; do
   for depth in 1 32; do
     begin nfs_fio_${size}_${depth}
     if [ $nfs_rc -eq 0 ]; then
-      timeout 60 fio --name=nfs --filename=/mnt/nfs/file --size=64M --rw=randread --bs=$size --iodepth=$depth \
-        --ioengine=libaio --direct=1 --runtime=3 --time_based --output-format=json 2>&1
+      fio_read nfs /mnt/nfs/file $size $depth
       end $?
     else
       echo "not available: the NFS-over-RDMA mount failed"
       end 1
     fi
-    bench bench_nfs_cmp_${size}_${depth} --op read --size $size --batch 1 --qdepth $depth --client-threads 0 \
+    begin smb_fio_${size}_${depth}
+    if [ $smb_rc -ne 0 ]; then
+      echo "not measured: the SMB Direct share is not mounted (see smb_setup)"
+      end 1
+    elif smb_direct_check; then
+      fio_read smb /mnt/smb/file $size $depth
+      end $?
+    else
+      end 1
+    fi
+    bench bench_cmp_${size}_${depth} --op read --size $size --batch 1 --qdepth $depth --client-threads 0 \
       --server-threads 0 --cache-bytes 64M
   done
 done
 # FASTER YCSB readonly (unless RC_RDMA_VM_YCSB=0), the remotecache device's cache placed by the manager as in the
 # main job: first the verbs model it plans with, measured here on rxe0 (`remotecache slo model --quick`: the shipped
-# models are shm and tcp, and emulated RDMA's figures belong to this VM only); then the log on the NFS-over-RDMA mount
-# (the ssd device: O_DIRECT files under --data-dir) against the tiered device whose cache tier is a RemoteCache over
-# verbs (its file tier on the same mount). Its SLO is loose (reads under 500 µs, 10 000 reads/s): under TCG a 512 B
-# read takes tens of µs, not Redy's 10. .NET runs ~14x slower under TCG; the sections take about two minutes.
+# models are shm and tcp, and emulated RDMA's figures belong to this VM only); then, per mount, FASTER's log in
+# O_DIRECT files on it (the ssd device: files under --data-dir), and, on the SMB Direct mount (the NFS one when SMB
+# Direct is not there), the tiered device whose cache tier is a RemoteCache over verbs (its file tier on that mount).
+# Its SLO is loose (reads under 500 µs, 10 000 reads/s): under TCG a 512 B read takes tens of µs, not Redy's 10.
+# .NET runs ~14x slower under TCG; the sections take about three minutes.
+# ycsb NAME MOUNT_RC DIR DEVICES WHY: one run of the tool with its log under DIR, unless MOUNT_RC says DIR is not there.
+ycsb() {
+  begin "$1"
+  if [ "$2" -ne 0 ]; then
+    echo "$5"
+    end 1
+    return
+  fi
+  if [ "$1" = ycsb_smb ] && ! smb_direct_check; then
+    end 1
+    return
+  fi
+  flags=$YCSB_ARGS
+  # The extended mode (--dynamics) follows the tiered device, so it goes only to the run that has that device.
+  case ",$4," in
+    *,remotecache,*) ;;
+    *) flags=$(echo " $flags " | sed -e 's/ --dynamics-seconds [^ ]*/ /' -e 's/ --dynamics / /') ;;
+  esac
+  YCSB_FLAGS="$flags --devices $4 --data-dir $3/ycsb --transport verbs --verbs-address $ADDR --models /tmp/models --slo-read-us 500 --slo-ops 10000"
+  echo "\$ dotnet $YCSB_DLL $YCSB_FLAGS"
+  # shellcheck disable=SC2086  # a list of flags
+  # Into a file, not the console: redirected, the tool prints its table 160 columns wide.
+  timeout "$YCSB_TIMEOUT" "$DOTNET" "$YCSB_DLL" $YCSB_FLAGS --out /tmp/$1 > /tmp/$1.log 2>&1
+  rc=$?
+  cat /tmp/$1.log
+  echo "--- results.json ---"
+  cat /tmp/$1/results.json 2>/dev/null
+  echo
+  end $rc
+}
 if [ -n "$YCSB_DLL" ]; then
   export DOTNET_CLI_TELEMETRY_OPTOUT=1 DOTNET_ROOT=$(dirname "$DOTNET")
   begin verbs_model
@@ -291,26 +423,16 @@ if [ -n "$YCSB_DLL" ]; then
   cat /tmp/models/verbs-512.json 2>/dev/null
   echo
   end $model_rc
-  begin ycsb
-  if [ $nfs_rc -ne 0 ]; then
-    echo "not available: the NFS-over-RDMA mount failed"
-    end 1
-  elif [ $model_rc -ne 0 ]; then
-    echo "not available: no verbs model for the manager to plan with"
-    end 1
+  if [ $model_rc -ne 0 ]; then
+    smb_devices=ssd nfs_devices=ssd
+    echo "no verbs model for the manager to plan with: FASTER's log on the file servers alone"
+  elif [ $smb_rc -eq 0 ]; then
+    smb_devices=ssd,remotecache nfs_devices=ssd
   else
-    YCSB_FLAGS="$YCSB_ARGS --data-dir /mnt/nfs/ycsb --transport verbs --verbs-address $ADDR --models /tmp/models --slo-read-us 500 --slo-ops 10000"
-    echo "\$ dotnet $YCSB_DLL $YCSB_FLAGS"
-    # shellcheck disable=SC2086  # a list of flags
-    # Into a file, not the console: redirected, the tool prints its table 160 columns wide.
-    timeout "$YCSB_TIMEOUT" "$DOTNET" "$YCSB_DLL" $YCSB_FLAGS --out /tmp/ycsb > /tmp/ycsb.log 2>&1
-    rc=$?
-    cat /tmp/ycsb.log
-    echo "--- results.json ---"
-    cat /tmp/ycsb/results.json 2>/dev/null
-    echo
-    end $rc
+    smb_devices=ssd nfs_devices=ssd,remotecache
   fi
+  ycsb ycsb_smb $smb_rc /mnt/smb $smb_devices "not measured: the SMB Direct share is not mounted (see smb_setup)"
+  ycsb ycsb_nfs $nfs_rc /mnt/nfs $nfs_devices "not available: the NFS-over-RDMA mount failed"
 fi
 # The harness judges the sections; the script itself always succeeds.
 exit 0
@@ -323,6 +445,7 @@ set +e
 RC_RXE_CONSOLE_LOG="$ROOT/$OUT_DIR/console.txt" \
   bash "$HERE/rxe-vm.sh" --mem "$VM_MEM" --smp "$VM_SMP" --timeout "$VM_TIMEOUT" --add "$ABS_BUILD" --add "$GUEST" \
   --module nfsd --module rpcrdma --module nfsv4 --deb nfs-kernel-server --deb nfs-common --deb libwrap0 --deb libnfsidmap1 \
+  ${KERNEL_ARGS[@]+"${KERNEL_ARGS[@]}"} ${SMB_DEBS[@]+"${SMB_DEBS[@]}"} \
   --add "$(command -v fio)" --add /etc/netconfig ${YCSB_ADDS[@]+"${YCSB_ADDS[@]}"} \
   -- sh "$GUEST" 2>&1 | tee "$OUT_DIR/output.txt"
 vm_rc=${PIPESTATUS[0]}
@@ -332,9 +455,21 @@ set -e
 
 banner "summary"
 set +e
-python3 "$HERE/summarize.py" --vm-rc "$vm_rc" --require-verbs "${RC_RDMA_VM_REQUIRE_VERBS:-0}" \
+python3 "$HERE/summarize.py" --vm-rc "$vm_rc" --require-verbs "${RC_RDMA_VM_REQUIRE_VERBS:-0}" --require-smbdirect "$SMB_MODE" \
   --seconds "$((SECONDS - START))" --json "$OUT_DIR/summary.json" "$OUT_DIR/output.txt"
 rc=$?
 set -e
-echo "raw output: $OUT_DIR/output.txt  guest console: $OUT_DIR/console.txt  summary: $OUT_DIR/summary.json"
+# The file servers' charts, when a .NET SDK is here to draw them (ScottPlot, as the YCSB tool's); a chart that
+# cannot be drawn fails the harness.
+charts=""
+if [[ -f $OUT_DIR/summary.json ]] && command -v dotnet >/dev/null 2>&1; then
+  if build_rdma_vm_charts &&
+    dotnet "$RDMA_VM_CHARTS_DLL" "$OUT_DIR/summary.json" "$OUT_DIR"; then
+    charts="  charts: $OUT_DIR/file-servers.png, $OUT_DIR/ycsb.png"
+  else
+    echo "rdma-vm: the charts could not be drawn (see above)" >&2
+    rc=1
+  fi
+fi
+echo "raw output: $OUT_DIR/output.txt  guest console: $OUT_DIR/console.txt  summary: $OUT_DIR/summary.json$charts"
 exit "$rc"

@@ -2,14 +2,16 @@
 """Summarizes the RDMA VM harness output (tests/rdma-vm/run.sh): perftest baselines, the verbs
 conformance run, remotecache-bench over verbs, and the ratios against their targets.
 
-usage: summarize.py [--vm-rc N] [--require-verbs 0|1] [--seconds S] [--json FILE] OUTPUT_TXT
+usage: summarize.py [--vm-rc N] [--require-verbs 0|1] [--require-smbdirect 0|1] [--seconds S] [--json FILE] OUTPUT_TXT
 
 Every section of the guest script is delimited by "===== rdma-vm: NAME =====" and
 "===== rdma-vm: NAME done rc=N =====". A section that is missing or whose tool printed nothing
 parseable is reported as "not available"; nothing here raises on odd input.
 
 Exit status: 0, or 1 when the VM failed (no sections / rxe-vm exit 124 or 125) or a verbs conformance
-test failed (with --require-verbs 1 also when they were all skipped or none ran).
+test failed (with --require-verbs 1 also when they were all skipped or none ran), or FASTER YCSB failed, or
+(with --require-smbdirect 1) any SMB Direct row was not measured: the guest prints "not measured: WHY" where the
+share is not mounted over SMB Direct, and that reason is what the summary reports.
 """
 import argparse
 import json
@@ -18,7 +20,7 @@ import re
 import sys
 
 BEGIN_RE = re.compile(r"^===== rdma-vm: (\S+) =====$")
-END_RE = re.compile(r"^===== rdma-vm: (\S+) done rc=(-?\d+) =====$")
+END_RE = re.compile(r"^===== rdma-vm: (\S+) done rc=(-?\d+)(?: seconds=(\d+))? =====$")
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 # The three ratios: name -> ("le", maximum) or ("ge", minimum). A RemoteCache write completes on the responder's
@@ -33,6 +35,13 @@ TARGETS = {
 # Joining a cache (a new client's connection to it) must not cost more with the cache's size: the server
 # registers each region once, not per connection. Judged on join p50 for 1 GiB over 64 MiB, one boot.
 CONNECT_TARGET = ("le", 1.5)
+# The file servers: RemoteCache's 512 B reads at depth 1 against SMB Direct's (fio, O_DIRECT), in IOPS; and FASTER
+# YCSB on the tiered device over verbs against its log on the SMB Direct mount, in ops/s (Redy: >= 8x on ConnectX-5;
+# emulation compresses the ratios).
+SMB_READ_TARGET = ((512, 1), 10.0)
+YCSB_SMB_TARGET = 3.0
+SERVER_LABELS = {"smb": "SMB Direct", "nfs": "NFS over RDMA"}
+
 # A region pull over verbs (RDMA READs of the source region, remotecache-bench --op pull) against ib_read_bw's
 # bandwidth (64 KiB messages), same boot.
 PULL_TARGET = ("ge", 0.5)
@@ -50,6 +59,7 @@ def split_sections(lines):
         m = END_RE.match(line)
         if m and current is not None:
             current["rc"] = int(m.group(2))
+            current["seconds"] = int(m.group(3)) if m.group(3) else None
             current = None
             continue
         if current is not None:
@@ -117,8 +127,8 @@ def parse_bench(section):
                 out["ok"] = True
             except ValueError:
                 pass
-        elif s.startswith("not available: "):
-            out.setdefault("message", s[len("not available: "):])
+        elif s.startswith(("not available: ", "not measured: ")):
+            out.setdefault("message", s.split(": ", 1)[1])
         elif "remotecache-bench:" in s:
             out.setdefault("message", s)
     return out
@@ -131,6 +141,11 @@ def parse_fio(section):
     text = "\n".join(section["lines"])
     start, end = text.find("{"), text.rfind("}")
     out = {"rc": section["rc"]}
+    not_measured = next((l.strip() for l in section["lines"] if l.strip().startswith(("not measured: ", "not available: "))),
+                        None)
+    if not_measured:
+        out["not_measured"] = not_measured.split(": ", 1)[1]
+        return out
     if start < 0 or end < start:
         out["message"] = next((l.strip() for l in section["lines"] if l.strip()), "no output")
         return out
@@ -149,7 +164,15 @@ def parse_ycsb(section):
         return None
     out = {"rc": section["rc"]}
     lines = section["lines"]
+    out["not_measured"] = next((l.strip().split(": ", 1)[1] for l in lines
+                                if l.strip().startswith(("not measured: ", "not available: "))), None)
     out["placement"] = next((l.strip() for l in lines if l.strip().startswith("remotecache device: cache")), None)
+    # The tool names a device that failed ("devices that failed or hung: ...") after printing why ("DEVICE: PHASE: ...").
+    failed = next((l.strip() for l in lines if l.strip().startswith("devices that failed or hung:")), None)
+    if failed:
+        devices = failed.split(":", 1)[1].split()
+        why = next((l.strip() for l in lines if any(l.strip().startswith(d + ": ") for d in devices)), None)
+        out["failed"] = failed + (" (%s)" % why[:200] if why else "")
     marker = next((i for i, l in enumerate(lines) if l.strip() == "--- results.json ---"), None)
     text = "\n".join(lines[marker + 1:]) if marker is not None else ""
     try:
@@ -175,6 +198,29 @@ def parse_model(section):
     except (ValueError, KeyError, TypeError, AttributeError):
         out["message"] = next((l.strip() for l in reversed(section["lines"]) if l.strip()), "no output")
     return out
+
+
+def parse_setup(section):
+    """A file server's setup section: its exit status, a one-line state and, when it failed, why."""
+    if not section:
+        return {"rc": None, "state": "not run", "why": "its setup section is missing"}
+    lines = [l.strip() for l in section["lines"] if l.strip()]
+    verified = next((l[len("verified: "):] for l in lines if l.startswith("verified: ")), None)
+    if section["rc"] == 0:
+        return {"rc": 0, "state": "mounted" + (" (%s)" % verified if verified else ""), "why": None,
+                "transport": verified}
+    why = next((l.split(": ", 1)[1] for l in lines if l.startswith(("not measured: ", "not available: "))),
+               "setup failed (exit %s)%s" % (section["rc"], ": " + lines[-1][:160] if lines else ""))
+    return {"rc": section["rc"], "state": "NOT MEASURED: " + why, "why": why}
+
+
+def why_missing(result):
+    """Why a parsed section holds no figure."""
+    if result is None:
+        return "section missing"
+    if result.get("rc") is None:
+        return "did not finish (the VM stopped first)"
+    return result.get("not_measured") or result.get("message") or "exit %s, no result" % result.get("rc")
 
 
 def parse_gtest(section):
@@ -214,6 +260,11 @@ def fmt(value, spec=".2f", unit=""):
     return "not available" if value is None else format(value, spec) + unit
 
 
+def cell(value, spec=".2f", unit=""):
+    """fmt for a table's narrow column."""
+    return "-" if value is None else format(value, spec) + unit
+
+
 def stalled(lat):
     """A latency baseline distorted by host scheduling. Both ib_write_lat sides poll, so the ping-pong
     needs both vCPU threads running at once; when other work competes for the host's cores, each gets
@@ -233,6 +284,7 @@ def main():
     ap.add_argument("output")
     ap.add_argument("--vm-rc", type=int, default=0)
     ap.add_argument("--require-verbs", type=int, default=0)
+    ap.add_argument("--require-smbdirect", type=int, default=0)
     ap.add_argument("--seconds", type=float, default=None)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -420,59 +472,107 @@ def main():
     out.append("    %-48s %13s   %-8s %s" % ("pull MiB/s / ib_read_bw MiB/s", fmt(pull_ratio, ".2f"),
                                             ">= " + format(PULL_TARGET[1], "g"),
                                             "n/a" if pull_met is None else ("yes" if pull_met else "NO")))
-    nfs = []
+    # ---- the file servers over RDMA: SMB Direct (Redy's baseline) and NFS over RDMA, beside RemoteCache ----
+    smb = parse_setup(sections.get("smb_setup"))
+    nfs = parse_setup(sections.get("nfs_setup"))
+    smb_missing = []   # why SMB Direct rows are not measured, for the verdict
+
+    def fio_value(f, key):
+        return get(f, key) if f and f.get("ok") else None
+
+    file_rows = []
     for size in (512, 4096):
         for depth in (1, 32):
-            f = parse_fio(sections.get("nfs_fio_%d_%d" % (size, depth)))
-            b = parse_bench(sections.get("bench_nfs_cmp_%d_%d" % (size, depth)))
-            nfs.append({"size": size, "depth": depth, "nfs": f, "remotecache": b,
-                        "iops_ratio": ratio(bench_value(b, "ops_per_sec"), get(f, "iops") if f and f.get("ok") else None),
-                        "p50_ratio": ratio(get(f, "p50_us") if f and f.get("ok") else None, bench_value(b, "p50_us"))})
-    nfs_setup = sections.get("nfs_setup")
-    out += ["", "  file server over RDMA: kernel NFS (v4.2, proto=rdma) + fio --direct=1, random reads, vs remotecache-bench"
-                + ("" if not nfs_setup or nfs_setup["rc"] == 0 else " (NFS setup failed, exit %s)" % nfs_setup["rc"])]
-    out.append("    %-16s %12s %12s %14s %12s %12s %12s" % ("size, depth", "NFS IOPS", "NFS p50", "RemoteCache", "RC p50",
-                                                         "IOPS ratio", "p50 NFS/RC"))
-    for row in nfs:
-        f, b = row["nfs"], row["remotecache"]
-        out.append("    %-16s %12s %12s %14s %12s %12s %12s" % (
+            b = parse_bench(sections.get("bench_cmp_%d_%d" % (size, depth)))
+            row = {"size": size, "depth": depth, "remotecache": b}
+            for server in ("nfs", "smb"):
+                f = parse_fio(sections.get("%s_fio_%d_%d" % (server, size, depth)))
+                row[server] = f
+                row[server + "_iops_ratio"] = ratio(bench_value(b, "ops_per_sec"), fio_value(f, "iops"))
+                row[server + "_p50_ratio"] = ratio(fio_value(f, "p50_us"), bench_value(b, "p50_us"))
+            if fio_value(row["smb"], "iops") is None:
+                smb_missing.append("fio %d B depth %d: %s" % (size, depth, why_missing(row["smb"])))
+            file_rows.append(row)
+    smb_read = next(r for r in file_rows if (r["size"], r["depth"]) == SMB_READ_TARGET[0])
+    smb_read_ratio = smb_read["smb_iops_ratio"]
+    smb_read_met = None if smb_read_ratio is None else smb_read_ratio >= SMB_READ_TARGET[1]
+    out += ["", "  file servers over RDMA (tmpfs exports; fio --direct=1 random reads) vs remotecache-bench (c0 s0)",
+            "    SMB Direct: %s" % smb["state"], "    NFS over RDMA (v4.2, proto=rdma): %s" % nfs["state"]]
+    out.append("    %-12s %10s %10s %10s %10s %10s %10s %9s %9s" % ("size, depth", "SMB IOPS", "SMB p50", "NFS IOPS", "NFS p50",
+                                                               "RC IOPS", "RC p50", "RC/SMB", "RC/NFS"))
+    for row in file_rows:
+        s, n, b = row["smb"], row["nfs"], row["remotecache"]
+        out.append("    %-12s %10s %10s %10s %10s %10s %10s %9s %9s" % (
             "%d B, %d" % (row["size"], row["depth"]),
-            fmt(get(f, "iops") if f and f.get("ok") else None, ",.0f"),
-            fmt(get(f, "p50_us") if f and f.get("ok") else None, ".1f", " us"),
-            fmt(bench_value(b, "ops_per_sec"), ",.0f"), fmt(bench_value(b, "p50_us"), ".1f", " us"),
-            fmt(row["iops_ratio"], ".1f", "x"), fmt(row["p50_ratio"], ".1f", "x")))
+            cell(fio_value(s, "iops"), ",.0f"), cell(fio_value(s, "p50_us"), ".1f", " us"),
+            cell(fio_value(n, "iops"), ",.0f"), cell(fio_value(n, "p50_us"), ".1f", " us"),
+            cell(bench_value(b, "ops_per_sec"), ",.0f"), cell(bench_value(b, "p50_us"), ".1f", " us"),
+            cell(row["smb_iops_ratio"], ".1f", "x"), cell(row["nfs_iops_ratio"], ".1f", "x")))
+    out.append("    %-48s %13s   %-8s %s" % ("IOPS at %d B, depth %d: RemoteCache / SMB Direct" % SMB_READ_TARGET[0],
+                                            fmt(smb_read_ratio, ".2f"), ">= " + format(SMB_READ_TARGET[1], "g"),
+                                            "n/a" if smb_read_met is None else ("yes" if smb_read_met else "NO")))
     model = parse_model(sections.get("verbs_model"))
     if model is not None:
         out += ["", "  verbs SLO model for the manager (remotecache slo model --quick, 512 B reads): " +
                 ("%d points" % model["points"] if model.get("ok") else "FAILED (exit %s: %s)" % (model["rc"], model.get("message")))]
         if not model.get("ok"):
             problems.append("the verbs SLO model could not be measured in the guest (exit %s)" % model["rc"])
-    ycsb = parse_ycsb(sections.get("ycsb"))
-    ycsb_rows = []
-    if ycsb is not None:
-        out += ["", "  FASTER YCSB (readonly, %s records): the log on the NFS-over-RDMA mount (device ssd) vs the tiered device "
-                "over verbs (remotecache)" % fmt(ycsb.get("records"), ",d")]
-        if ycsb.get("placement"):
-            out.append("    " + ycsb["placement"])
-        if ycsb.get("ok"):
-            by_key = {}
-            for row in ycsb["medians"]:
-                by_key.setdefault((row.get("Distribution"), row.get("Threads")), {})[row.get("Device")] = row
-            out.append("    %-22s %14s %12s %14s %12s %12s" % ("distribution, threads", "NFS ops/s", "NFS p50", "RemoteCache",
-                                                             "RC p50", "ops ratio"))
-            for (dist, threads), rows in sorted(by_key.items(), key=lambda kv: str(kv[0])):
-                nfs_row, rc_row = rows.get("ssd"), rows.get("remotecache")
-                r = ratio(get(rc_row, "ops_per_s"), get(nfs_row, "ops_per_s"))
-                ycsb_rows.append({"distribution": dist, "threads": threads, "nfs": nfs_row, "remotecache": rc_row, "ops_ratio": r})
-                out.append("    %-22s %14s %12s %14s %12s %12s" % (
-                    "%s, %s" % (dist, threads), fmt(get(nfs_row, "ops_per_s"), ",.0f"), fmt(get(nfs_row, "p50_us"), ".1f", " us"),
-                    fmt(get(rc_row, "ops_per_s"), ",.0f"), fmt(get(rc_row, "p50_us"), ".1f", " us"), fmt(r, ".1f", "x")))
-            errors = sum(row.get("Errors") or 0 for row in ycsb["medians"])
-            if errors or ycsb["rc"] != 0:
-                problems.append("FASTER YCSB in the guest: exit %s, %d wrong or failed reads" % (ycsb["rc"], errors))
-        else:
-            out.append("    not available (exit %s: %s)" % (ycsb["rc"], ycsb.get("message")))
-            problems.append("FASTER YCSB in the guest did not finish (exit %s)" % ycsb["rc"])
+    # FASTER YCSB, Redy's Fig. 18: the log on each mount (device ssd) against the tiered device over verbs
+    # (remotecache), which ran in one of the two sections (the SMB Direct one when it could).
+    runs = {server: parse_ycsb(sections.get("ycsb_" + server)) for server in ("smb", "nfs")}
+    ycsb_rows, ycsb_met = [], []
+    if any(runs.values()):
+        by_key = {}
+        for server, run in runs.items():
+            if run is None:
+                continue
+            if not run.get("ok"):
+                out_msg = why_missing(run) if run["rc"] is None else "exit %s: %s" % (run["rc"], run.get("message"))
+                if server == "smb":
+                    smb_missing.append("FASTER YCSB: " + (run.get("not_measured") or out_msg))
+                elif not run.get("not_measured"):
+                    problems.append("FASTER YCSB in the guest (log on NFS over RDMA) did not finish (%s)" % out_msg)
+                continue
+            errors = sum(row.get("Errors") or 0 for row in run["medians"])
+            if errors or run["rc"] != 0:
+                problems.append("FASTER YCSB in the guest (log on %s): exit %s, %d wrong or failed reads%s"
+                                % (SERVER_LABELS[server], run["rc"], errors, "; " + run["failed"] if run.get("failed") else ""))
+            for row in run["medians"]:
+                device = row.get("Device")
+                column = server if device == "ssd" else "remotecache" if device == "remotecache" else None
+                if column:
+                    by_key.setdefault((row.get("Distribution"), row.get("Threads")), {})[column] = row
+        records = next((r.get("records") for r in runs.values() if r and r.get("records")), None)
+        placement = next((r["placement"] for r in runs.values() if r and r.get("placement")), None)
+        out += ["", "  FASTER YCSB (readonly%s): its log on each mount (device ssd) vs the tiered device over verbs "
+                "(remotecache)" % ("" if records is None else ", %s records" % format(records, ",d"))]
+        if placement:
+            out.append("    " + placement)
+        out.append("    %-20s %12s %10s %12s %10s %12s %10s %8s %8s" % (
+            "distribution, thr.", "SMB ops/s", "SMB p50", "NFS ops/s", "NFS p50", "RC ops/s", "RC p50", "RC/SMB", "RC/NFS"))
+        for (dist, threads), cols in sorted(by_key.items(), key=lambda kv: str(kv[0])):
+            s, n, r = cols.get("smb"), cols.get("nfs"), cols.get("remotecache")
+            row = {"distribution": dist, "threads": threads, "smb": s, "nfs": n, "remotecache": r,
+                   "smb_ops_ratio": ratio(get(r, "ops_per_s"), get(s, "ops_per_s")),
+                   "nfs_ops_ratio": ratio(get(r, "ops_per_s"), get(n, "ops_per_s"))}
+            row["smb_met"] = None if row["smb_ops_ratio"] is None else row["smb_ops_ratio"] >= YCSB_SMB_TARGET
+            ycsb_met.append(row["smb_met"])
+            ycsb_rows.append(row)
+            out.append("    %-20s %12s %10s %12s %10s %12s %10s %8s %8s" % (
+                "%s, %s" % (dist, threads), cell(get(s, "ops_per_s"), ",.0f"), cell(get(s, "p50_us"), ".0f", " us"),
+                cell(get(n, "ops_per_s"), ",.0f"), cell(get(n, "p50_us"), ".0f", " us"),
+                cell(get(r, "ops_per_s"), ",.0f"), cell(get(r, "p50_us"), ".0f", " us"),
+                cell(row["smb_ops_ratio"], ".1f", "x"), cell(row["nfs_ops_ratio"], ".1f", "x")))
+        for row in ycsb_rows:
+            out.append("    %-48s %13s   %-8s %s" % ("YCSB ops/s, %s: RemoteCache / SMB Direct" % row["distribution"],
+                                                    fmt(row["smb_ops_ratio"], ".2f"), ">= " + format(YCSB_SMB_TARGET, "g"),
+                                                    "n/a" if row["smb_met"] is None else ("yes" if row["smb_met"] else "NO")))
+        if not any(r.get("ok") and any(m.get("Device") == "remotecache" for m in r["medians"])
+                   for r in runs.values() if r):
+            problems.append("FASTER YCSB in the guest: the tiered device over verbs did not run")
+    if args.require_smbdirect and (smb["rc"] != 0 or smb_missing):
+        reasons = [smb["why"]] if smb["rc"] != 0 else sorted(set(smb_missing))
+        problems.append("SMB Direct was not measured: " + "; ".join(reasons))
     if notes:
         out.append("")
         out += ["  note: " + n for n in notes]
@@ -490,6 +590,7 @@ def main():
             "vm_ready_seconds": boot,
             "harness_seconds": args.seconds,
             "section_exit": {k: v["rc"] for k, v in sections.items()},
+            "section_seconds": {k: v.get("seconds") for k, v in sections.items()},
             "perftest": {"ib_read_lat": read_lat, "ib_write_lat": write_lat, "ib_write_bw": write_bw},
             "conformance": dict(conformance or {}, state=conf_state),
             "bench": bench,
@@ -498,11 +599,14 @@ def main():
                               "reliable": reliable[name]}
                        for name in ratios},
             "write_inside_post_share": write_inside_post,
-            "nfs_over_rdma": {"setup_exit": nfs_setup["rc"] if nfs_setup else None, "rows": nfs},
+            "file_servers": {
+                "smb_direct": smb, "nfs_over_rdma": nfs, "rows": file_rows,
+                "read_ratio": {"size": SMB_READ_TARGET[0][0], "depth": SMB_READ_TARGET[0][1], "value": smb_read_ratio,
+                               "target": SMB_READ_TARGET[1], "kind": "min", "met": smb_read_met}},
             "verbs_model": model,
-            "ycsb": None if ycsb is None else {"exit": ycsb["rc"], "records": ycsb.get("records"), "rows": ycsb_rows,
-                                                "placement": ycsb.get("placement"),
-                                                "message": ycsb.get("message")},
+            "ycsb": {"runs": {server: None if run is None else {k: v for k, v in run.items() if k != "medians"}
+                              for server, run in runs.items()},
+                     "rows": ycsb_rows, "smb_target": YCSB_SMB_TARGET},
             "pull": {"ib_read_bw": read_bw, "bench": pull, "ratio": {"value": pull_ratio, "target": PULL_TARGET[1],
                                                                       "kind": "min", "met": pull_met}},
             "connect": dict(connect, join_1gib_vs_64mib={"value": join_ratio, "target": CONNECT_TARGET[1],
