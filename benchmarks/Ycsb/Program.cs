@@ -44,6 +44,9 @@ public static class Program
             AnsiConsole.Profile.Width = 160;  // logs and CI: keep the table's rows on one line
         string output = Path.GetFullPath(o.Output);
         string data = Path.GetFullPath(o.DataDir ?? Path.Combine(output, "data"));
+        // The in-process manager's state (its SQLite database and admission key) is scratch on the local disk, not under
+        // --data-dir, which may be a file share: SQLite wants local locks, and a key there shows the share's file mode.
+        string managerState = Path.Combine(output, "manager");
         Directory.CreateDirectory(output);
         Directory.CreateDirectory(data);
         var results = new List<RunResult>();
@@ -59,7 +62,7 @@ public static class Program
                 DataDir = data,
                 OpenCache = bytes =>
                 {
-                    controlPlane ??= ControlPlane.StartAsync(Path.Combine(data, "manager"), bytes, o).GetAwaiter().GetResult();
+                    controlPlane ??= ControlPlane.StartAsync(managerState, bytes, o).GetAwaiter().GetResult();
                     var client = controlPlane.CreateCache(bytes);
                     var info = controlPlane.Cache!.Info;
                     AnsiConsole.MarkupLine(Markup.Escape(Invariant(
@@ -85,6 +88,8 @@ public static class Program
             controlPlane?.DisposeAsync().AsTask().GetAwaiter().GetResult();
             if (Directory.Exists(data) && o.DataDir is null)
                 Directory.Delete(data, recursive: true);
+            if (Directory.Exists(managerState))
+                Directory.Delete(managerState, recursive: true);
         }
 
         PrintTable(results);

@@ -15,7 +15,7 @@ namespace RemoteCache.Benchmarks.Ycsb.Baselines;
 public sealed partial class DirectFileDevice : BlockingIoDevice
 {
     private const int O_RDWR = 2, O_CREAT = 0x40, O_DIRECT = 0x4000, O_CLOEXEC = 0x80000;
-    private readonly ConcurrentDictionary<int, SafeFileHandle> _files = new();
+    private readonly ConcurrentDictionary<int, Lazy<SafeFileHandle>> _files = new();
     private readonly string _path;
 
     public DirectFileDevice(string path, int workers = 8, uint sectorSize = 512) : base($"direct:{path}", workers, sectorSize)
@@ -28,13 +28,32 @@ public sealed partial class DirectFileDevice : BlockingIoDevice
     [LibraryImport("libc", EntryPoint = "open", StringMarshalling = StringMarshalling.Utf8, SetLastError = true)]
     private static partial int Open(string path, int flags, int mode);
 
-    private SafeFileHandle File(int segment) => _files.GetOrAdd(segment, s =>
+    /// <summary>
+    /// The segment's file, opened once: the workers race for a segment's first I/O, and GetOrAdd's factory alone would
+    /// open it in each of them, leaving all handles but one to the finalizer, with concurrent O_CREAT opens of one new
+    /// file on the server when the log is on a file share. A failed open is retried by the next I/O.
+    /// </summary>
+    private SafeFileHandle File(int segment)
     {
-        int fd = Open($"{_path}.{s}", O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0x1a4 /* 0644 */);
+        var file = _files.GetOrAdd(segment, s => new Lazy<SafeFileHandle>(() => OpenSegment(s)));
+        try
+        {
+            return file.Value;
+        }
+        catch (IOException)
+        {
+            _files.TryRemove(new(segment, file));
+            throw;
+        }
+    }
+
+    private SafeFileHandle OpenSegment(int segment)
+    {
+        int fd = Open($"{_path}.{segment}", O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0x1a4 /* 0644 */);
         if (fd < 0)
-            throw new IOException($"open({_path}.{s}, O_DIRECT) failed: errno {Marshal.GetLastPInvokeError()}");
+            throw new IOException($"open({_path}.{segment}, O_DIRECT) failed: errno {Marshal.GetLastPInvokeError()}");
         return new SafeFileHandle(fd, ownsHandle: true);
-    });
+    }
 
     protected override unsafe uint Read(int worker, int segment, ulong offset, IntPtr destination, uint length) =>
         (uint)RandomAccess.Read(File(segment), new Span<byte>((void*)destination, (int)length), (long)offset);
@@ -48,6 +67,7 @@ public sealed partial class DirectFileDevice : BlockingIoDevice
     protected override void DisposeStorage()
     {
         foreach (var f in _files.Values)
-            f.Dispose();
+            if (f.IsValueCreated)
+                f.Value.Dispose();
     }
 }
