@@ -194,17 +194,20 @@ public sealed unsafe class RemoteCacheDeviceTests : IDisposable
     public Task UnsegmentedReadOvertakenByTheRingIsNeverServed() => Hang.Guard(nameof(UnsegmentedReadOvertakenByTheRingIsNeverServed), () =>
     {
         // Appends go round a 1 MiB ring while this thread reads the oldest blocks still in it, the ones the next
-        // writes replace. Every read must return exactly the block asked for, or say NotResident.
+        // writes replace. Every read must return exactly the block asked for, or say NotResident. The writer goes
+        // round at least four times and on until the reader has met both outcomes, so a reader the scheduler starves
+        // (two cores, a loaded CI machine) still gets its reads in; the lap cap keeps a broken device from spinning.
         using var d = NewUnsegmentedDevice(regions: 1);
-        const int BlockBytes = 4096, Blocks = 4 * 256;  // four times round the ring
+        const int BlockBytes = 4096, MinLaps = 4, MaxLaps = 256, EnoughOfEach = 16;
         long ringBlocks = d.Capacity / BlockBytes;
         long completed = 0;
+        int readerSatisfied = 0;
         var writer = Task.Run(() =>
         {
             var block = (long*)NativeMemory.AlignedAlloc(BlockBytes, Sector);
             try
             {
-                for (long b = 0; b < Blocks; b++)
+                for (long b = 0; b < MaxLaps * ringBlocks && (b < MinLaps * ringBlocks || Volatile.Read(ref readerSatisfied) == 0); b++)
                 {
                     new Span<long>(block, BlockBytes / 8).Fill(b);
                     Assert.Equal(0u, Wait(cb => d.WriteAsync((IntPtr)block, 0, (ulong)(b * BlockBytes), BlockBytes, cb, null!)).Error);
@@ -220,6 +223,8 @@ public sealed unsafe class RemoteCacheDeviceTests : IDisposable
         long served = 0, notResident = 0, wrong = 0, round = 0;
         while (!writer.IsCompleted)
         {
+            if (served >= EnoughOfEach && notResident >= EnoughOfEach)
+                Volatile.Write(ref readerSatisfied, 1);
             long b = Volatile.Read(ref completed) - ringBlocks + round++ % 3;
             if (b < 0)
             {
