@@ -15,8 +15,10 @@ public static class Program
         slo.Add(Slo.SloSearchCommand.Create());
         slo.Add(Slo.SloBenchCommand.Create());
         slo.Add(Slo.SloAccuracyCommand.Create());
-        var root = new RootCommand("RemoteCache: remote-memory caches for .NET. Caches through the cache manager (caches, create, reshape, delete, watch; servers, reclaim for operators) and SLO performance models (slo)") { slo };
+        var root = new RootCommand("RemoteCache: remote-memory caches for .NET. Caches through the cache manager (caches, create, reshape, delete, watch; servers, reclaim, join-token for operators), a server that joins the managers by itself (serve) and SLO performance models (slo)") { slo };
         Manager.ManagerCommands.AddTo(root);
+        if (System.OperatingSystem.IsLinux())
+            Manager.JoinCommands.AddTo(root);
         return root;
     }
 }

@@ -43,7 +43,13 @@ internal static class Contract
     public static ManagedServerInfo FromProto(Server s) => new(
         s.ServerId, new Dictionary<string, string>(s.Endpoints), s.VmType, s.Spot,
         s.State.ToString().ToLowerInvariant(), s.Allocator, s.CacheId, (long)s.MemoryLent,
-        s.LastProbe?.ToDateTimeOffset(), s.ReclaimDeadline?.ToDateTimeOffset());
+        s.LastProbe?.ToDateTimeOffset(), s.ReclaimDeadline?.ToDateTimeOffset())
+    {
+        Joined = s.Joined, Labels = new Dictionary<string, string>(s.Labels), LastHeartbeat = s.LastHeartbeat?.ToDateTimeOffset(),
+    };
+
+    public static JoinTokenInfo FromProto(JoinToken t) => new(
+        t.TokenId, t.Description, t.Created.ToDateTimeOffset(), t.Expires.ToDateTimeOffset(), t.Revoked?.ToDateTimeOffset(), (long)t.Joins);
 
     /// <summary>The event as the SDK's type; null for a kind this client does not know (a newer manager).</summary>
     public static ManagedCacheEvent? FromProto(CacheEvent e)

@@ -17,6 +17,7 @@ internal sealed class ManagerReplica
         Channel = channel;
         Grpc = new CacheManager.CacheManagerClient(invoker);
         Pool = new ServerPool.ServerPoolClient(invoker);
+        Members = new ServerMembership.ServerMembershipClient(invoker);
         Health = new Grpc.Health.V1.Health.HealthClient(invoker);
     }
 
@@ -30,6 +31,8 @@ internal sealed class ManagerReplica
     public CacheManager.CacheManagerClient Grpc { get; }
 
     public ServerPool.ServerPoolClient Pool { get; }
+
+    public ServerMembership.ServerMembershipClient Members { get; }
 
     /// <summary>Its grpc.health.v1 service.</summary>
     public Grpc.Health.V1.Health.HealthClient Health { get; }

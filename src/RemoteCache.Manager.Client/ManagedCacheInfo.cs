@@ -35,11 +35,27 @@ public sealed record ManagedCacheServer(string ServerId, string Endpoint, int Re
 /// <param name="Endpoints">Transport → endpoint.</param>
 /// <param name="VmType">The catalogue's VM type.</param>
 /// <param name="Spot">Whether it is a spot VM.</param>
-/// <param name="State">ready, draining, reclaiming or failed.</param>
+/// <param name="State">ready, draining, reclaiming, failed, or joining (a joined server whose endpoints are not yet checked).</param>
 /// <param name="Allocator">local or static.</param>
 /// <param name="CacheId">The cache renting it; 0: free.</param>
 /// <param name="MemoryLent">Bytes lent, as the server last reported.</param>
 /// <param name="LastProbe">When it last answered a probe.</param>
 /// <param name="ReclaimDeadline">When it will be reclaimed, if announced.</param>
 public sealed record ManagedServerInfo(string ServerId, IReadOnlyDictionary<string, string> Endpoints, string VmType, bool Spot, string State,
-                                       string Allocator, ulong CacheId, long MemoryLent, DateTimeOffset? LastProbe, DateTimeOffset? ReclaimDeadline);
+                                       string Allocator, ulong CacheId, long MemoryLent, DateTimeOffset? LastProbe, DateTimeOffset? ReclaimDeadline)
+{
+    /// <summary>Whether the server joined by itself (<see cref="JoinedServer"/>, <c>remotecache serve --join</c>).</summary>
+    public bool Joined { get; init; }
+
+    /// <summary>A joined server's labels (e.g. zone=a).</summary>
+    public IReadOnlyDictionary<string, string> Labels { get; init; } = new Dictionary<string, string>();
+
+    /// <summary>A joined server's last heartbeat the leader accepted.</summary>
+    public DateTimeOffset? LastHeartbeat { get; init; }
+}
+
+/// <summary>A join token (<see cref="RemoteCacheManagerClient.IssueJoinTokenAsync"/>): its id, what it is for, when it ends, and how many servers joined with it.</summary>
+public sealed record JoinTokenInfo(string TokenId, string Description, DateTimeOffset Created, DateTimeOffset Expires, DateTimeOffset? Revoked, long Joins);
+
+/// <summary>A join token just issued: <see cref="Text"/> is what a server presents, shown this once (the manager keeps its hash).</summary>
+public sealed record IssuedJoinToken(JoinTokenInfo Token, string Text);

@@ -332,6 +332,36 @@ public sealed class RemoteCacheManagerClient : IAsyncDisposable, IDisposable
     }
 
     /// <summary>
+    /// Issues a join token (operator role): servers that present it join the pool by themselves until it expires
+    /// (<paramref name="ttl"/>, at most 365 days) or is revoked. The text is returned this once. A call retried after a
+    /// lost answer may have issued a token nobody holds; it joins nothing and ends with its TTL.
+    /// </summary>
+    public async Task<IssuedJoinToken> IssueJoinTokenAsync(TimeSpan ttl, string? description = null, CancellationToken cancellationToken = default)
+    {
+        ThrowIfDisposed();
+        var request = new IssueJoinTokenRequest { Ttl = Google.Protobuf.WellKnownTypes.Duration.FromTimeSpan(ttl), Description = description ?? "" };
+        var response = await CallAsync("IssueJoinToken", (m, o) => m.Pool.IssueJoinTokenAsync(request, o), cancellationToken).ConfigureAwait(false);
+        return new IssuedJoinToken(Contract.FromProto(response.Token), response.Secret);
+    }
+
+    /// <summary>The join tokens the manager keeps (operator role): live ones, and ended ones for a day after they ended.</summary>
+    public async Task<IReadOnlyList<JoinTokenInfo>> ListJoinTokensAsync(CancellationToken cancellationToken = default)
+    {
+        ThrowIfDisposed();
+        var response = await CallAsync("ListJoinTokens", (m, o) => m.Pool.ListJoinTokensAsync(new ListJoinTokensRequest(), o), cancellationToken).ConfigureAwait(false);
+        return response.Tokens.Select(Contract.FromProto).ToList();
+    }
+
+    /// <summary>Revokes a join token (operator role): later joins with it are refused; servers that joined with it stay.</summary>
+    public async Task<JoinTokenInfo> RevokeJoinTokenAsync(string tokenId, CancellationToken cancellationToken = default)
+    {
+        ThrowIfDisposed();
+        var response = await CallAsync("RevokeJoinToken", (m, o) => m.Pool.RevokeJoinTokenAsync(new RevokeJoinTokenRequest { TokenId = tokenId }, o), cancellationToken)
+                             .ConfigureAwait(false);
+        return Contract.FromProto(response);
+    }
+
+    /// <summary>
     /// Announces that a server will be reclaimed after <paramref name="notice"/> (operator role): the watchers of its
     /// cache get a <see cref="ReclaimNoticeEvent"/>; returns the deadline.
     /// </summary>

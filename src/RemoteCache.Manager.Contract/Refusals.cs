@@ -28,6 +28,12 @@ public static class Refusals
     /// </summary>
     public const string EventsCompacted = "events-compacted";
 
+    /// <summary>
+    /// A heartbeat from a joined server the manager has failed or no longer knows (status FAILED_PRECONDITION): the
+    /// server must drop everything it holds and join again, as a new incarnation.
+    /// </summary>
+    public const string Rejoin = "rejoin";
+
     /// <summary>The trailer that names the leader's address (as it advertises it, http://HOST:PORT) beside <see cref="NotLeader"/>.</summary>
     public const string LeaderTrailer = "remotecache-leader";
 }

@@ -95,6 +95,16 @@ public sealed class ManagerOptions
     /// </summary>
     public TimeSpan FailureTimeout { get; set; } = TimeSpan.FromSeconds(6);
 
+    /// <summary>How often a server that joined by itself sends a heartbeat (told to it at Join).</summary>
+    public TimeSpan HeartbeatInterval { get; set; } = TimeSpan.FromSeconds(1);
+
+    /// <summary>
+    /// A joined server with no accepted heartbeat for this long is failed (its caches' watchers get ServerFailed within
+    /// this and a quarter second); a joining one that never sent its first heartbeat is forgotten. At least two
+    /// <see cref="HeartbeatInterval"/>s: one late heartbeat on a loaded host is no evidence.
+    /// </summary>
+    public TimeSpan HeartbeatTtl { get; set; } = TimeSpan.FromSeconds(3);
+
     /// <summary>The lease of an Allocate that names none.</summary>
     public TimeSpan DefaultLease { get; set; } = TimeSpan.FromMinutes(10);
 

@@ -57,6 +57,8 @@ public static class Program
         var server = new Option<string?>("--server") { Description = "Local allocator: the remotecache-server to run [default: the one in the RemoteCache package]" };
         var probe = new Option<double>("--probe-period") { Description = "Seconds between probes of each server", DefaultValueFactory = _ => 2 };
         var failure = new Option<double>("--failure-timeout") { Description = "Seconds a server may miss every probe (over two probe periods at least) before it is declared failed", DefaultValueFactory = _ => 6 };
+        var heartbeat = new Option<double>("--heartbeat-interval") { Description = "Seconds between the heartbeats of servers that join by themselves", DefaultValueFactory = _ => 1 };
+        var heartbeatTtl = new Option<double>("--heartbeat-ttl") { Description = "Seconds without a heartbeat after which a joined server is failed (at least two intervals)", DefaultValueFactory = _ => 3 };
         var storeKind = new Option<string>("--store") { Description = "Where the state is kept: sqlite (a file in the state directory) or etcd (--etcd-endpoints)", DefaultValueFactory = _ => ManagerOptions.SqliteStore };
         var etcd = new EtcdOptions();
         var leaderLease = new Option<double>("--leader-lease") { Description = "--store etcd: seconds of the leader's etcd lease; a dead leader is replaced about this long after", DefaultValueFactory = _ => 2 };
@@ -77,7 +79,7 @@ public static class Program
         var certificateKey = new Option<string?>("--certificate-key") { Description = "PEM private key of --certificate" };
         var root = new RootCommand("remotecache-manager: allocates SLO-driven remote-memory caches over a priced VM catalogue, issues capabilities and leases, watches the servers")
         {
-            listen, state, catalogue, models, keys, admission, allocator, transports, warm, commit, verbs, server, probe, failure, storeKind, leaderLease, advertise, lease,
+            listen, state, catalogue, models, keys, admission, allocator, transports, warm, commit, verbs, server, probe, failure, heartbeat, heartbeatTtl, storeKind, leaderLease, advertise, lease,
             retention, perCache, replacementIdle, certificate, certificateKey,
         };
         root.SetAction(async (parse, cancellationToken) =>
@@ -97,6 +99,8 @@ public static class Program
                 ServerPath = parse.GetValue(server),
                 ProbePeriod = TimeSpan.FromSeconds(parse.GetValue(probe)),
                 FailureTimeout = TimeSpan.FromSeconds(parse.GetValue(failure)),
+                HeartbeatInterval = Seconds(parse.GetValue(heartbeat)),
+                HeartbeatTtl = Seconds(parse.GetValue(heartbeatTtl)),
                 Store = parse.GetValue(storeKind)!,
                 EtcdEndpoints = parse.GetValue(etcd.Endpoints),
                 EtcdPrefix = parse.GetValue(etcd.Prefix)!,
@@ -175,7 +179,7 @@ public static class Program
         if (!File.Exists(path))
             throw new StartupException($"{path} does not exist: no SQLite state to migrate");
         await using var from = await SqliteManagerStore.OpenAsync(path, cancellationToken).ConfigureAwait(false);
-        var state = await from.LoadAsync(cancellationToken).ConfigureAwait(false);
+        var state = await from.LoadAsync(cancellationToken).ConfigureAwait(false) with { JoinTokens = await from.JoinTokensAsync(cancellationToken).ConfigureAwait(false) };
         var events = await from.AllEventsAsync(cancellationToken).ConfigureAwait(false);
         var floors = await from.EventFloorsAsync(cancellationToken).ConfigureAwait(false);
         try
@@ -215,6 +219,10 @@ public static class Program
     {
         if (options.ProbePeriod <= TimeSpan.Zero || options.DefaultLease < options.MinLease || options.Warm < 0 || options.Transports.Count == 0)
             throw new StartupException("--probe-period must be positive, --default-lease at least 2 s, --warm 0 or more, --transports not empty");
+        if (!(options.HeartbeatInterval >= TimeSpan.FromMilliseconds(100) && options.HeartbeatInterval <= TimeSpan.FromMinutes(1)))
+            throw new StartupException($"--heartbeat-interval ({options.HeartbeatInterval.TotalSeconds} s) must be 0.1 to 60 s");
+        if (!(options.HeartbeatTtl >= options.HeartbeatInterval * 2 && options.HeartbeatTtl <= TimeSpan.FromMinutes(10)))
+            throw new StartupException($"--heartbeat-ttl ({options.HeartbeatTtl.TotalSeconds} s) must be at least two heartbeat intervals ({options.HeartbeatInterval.TotalSeconds * 2} s) and at most 600 s: one late heartbeat is no evidence of a failure");
         if (options.FailureTimeout < options.ProbePeriod)
             throw new StartupException($"--failure-timeout ({options.FailureTimeout.TotalSeconds} s) must be at least --probe-period ({options.ProbePeriod.TotalSeconds} s): one missed probe is no evidence of a failure");
         if (options.ReplacementIdleTimeout <= TimeSpan.Zero)
@@ -289,7 +297,9 @@ public static class Program
         {
             services.AddSingleton<ILeadership, SoleLeadership>();
         }
-        services.AddSingleton<IServerAdmin>(new NativeServerAdmin(admissionKey));
+        var serverKeys = new ServerKeys(admissionKey);
+        services.AddSingleton(serverKeys);
+        services.AddSingleton<IServerAdmin>(new NativeServerAdmin(serverKeys));
         services.AddSingleton<IServerAllocator>(sp => options.Allocator == StaticPoolAllocator.AllocatorName
             ? new StaticPoolAllocator(catalogue)
             : new LocalProcessAllocator(catalogue, new LocalServerSettings(options.ServerPath ?? RemoteCacheServer.ExecutablePath, Path.Combine(options.StateDirectory, "local"),
@@ -300,11 +310,12 @@ public static class Program
         services.AddSingleton<EventHub>();
         services.AddSingleton<ManagerState>();
         services.AddSingleton<CacheServers>();
-        services.AddSingleton(sp => new CacheViews(sp.GetRequiredService<ManagerState>(), admissionKey));
+        services.AddSingleton<CacheViews>();
         services.AddSingleton<TenantCalls>();
-        services.AddSingleton(sp => ActivatorUtilities.CreateInstance<Replacements>(sp, admissionKey));
+        services.AddSingleton<Replacements>();
         services.AddSingleton<Pool>();
         services.AddSingleton<Duties>();
+        services.AddSingleton<Membership>();
         services.AddHostedService<ManagerWorker>();
         services.AddGrpc(grpc =>
         {
@@ -325,6 +336,7 @@ public static class Program
         app.UseAuthorization();
         app.MapGrpcService<CacheManagerService>();
         app.MapGrpcService<ServerPoolService>();
+        app.MapGrpcService<ServerMembershipService>();
         app.MapGrpcHealthChecksService().AllowAnonymous();
 
         var pool = app.Services.GetRequiredService<Pool>();  // created now, so that the container disposes it (free local servers stop)

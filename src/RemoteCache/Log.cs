@@ -98,4 +98,7 @@ internal static partial class Log
 
     [LoggerMessage(22, LogLevel.Information, "Embedded server {ServerId} stopped")]
     public static partial void ServerStopped(ILogger logger, string serverId);
+
+    [LoggerMessage(28, LogLevel.Warning, "Embedded server {ServerId} dropped cache {CacheId}: its host needs the memory back")]
+    public static partial void ServerDroppedCache(ILogger logger, string serverId, ulong cacheId);
 }

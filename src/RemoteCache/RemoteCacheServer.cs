@@ -169,6 +169,37 @@ public sealed unsafe class RemoteCacheServer : IDisposable
     /// </summary>
     public long MemoryCommitted => (long)NativeMethods.ServerMemoryCommitted(_server);
 
+    /// <summary>Bytes the server may lend now (<see cref="RemoteCacheServerOptions.MemoryLimit"/>, or what <see cref="SetMemoryLimit"/> set last).</summary>
+    public long MemoryLimit => (long)NativeMethods.ServerMemoryLimit(_server);
+
+    /// <summary>
+    /// Lends at most <paramref name="bytes"/> from now on (the host wants memory back, or has more to spare): a cache
+    /// that would not fit is refused (<see cref="RemoteCacheStatus.NoMemory"/>); caches already lent keep their memory
+    /// (<see cref="DropCache"/> gives one back); committed spare memory beyond the limit is freed now. 0 takes no new cache.
+    /// </summary>
+    /// <exception cref="ArgumentOutOfRangeException"><paramref name="bytes"/> is negative.</exception>
+    public void SetMemoryLimit(long bytes)
+    {
+        ArgumentOutOfRangeException.ThrowIfNegative(bytes);
+        var status = NativeMethods.ServerSetMemoryLimit(_server, (ulong)bytes);
+        if (status != RemoteCacheStatus.Ok)
+            throw Errors.For(status, "embedded server", -1, 0);
+    }
+
+    /// <summary>
+    /// Drops every cache with <paramref name="cacheId"/> because the host needs its memory back: its clients' connections
+    /// get a last notice naming the host and close (their operations fail with <see cref="RemoteCacheStatus.Expired"/>),
+    /// and its memory is freed as they do. Returns how many caches had the id.
+    /// </summary>
+    public int DropCache(ulong cacheId)
+    {
+        var status = NativeMethods.ServerDropCache(_server, cacheId, out nuint dropped);
+        if (status != RemoteCacheStatus.Ok)
+            throw Errors.For(status, "embedded server", -1, 0);
+        Log.ServerDroppedCache(_logger, ServerId, cacheId);
+        return (int)dropped;
+    }
+
     /// <summary>Closes every connection (clients see their operations fail) and stops the server.</summary>
     public void Dispose()
     {

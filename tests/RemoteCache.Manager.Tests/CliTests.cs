@@ -155,6 +155,80 @@ public sealed class CliTests
     }
 
     [Fact]
+    public async Task JoinTokensAreIssuedListedAndRevokedAndServeJoinsWithOne()
+    {
+        await using var manager = new TestManager(allocator: "static");
+        manager.Options.HeartbeatInterval = TimeSpan.FromMilliseconds(500);
+        manager.Options.HeartbeatTtl = TimeSpan.FromSeconds(10);  // the TTL is MembershipTests'; here a loaded machine must not fail the server
+        await manager.StartAsync();
+        var ops = Env(manager, OpsKey);
+        string dir = Directory.CreateTempSubdirectory("join-").FullName;
+        string tokenFile = Path.Combine(dir, "token");
+
+        var issued = Json(await RunAsync(ops, "join-token", "issue", "--ttl", "1h", "--description", "cli test", "--out", tokenFile, "--json"));
+        string tokenId = issued.GetProperty("tokenId").GetString()!;
+        Assert.Equal(UnixFileMode.UserRead | UnixFileMode.UserWrite, File.GetUnixFileMode(tokenFile));
+        Assert.StartsWith($"rcj_{tokenId}_", File.ReadAllText(tokenFile));
+        Assert.False(issued.TryGetProperty("token", out _));  // written to the file, not printed
+        var again = await RunAsync(ops, "join-token", "issue", "--out", tokenFile);
+        Assert.Equal(2, again.ExitCode);
+        Assert.Contains("exists", again.Error);
+
+        // serve joins with it, prints its id, endpoints and "ready", and stops on SIGTERM.
+        var start = new ProcessStartInfo("dotnet") { RedirectStandardOutput = true, RedirectStandardError = true };
+        foreach (string a in new[] { "exec", Path.Combine(AppContext.BaseDirectory, "RemoteCache.Cli.dll"), "serve", "--join", manager.Address!.ToString(),
+                                     "--join-token", tokenFile, "--listen", "tcp:127.0.0.1:0", "--lend", "256M", "--threads", "1", "--name", "cli-host",
+                                     "--label", "zone=b" })
+            start.ArgumentList.Add(a);
+        using (var serve = Process.Start(start)!)
+        {
+            var lines = new List<string>();
+            using (var timeout = new System.Threading.CancellationTokenSource(TimeSpan.FromSeconds(60)))
+                while (await serve.StandardOutput.ReadLineAsync(timeout.Token) is { } line && line != "ready")
+                    lines.Add(line);
+            // Drained from now on, so that the server never blocks on its output or its log.
+            var rest = serve.StandardOutput.ReadToEndAsync();
+            var log = serve.StandardError.ReadToEndAsync();
+            string serverId = lines.Single(l => l.StartsWith("server id ", StringComparison.Ordinal))["server id ".Length..];
+            Assert.StartsWith("cli-host.", serverId);
+            var servers = Json(await RunAsync(ops, "servers", "--json"));
+            var listed = servers.EnumerateArray().Single();
+            Assert.Equal(serverId, listed.GetProperty("serverId").GetString());
+            Assert.Equal("ready", listed.GetProperty("state").GetString());
+            Assert.True(listed.GetProperty("joined").GetBoolean());
+            Assert.Equal("b", listed.GetProperty("labels").GetProperty("zone").GetString());
+            var table = await RunAsync(ops, "servers");
+            Assert.Contains("zone=b", table.Output);
+            var tokens = Json(await RunAsync(ops, "join-token", "list", "--json"));
+            Assert.Equal(1, tokens.EnumerateArray().Single().GetProperty("joins").GetInt32());
+
+            Signal(serve.Id, "TERM");
+            await serve.WaitForExitAsync().WaitAsync(TimeSpan.FromSeconds(30));
+            Assert.Equal(0, serve.ExitCode);
+            Assert.True((await rest).Trim().EndsWith("stopped", StringComparison.Ordinal), $"serve's last words: {await rest} {await log}");
+        }
+
+        // Revoked: the next serve is refused, naming why (exit 4).
+        var revoked = await RunAsync(ops, "join-token", "revoke", tokenId);
+        Assert.Equal(0, revoked.ExitCode);
+        var refused = await RunAsync(new Dictionary<string, string?>(), "serve", "--join", manager.Address!.ToString(), "--join-token", tokenFile,
+                                     "--listen", "tcp:127.0.0.1:0", "--lend", "256M");
+        Assert.Equal(4, refused.ExitCode);
+        Assert.Contains($"join token {tokenId} was revoked", refused.Error);
+
+        // A token file others can read is refused before anything is sent (exit 2), as a wildcard address is.
+        File.SetUnixFileMode(tokenFile, UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.GroupRead);
+        var open = await RunAsync(new Dictionary<string, string?>(), "serve", "--join", manager.Address!.ToString(), "--join-token", tokenFile, "--listen", "tcp:127.0.0.1:0");
+        Assert.Equal(2, open.ExitCode);
+        Assert.Contains("chmod 600", open.Error);
+        File.SetUnixFileMode(tokenFile, UnixFileMode.UserRead | UnixFileMode.UserWrite);
+        var wildcard = await RunAsync(new Dictionary<string, string?>(), "serve", "--join", manager.Address!.ToString(), "--join-token", tokenFile, "--listen", "tcp:0.0.0.0:0");
+        Assert.Equal(2, wildcard.ExitCode);
+        Assert.Contains("wildcard", wildcard.Error);
+        Directory.Delete(dir, true);
+    }
+
+    [Fact]
     public async Task SeveralManagerAddressesAreTriedInTurnFromTheFlagsOrTheEnvironment()
     {
         await using var manager = new TestManager(warm: 0);

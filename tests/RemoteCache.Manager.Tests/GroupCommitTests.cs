@@ -268,6 +268,8 @@ public sealed class GroupCommitTests : IAsyncLifetime
 
         public Task<long> EventFloorAsync(ulong cacheId, CancellationToken cancellationToken) => inner.EventFloorAsync(cacheId, cancellationToken);
 
+        public Task<IReadOnlyList<JoinTokenRecord>> JoinTokensAsync(CancellationToken cancellationToken) => inner.JoinTokensAsync(cancellationToken);
+
         public Task<bool> PingAsync(CancellationToken cancellationToken) => inner.PingAsync(cancellationToken);
 
         public ValueTask DisposeAsync() => inner.DisposeAsync();

@@ -25,6 +25,39 @@ public abstract class StoreContract
     };
 
     [Fact]
+    public async Task JoinTokensAndJoinedServersSurviveReopeningAndGoWhenDeleted()
+    {
+        var token = new JoinTokenRecord("0123456789ab", new string('f', 64), "rack 12", DateTimeOffset.UnixEpoch, DateTimeOffset.UnixEpoch.AddDays(1)) { Joins = 2 };
+        var joined = new ServerRecord("host-a.0011223344aa", new Dictionary<string, string>(), "small", false, "static")
+        {
+            Status = ServerStatus.Joining,
+            Join = new JoinRecord("host-a", new Dictionary<string, string> { ["zone"] = "a" }, 4, 1L << 30, token.TokenId, DateTimeOffset.UnixEpoch),
+        };
+        await using (var store = await OpenAsync())
+        {
+            var change = new StoreChange();
+            change.PutJoinTokens.Add(token);
+            change.PutServers.Add(joined);
+            await store.ApplyAsync(change, CancellationToken.None);
+        }
+        await using (var store = await OpenAsync())
+        {
+            Assert.Equal(token, Assert.Single(await store.JoinTokensAsync(CancellationToken.None)));
+            var server = Assert.Single((await store.LoadAsync(CancellationToken.None)).Servers);
+            Assert.Equal(ServerStatus.Joining, server.Status);
+            Assert.Equal("a", server.Join!.Labels["zone"]);
+            Assert.Equal(joined.Join with { Labels = server.Join.Labels }, server.Join);
+            // Written then removed in one merged change: removed.
+            var revoke = new StoreChange();
+            revoke.PutJoinTokens.Add(token with { Revoked = DateTimeOffset.UnixEpoch.AddHours(1) });
+            var forget = new StoreChange();
+            forget.DeleteJoinTokens.Add(token.TokenId);
+            await store.ApplyAsync(StoreChange.Merge(new[] { revoke, forget }), CancellationToken.None);
+            Assert.Empty(await store.JoinTokensAsync(CancellationToken.None));
+        }
+    }
+
+    [Fact]
     public async Task ChangesSurviveReopeningAndSequencesAreNeverReused()
     {
         var server = new ServerRecord("s1", new Dictionary<string, string> { ["tcp"] = "tcp:127.0.0.1:1" }, "local-small", true, "local") { CacheId = 5, ProcessId = 42 };

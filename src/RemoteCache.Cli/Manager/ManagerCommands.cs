@@ -237,11 +237,12 @@ internal static class ManagerCommands
                 await output.WriteLineAsync(array.ToJsonString(Json)).ConfigureAwait(false);
                 return ManagerExitCodes.Success;
             }
-            await output.WriteAsync(Table(new[] { "SERVER", "STATE", "VM TYPE", "SPOT", "CACHE", "LENT", "ENDPOINTS" },
+            await output.WriteAsync(Table(new[] { "SERVER", "STATE", "VM TYPE", "SPOT", "CACHE", "LENT", "ENDPOINTS", "LABELS" },
                 servers.Select(s => new[]
                 {
                     s.ServerId, s.State, s.VmType, s.Spot ? "yes" : "no", s.CacheId == 0 ? "-" : s.CacheId.ToString(CultureInfo.InvariantCulture),
                     Units.Size(s.MemoryLent), string.Join(" ", s.Endpoints.Values),
+                    s.Joined ? string.Join(",", s.Labels.Select(l => $"{l.Key}={l.Value}").DefaultIfEmpty("joined")) : "-",
                 }))).ConfigureAwait(false);
             return ManagerExitCodes.Success;
         });

@@ -3,6 +3,7 @@ using System.Linq;
 using System.Threading;
 using System.Threading.Tasks;
 using RemoteCache.Admin;
+using RemoteCache.Manager.Security;
 using RemoteCache.Manager.Store;
 
 namespace RemoteCache.Manager.Admin;
@@ -19,13 +20,13 @@ public sealed class NativeServerAdmin : IServerAdmin
 
     private static readonly TimeSpan s_freePoll = TimeSpan.FromMilliseconds(2);
 
-    private readonly byte[] _admissionKey;
+    private readonly ServerKeys _keys;
 
-    public NativeServerAdmin(byte[] admissionKey) => _admissionKey = admissionKey;
+    public NativeServerAdmin(ServerKeys keys) => _keys = keys;
 
     public async Task<ServerProbe> ProbeAsync(ServerRecord server, CancellationToken cancellationToken)
     {
-        await using var admin = await CacheServerAdmin.ConnectAsync(server.AdminEndpoint, _admissionKey, s_callTimeout, cancellationToken).ConfigureAwait(false);
+        await using var admin = await CacheServerAdmin.ConnectAsync(server.AdminEndpoint, _keys.For(server), s_callTimeout, cancellationToken).ConfigureAwait(false);
         var stats = await admin.GetStatsAsync(cancellationToken).ConfigureAwait(false);
         var caches = await admin.ListCachesAsync(cancellationToken).ConfigureAwait(false);
         return new ServerProbe(stats.ServerId, stats.MemoryLimit, stats.MemoryLent, stats.RegionSize, stats.Caches, stats.DataConnections,
@@ -34,7 +35,7 @@ public sealed class NativeServerAdmin : IServerAdmin
 
     public async Task<int> DropAsync(ServerRecord server, ulong cacheId, CancellationToken cancellationToken)
     {
-        await using var admin = await CacheServerAdmin.ConnectAsync(server.AdminEndpoint, _admissionKey, s_callTimeout, cancellationToken).ConfigureAwait(false);
+        await using var admin = await CacheServerAdmin.ConnectAsync(server.AdminEndpoint, _keys.For(server), s_callTimeout, cancellationToken).ConfigureAwait(false);
         var before = await admin.GetStatsAsync(cancellationToken).ConfigureAwait(false);
         long freeing = (await admin.ListCachesAsync(cancellationToken).ConfigureAwait(false)).Where(c => c.CacheId == cacheId).Sum(c => (long)c.Regions) * before.RegionSize;
         int dropped = await admin.DropCacheAsync(cacheId, cancellationToken).ConfigureAwait(false);
@@ -48,13 +49,13 @@ public sealed class NativeServerAdmin : IServerAdmin
 
     public async Task<int> ExtendLeaseAsync(ServerRecord server, ulong cacheId, DateTimeOffset leaseEnd, CancellationToken cancellationToken)
     {
-        await using var admin = await CacheServerAdmin.ConnectAsync(server.AdminEndpoint, _admissionKey, s_callTimeout, cancellationToken).ConfigureAwait(false);
+        await using var admin = await CacheServerAdmin.ConnectAsync(server.AdminEndpoint, _keys.For(server), s_callTimeout, cancellationToken).ConfigureAwait(false);
         return await admin.ExtendLeaseAsync(cacheId, leaseEnd, cancellationToken).ConfigureAwait(false);
     }
 
     public async Task<RegionPullResult> PullAsync(ServerRecord target, RegionPull pull, CancellationToken cancellationToken)
     {
-        await using var admin = await CacheServerAdmin.ConnectAsync(target.AdminEndpoint, _admissionKey, s_callTimeout, cancellationToken).ConfigureAwait(false);
+        await using var admin = await CacheServerAdmin.ConnectAsync(target.AdminEndpoint, _keys.For(target), s_callTimeout, cancellationToken).ConfigureAwait(false);
         return await admin.PullRegionAsync(pull, cancellationToken).ConfigureAwait(false);
     }
 }

@@ -1,6 +1,7 @@
 using System;
 using System.Collections.Generic;
 using System.Linq;
+using RemoteCache.Manager.Security;
 using RemoteCache.Manager.Store;
 
 namespace RemoteCache.Manager.Core;
@@ -8,9 +9,9 @@ namespace RemoteCache.Manager.Core;
 /// <summary>Caches as clients see them: their servers and pending replacements, with capabilities for the current lease.</summary>
 public sealed class CacheViews : StateUnit
 {
-    private readonly byte[] _admissionKey;
+    private readonly ServerKeys _keys;
 
-    public CacheViews(ManagerState state, byte[] admissionKey) : base(state) => _admissionKey = admissionKey;
+    public CacheViews(ManagerState state, ServerKeys keys) : base(state) => _keys = keys;
 
     /// <summary>The servers of <paramref name="cache"/> as a client needs them: endpoint, regions and a capability valid until the lease ends.</summary>
     public IReadOnlyList<GrantedServer> ServersOf(CacheRecord cache)
@@ -34,7 +35,7 @@ public sealed class CacheViews : StateUnit
         server.Endpoints.TryGetValue(cache.Transport, out var e) ? e : "",
         cache.RegionsPerServer,
         cache.RegionBytes,
-        RemoteCacheCapability.Mint(_admissionKey, cache.CacheId, server.ServerId, cache.RegionsPerServer, cache.LeaseExpires),
+        RemoteCacheCapability.Mint(_keys.For(server), cache.CacheId, server.ServerId, cache.RegionsPerServer, cache.LeaseExpires),
         server.VmType,
         server.Spot,
         cache.Lineage.TryGetValue(server.ServerId, out var lineage) ? lineage.Replaced : "",

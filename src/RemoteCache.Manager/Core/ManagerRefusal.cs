@@ -14,6 +14,7 @@ public enum RefusalKind
     Aborted,
     OutOfRange,
     DeadlineExceeded,
+    Unauthenticated,
 }
 
 /// <summary>A refusal by the manager's core: its kind, a message that names what was refused and why, and an optional tag.</summary>

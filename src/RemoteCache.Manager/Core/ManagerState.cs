@@ -43,6 +43,7 @@ public sealed class ManagerState
     private readonly Dictionary<string, ServerRecord> _servers = new(StringComparer.Ordinal);
     private readonly System.Collections.Concurrent.ConcurrentDictionary<string, ServerProbe> _probes = new(StringComparer.Ordinal);
     private readonly System.Collections.Concurrent.ConcurrentDictionary<string, Silence> _silences = new(StringComparer.Ordinal);
+    private readonly System.Collections.Concurrent.ConcurrentDictionary<string, Heartbeat> _heartbeats = new(StringComparer.Ordinal);
     // What each pending replacement's mover last did (under the _caches monitor), by cache and replaced server; one
     // recovered from the store counts from the manager's start.
     private readonly Dictionary<(ulong CacheId, string ServerId), MoverActivity> _movers = new();
@@ -113,6 +114,12 @@ public sealed class ManagerState
     /// <summary>Each server's last answered probe.</summary>
     internal System.Collections.Concurrent.ConcurrentDictionary<string, ServerProbe> Probes => _probes;
 
+    /// <summary>Each joined server's last accepted heartbeat in this term.</summary>
+    internal System.Collections.Concurrent.ConcurrentDictionary<string, Heartbeat> Heartbeats => _heartbeats;
+
+    /// <summary>When this manager's term as leader (or its run) began: a server's silence counts from then at the earliest.</summary>
+    internal DateTimeOffset TermStarted => _started;
+
     /// <summary>Each silent server's missed probes.</summary>
     internal System.Collections.Concurrent.ConcurrentDictionary<string, Silence> Silences => _silences;
 
@@ -158,6 +165,7 @@ public sealed class ManagerState
             _movers.Clear();
         _probes.Clear();
         _silences.Clear();
+        _heartbeats.Clear();
         Replace(caches, servers);
     }
 
@@ -297,6 +305,7 @@ public sealed class ManagerState
             {
                 _probes.TryRemove(id, out _);
                 _silences.TryRemove(id, out _);
+                _heartbeats.TryRemove(id, out _);
             }
         }
         _view = view;
@@ -460,6 +469,9 @@ internal sealed class MoverActivity(DateTimeOffset since)
             return _copies > 0 ? TimeSpan.Zero : now - _last;
     }
 }
+
+/// <summary>A joined server's last accepted heartbeat: when, its sequence, and the memory it said it may lend and lends.</summary>
+internal sealed record Heartbeat(DateTimeOffset At, ulong Sequence, long MemoryLimit, long MemoryLent);
 
 // A server's missed probes since its last answer: the first one's time and how many rounds.
 internal sealed record Silence(DateTimeOffset Since, int Misses);

@@ -11,7 +11,8 @@ namespace RemoteCache.Manager.Core;
 
 /// <summary>
 /// The leader's clockwork: in each term of this manager as leader, takes the state over, then probes every server each
-/// probe period and ends and warns leases and retires reclaimed servers every quarter second, and compacts the event log every minute, until the term ends.
+/// probe period, ends and warns leases, retires reclaimed servers and fails joined servers whose heartbeats stopped every
+/// quarter second, and compacts the event log and forgets ended join tokens every minute, until the term ends.
 /// A follower runs none of it.
 /// </summary>
 public sealed class ManagerWorker : BackgroundService
@@ -21,15 +22,17 @@ public sealed class ManagerWorker : BackgroundService
     private readonly Duties _duties;
     private readonly TenantCalls _calls;
     private readonly Pool _pool;
+    private readonly Membership _membership;
     private readonly ILeadership _leadership;
     private readonly ManagerOptions _options;
     private readonly ILogger<ManagerWorker> _logger;
 
-    public ManagerWorker(Duties duties, Pool pool, TenantCalls calls, ILeadership leadership, IOptions<ManagerOptions> options, ILogger<ManagerWorker> logger)
+    public ManagerWorker(Duties duties, Pool pool, Membership membership, TenantCalls calls, ILeadership leadership, IOptions<ManagerOptions> options, ILogger<ManagerWorker> logger)
     {
         _calls = calls;
         _duties = duties;
         _pool = pool;
+        _membership = membership;
         _leadership = leadership;
         _options = options.Value;
         _logger = logger;
@@ -49,6 +52,8 @@ public sealed class ManagerWorker : BackgroundService
                     continue;
                 await Task.WhenAll(Loop(_options.ProbePeriod, _pool.ProbeAllAsync, "probing servers", duty.Token),
                                    Loop(s_tick, _duties.TickAsync, "leases and reclaims", duty.Token),
+                                   Loop(s_tick, _membership.ExpireAsync, "heartbeats", duty.Token),
+                                   Loop(Duties.CompactionPeriod, _membership.ForgetEndedTokensAsync, "forgetting ended join tokens", duty.Token),
                                    Loop(Duties.CompactionPeriod, _duties.CompactEventsAsync, "compacting the event log", duty.Token)).ConfigureAwait(false);
             }
         }

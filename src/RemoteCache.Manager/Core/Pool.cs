@@ -45,8 +45,14 @@ public sealed class Pool : StateUnit, IAsyncDisposable
     /// <summary>Every server, with what its last probe said.</summary>
     public IReadOnlyList<ServerRecord> Servers()
     {
-        return View.Servers.Values.OrderBy(s => s.ServerId, StringComparer.Ordinal)
-                .Select(s => _probes.TryGetValue(s.ServerId, out var p) ? s with { MemoryLent = p.MemoryLent, LastProbe = p.At } : s).ToList();
+        return View.Servers.Values.OrderBy(s => s.ServerId, StringComparer.Ordinal).Select(s =>
+        {
+            if (_probes.TryGetValue(s.ServerId, out var p))
+                s = s with { MemoryLent = p.MemoryLent, LastProbe = p.At };
+            if (_state.Heartbeats.TryGetValue(s.ServerId, out var beat) && beat.Sequence > 0)
+                s = s with { LastHeartbeat = beat.At, MemoryLent = s.LastProbe is { } probed && probed > beat.At ? s.MemoryLent : beat.MemoryLent };
+            return s;
+        }).ToList();
     }
 
     public async Task<ServerRecord> AddServerAsync(IReadOnlyDictionary<string, string> endpoints, string vmType, bool spot, CancellationToken cancellationToken)
@@ -59,22 +65,7 @@ public sealed class Pool : StateUnit, IAsyncDisposable
         if (!endpoints.ContainsKey("tcp"))
             throw new ManagerRefusal(RefusalKind.InvalidArgument, "endpoints must include a tcp one (the admin interface is reached there)");
         var probeTarget = new ServerRecord("", endpoints, vmType, spot, StaticPoolAllocator.AllocatorName);
-        ServerProbe probe;
-        try
-        {
-            using var timeout = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
-            timeout.CancelAfter(_options.ProbeTimeout * 3);
-            probe = await _admin.ProbeAsync(probeTarget, timeout.Token).ConfigureAwait(false);
-        }
-        catch (Exception e) when (e is RemoteCacheException or OperationCanceledException && !cancellationToken.IsCancellationRequested)
-        {
-            throw new ManagerRefusal(RefusalKind.FailedPrecondition, $"the server at {Input.Quote(endpoints["tcp"])} did not answer the admin interface with this manager's admission key: {e.Message}");
-        }
-        if (probe.RegionBytes != _catalogue.RegionBytes)
-            throw new ManagerRefusal(RefusalKind.FailedPrecondition, $"the server {probe.ServerId} lends regions of {probe.RegionBytes} bytes; the catalogue's are {_catalogue.RegionBytes} (--region-size)");
-        long needed = _catalogue.RegionsOf(type) * _catalogue.RegionBytes;
-        if (probe.MemoryLimit < needed)
-            throw new ManagerRefusal(RefusalKind.FailedPrecondition, $"the server {probe.ServerId} may lend {probe.MemoryLimit} bytes; a {vmType} lends {needed} (--memory-limit)");
+        var probe = await CheckAsync(probeTarget, expectedId: null, cancellationToken).ConfigureAwait(false);
         await _state.EnterAsync(cancellationToken).ConfigureAwait(false);
         try
         {
@@ -90,6 +81,35 @@ public sealed class Pool : StateUnit, IAsyncDisposable
         {
             _lock.Release();
         }
+    }
+
+    /// <summary>
+    /// Checks a server through its admin interface before it takes caches: it answers under the key it admits by within
+    /// three probe timeouts (as <paramref name="expectedId"/>, when given), lends regions of the catalogue's size and at
+    /// least its VM type's memory. Refused FAILED_PRECONDITION otherwise, naming which.
+    /// </summary>
+    internal async Task<ServerProbe> CheckAsync(ServerRecord server, string? expectedId, CancellationToken cancellationToken)
+    {
+        ServerProbe probe;
+        try
+        {
+            using var timeout = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
+            timeout.CancelAfter(_options.ProbeTimeout * 3);
+            probe = await _admin.ProbeAsync(server, timeout.Token).ConfigureAwait(false);
+        }
+        catch (Exception e) when (e is RemoteCacheException or OperationCanceledException && !cancellationToken.IsCancellationRequested)
+        {
+            string key = server.Join is null ? "this manager's admission key" : $"{server.ServerId}'s key";
+            throw new ManagerRefusal(RefusalKind.FailedPrecondition, $"the admin interface at {Input.Quote(server.AdminEndpoint)} did not answer under {key}: {e.Message}");
+        }
+        if (expectedId is not null && probe.ServerId != expectedId)
+            throw new ManagerRefusal(RefusalKind.FailedPrecondition, $"{Input.Quote(server.AdminEndpoint)} answers as server {Input.Quote(probe.ServerId)}, not {expectedId}");
+        if (probe.RegionBytes != _catalogue.RegionBytes)
+            throw new ManagerRefusal(RefusalKind.FailedPrecondition, $"the server {probe.ServerId} lends regions of {probe.RegionBytes} bytes; the catalogue's are {_catalogue.RegionBytes} (--region-size)");
+        long needed = _catalogue.RegionsOf(_catalogue.Find(server.VmType)!) * _catalogue.RegionBytes;
+        if (probe.MemoryLimit < needed)
+            throw new ManagerRefusal(RefusalKind.FailedPrecondition, $"the server {probe.ServerId} may lend {probe.MemoryLimit} bytes; a {server.VmType} lends {needed} (--memory-limit, or --lend)");
+        return probe;
     }
 
     public async Task RemoveServerAsync(string serverId, CancellationToken cancellationToken)
@@ -168,7 +188,8 @@ public sealed class Pool : StateUnit, IAsyncDisposable
     /// </summary>
     public async Task ProbeAllAsync(CancellationToken cancellationToken)
     {
-        var servers = View.Servers.Values.Where(s => s.Status != ServerStatus.Failed || s.Allocator == StaticPoolAllocator.AllocatorName).ToList();
+        // A joining server has no endpoints yet; a failed static (or joined) one is probed so that it is fenced if it answers.
+        var servers = View.Servers.Values.Where(s => s.Status != ServerStatus.Joining && (s.Status != ServerStatus.Failed || s.Allocator == StaticPoolAllocator.AllocatorName)).ToList();
         var probes = servers.Select(async s => (Server: s, Result: await ProbeTwiceAsync(s, cancellationToken).ConfigureAwait(false)));
         foreach (var (server, result) in await Task.WhenAll(probes).ConfigureAwait(false))
         {
@@ -178,7 +199,8 @@ public sealed class Pool : StateUnit, IAsyncDisposable
                 _silences.TryRemove(server.ServerId, out _);
                 _probes[server.ServerId] = probe with { At = now };
                 await FenceAsync(server.ServerId, probe.Held).ConfigureAwait(false);
-                if (server.Status == ServerStatus.Failed && server.CacheId == 0)
+                // A static server is itself again once fenced; a joined one never is (it joins again as a new incarnation).
+                if (server.Status == ServerStatus.Failed && server.CacheId == 0 && server.Join is null)
                     await UpdateServerAsync(server.ServerId, s => s with { Status = ServerStatus.Ready, FailureReason = null }, null, cancellationToken).ConfigureAwait(false);
             }
             else if (server.Status != ServerStatus.Failed)
@@ -254,7 +276,7 @@ public sealed class Pool : StateUnit, IAsyncDisposable
             await _allocator.RetireAsync(server, cancellationToken).ConfigureAwait(false);
             var change = new StoreChange();
             var failed = server with { Status = ServerStatus.Failed, FailureReason = reason };
-            if (failed.CacheId == 0 && failed.Allocator == LocalProcessAllocator.AllocatorName)
+            if (failed.CacheId == 0 && (failed.Allocator == LocalProcessAllocator.AllocatorName || failed.Join is not null))
                 change.DeleteServers.Add(serverId);
             else
                 change.PutServers.Add(failed);

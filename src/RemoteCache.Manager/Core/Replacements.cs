@@ -8,6 +8,7 @@ using RemoteCache.Admin;
 using RemoteCache.Manager.Admin;
 using RemoteCache.Manager.Allocators;
 using RemoteCache.Manager.Slo;
+using RemoteCache.Manager.Security;
 using RemoteCache.Manager.Store;
 using RemoteCache.Manager.V1;
 
@@ -24,12 +25,12 @@ public sealed class Replacements : StateUnit
     private readonly IServerAdmin _admin;
     private readonly ModelLibrary _models;
     private readonly ManagerOptions _options;
-    private readonly byte[] _admissionKey;
+    private readonly ServerKeys _keys;
     private readonly TimeProvider _time;
     private readonly ILogger _logger;
 
     public Replacements(ManagerState state, CacheServers cacheServers, IServerAllocator allocator, IServerAdmin admin, ModelLibrary models,
-                        ManagerOptions options, byte[] admissionKey, TimeProvider time, ILogger<Replacements> logger)
+                        ManagerOptions options, ServerKeys keys, TimeProvider time, ILogger<Replacements> logger)
         : base(state)
     {
         _cacheServers = cacheServers;
@@ -37,7 +38,7 @@ public sealed class Replacements : StateUnit
         _admin = admin;
         _models = models;
         _options = options;
-        _admissionKey = admissionKey;
+        _keys = keys;
         _time = time;
         _logger = logger;
     }
@@ -132,7 +133,7 @@ public sealed class Replacements : StateUnit
             Regions = (int)regions,
             SourceEndpoint = PullEndpoint(source, target, cache.Transport),
             // Valid for this copy only: the target presents it once, when it connects to the source.
-            SourceCapability = RemoteCacheCapability.MintMigration(_admissionKey, cache.CacheId, source.ServerId, _time.GetUtcNow() + pullTimeout + MigrationCapabilitySlack),
+            SourceCapability = RemoteCacheCapability.MintMigration(_keys.For(source), cache.CacheId, source.ServerId, _time.GetUtcNow() + pullTimeout + MigrationCapabilitySlack),
             Timeout = pullTimeout,
             MaxMibPerSecond = request.MaxMibPerS == 0 ? null : (int)request.MaxMibPerS,
         };

@@ -34,7 +34,8 @@ public sealed class ApiKeyAuthenticationHandler : AuthenticationHandler<Authenti
     protected override Task<AuthenticateResult> HandleAuthenticateAsync()
     {
         string? header = Request.Headers.Authorization;
-        if (string.IsNullOrEmpty(header))
+        // Servers joining present a join token there, which their service checks itself; an API key means nothing to it.
+        if (string.IsNullOrEmpty(header) || Request.Path.StartsWithSegments("/" + V1.ServerMembership.Descriptor.FullName))
             return Task.FromResult(AuthenticateResult.NoResult());
         const string bearer = "Bearer ";
         if (header.Length > bearer.Length + MaxKeyChars)

@@ -278,6 +278,7 @@ public sealed class CacheManagerService : CacheManager.CacheManagerBase
         RefusalKind.Aborted => StatusCode.Aborted,
         RefusalKind.OutOfRange => StatusCode.OutOfRange,
         RefusalKind.DeadlineExceeded => StatusCode.DeadlineExceeded,
+        RefusalKind.Unauthenticated => StatusCode.Unauthenticated,
         _ => throw new ArgumentOutOfRangeException(nameof(kind), kind, "a refusal kind without a status"),
     };
 }

@@ -54,6 +54,27 @@ public static class Protos
             proto.LastProbe = Timestamp.FromDateTimeOffset(p);
         if (s.ReclaimDeadline is { } d)
             proto.ReclaimDeadline = Timestamp.FromDateTimeOffset(d);
+        if (s.Join is { } join)
+        {
+            proto.Joined = true;
+            proto.JoinTokenId = join.TokenId;
+            foreach (var (key, value) in join.Labels)
+                proto.Labels.Add(key, value);
+        }
+        if (s.LastHeartbeat is { } h)
+            proto.LastHeartbeat = Timestamp.FromDateTimeOffset(h);
+        return proto;
+    }
+
+    public static JoinToken ToProto(JoinTokenRecord t)
+    {
+        var proto = new JoinToken
+        {
+            TokenId = t.TokenId, Description = t.Description, Created = Timestamp.FromDateTimeOffset(t.Created), Expires = Timestamp.FromDateTimeOffset(t.Expires),
+            Joins = (ulong)t.Joins,
+        };
+        if (t.Revoked is { } r)
+            proto.Revoked = Timestamp.FromDateTimeOffset(r);
         return proto;
     }
 

@@ -20,11 +20,13 @@ public sealed class ServerPoolService : ServerPool.ServerPoolBase
     private static readonly TimeSpan s_defaultNotice = TimeSpan.FromSeconds(30);
 
     private readonly Pool _pool;
+    private readonly Membership _membership;
     private readonly VmCatalogue _catalogue;
 
-    public ServerPoolService(Pool pool, VmCatalogue catalogue)
+    public ServerPoolService(Pool pool, Membership membership, VmCatalogue catalogue)
     {
         _pool = pool;
+        _membership = membership;
         _catalogue = catalogue;
     }
 
@@ -53,6 +55,23 @@ public sealed class ServerPoolService : ServerPool.ServerPoolBase
         var deadline = await _pool.ReclaimServerAsync(request.ServerId, notice, context.CancellationToken).ConfigureAwait(false);
         return new ReclaimServerResponse { Deadline = Timestamp.FromDateTimeOffset(deadline) };
     });
+
+    public override Task<IssueJoinTokenResponse> IssueJoinToken(IssueJoinTokenRequest request, ServerCallContext context) => Guard(async () =>
+    {
+        TimeSpan ttl = WireInput.PositiveOr(request.Ttl, "ttl", Membership.DefaultTokenTtl);
+        var (token, text) = await _membership.IssueTokenAsync(ttl, request.Description, context.CancellationToken).ConfigureAwait(false);
+        return new IssueJoinTokenResponse { Token = Protos.ToProto(token), Secret = text };
+    });
+
+    public override Task<ListJoinTokensResponse> ListJoinTokens(ListJoinTokensRequest request, ServerCallContext context) => Guard(async () =>
+    {
+        var response = new ListJoinTokensResponse();
+        response.Tokens.AddRange((await _membership.TokensAsync(context.CancellationToken).ConfigureAwait(false)).Select(Protos.ToProto));
+        return response;
+    });
+
+    public override Task<JoinToken> RevokeJoinToken(RevokeJoinTokenRequest request, ServerCallContext context) => Guard(async () =>
+        Protos.ToProto(await _membership.RevokeTokenAsync(request.TokenId, context.CancellationToken).ConfigureAwait(false)));
 
     private V1.Server ToProto(ServerRecord server)
     {

@@ -18,7 +18,8 @@ namespace RemoteCache.Manager.Store;
 /// <list type="bullet">
 /// <item><c>meta/schema</c>: the layout's version; <c>meta/sequence</c>: the last event sequence given;
 /// <c>meta/change</c>: the id of the last change committed.</item>
-/// <item><c>caches/&lt;id, 16 hex digits&gt;</c> and <c>servers/&lt;id&gt;</c>: the records, JSON as in SQLite.</item>
+/// <item><c>caches/&lt;id, 16 hex digits&gt;</c>, <c>servers/&lt;id&gt;</c> and <c>tokens/&lt;join token id&gt;</c>: the
+/// records, JSON as in SQLite (a prefix written before join tokens existed simply has none).</item>
 /// <item><c>events/&lt;cache id, 16 hex&gt;/&lt;sequence, 19 digits&gt;</c>: an event (its tenant and payload).</item>
 /// <item><c>log/&lt;sequence, 19 digits&gt;</c>: the same event's cache and append time (unix ms), in sequence order
 /// across caches: what compaction by age reads, oldest first, without listing the events.</item>
@@ -226,6 +227,10 @@ public sealed class EtcdManagerStore : IManagerStore
                 txn.Success.Add(Put(Key("servers/" + server.ServerId), JsonSerializer.SerializeToUtf8Bytes(server, RecordJson.Options)));
             foreach (string id in change.DeleteServers)
                 txn.Success.Add(new RequestOp { RequestDeleteRange = new DeleteRangeRequest { Key = Key("servers/" + id) } });
+            foreach (var token in change.PutJoinTokens)
+                txn.Success.Add(Put(Key("tokens/" + token.TokenId), JsonSerializer.SerializeToUtf8Bytes(token, RecordJson.Options)));
+            foreach (string id in change.DeleteJoinTokens)
+                txn.Success.Add(new RequestOp { RequestDeleteRange = new DeleteRangeRequest { Key = Key("tokens/" + id) } });
             var appended = new List<StoredEvent>();
             foreach (var (cacheId, tenant, payload) in change.Events)
             {
@@ -380,7 +385,7 @@ public sealed class EtcdManagerStore : IManagerStore
                 // Only an empty state is written over: no sequence, no record, no event.
                 var begin = new TxnRequest();
                 begin.Compare.Add(new Compare { Key = Key("meta/sequence"), Target = Compare.Types.CompareTarget.Create, Result = Compare.Types.CompareResult.Equal, CreateRevision = 0 });
-                foreach (string part in new[] { "caches/", "servers/", "events/", "log/", "floors/" })
+                foreach (string part in new[] { "caches/", "servers/", "tokens/", "events/", "log/", "floors/" })
                     begin.Compare.Add(new Compare
                     {
                         Key = Key(part), RangeEnd = RangeEnd(Key(part)), Target = Compare.Types.CompareTarget.Create,
@@ -393,7 +398,7 @@ public sealed class EtcdManagerStore : IManagerStore
             else
             {
                 // An import that did not finish: what it wrote goes, the marker stays.
-                foreach (string part in new[] { "caches/", "servers/", "events/", "log/", "floors/", "meta/sequence", "meta/change" })
+                foreach (string part in new[] { "caches/", "servers/", "tokens/", "events/", "log/", "floors/", "meta/sequence", "meta/change" })
                 {
                     var range = new DeleteRangeRequest { Key = Key(part) };
                     if (part.EndsWith('/'))
@@ -403,6 +408,7 @@ public sealed class EtcdManagerStore : IManagerStore
             }
             var puts = state.Caches.Select(c => Put(CacheKey(c.CacheId), JsonSerializer.SerializeToUtf8Bytes(c, RecordJson.Options)))
                 .Concat(state.Servers.Select(s => Put(Key("servers/" + s.ServerId), JsonSerializer.SerializeToUtf8Bytes(s, RecordJson.Options))))
+                .Concat(state.JoinTokens.Select(t => Put(Key("tokens/" + t.TokenId), JsonSerializer.SerializeToUtf8Bytes(t, RecordJson.Options))))
                 .Concat(events.Select(e => Put(EventKey(e.CacheId, e.Sequence), JsonSerializer.SerializeToUtf8Bytes(new EventEnvelope(e.Tenant, e.Payload), RecordJson.Options))))
                 .Concat(events.Select(e => Put(LogKey(e.Sequence), LogEntry(e.CacheId, (e.Appended ?? DateTimeOffset.UtcNow).ToUnixTimeMilliseconds()))))
                 .Concat(floors.Select(f => Put(FloorKey(f.Key), Encoding.UTF8.GetBytes(f.Value.ToString(CultureInfo.InvariantCulture)))));
@@ -600,6 +606,13 @@ public sealed class EtcdManagerStore : IManagerStore
         var request = new RangeRequest { Key = Key(part), RangeEnd = RangeEnd(Key(part)), KeysOnly = true };
         var response = await CallAsync((deadline, ct) => _client.GetAsync(request, null, deadline, ct), cancellationToken).ConfigureAwait(false);
         return response.Kvs.Select(kv => kv.Key.ToStringUtf8()).ToList();
+    }
+
+    public async Task<IReadOnlyList<JoinTokenRecord>> JoinTokensAsync(CancellationToken cancellationToken)
+    {
+        var range = new RangeRequest { Key = Key("tokens/"), RangeEnd = RangeEnd(Key("tokens/")) };
+        var response = await CallAsync((deadline, ct) => _client.GetAsync(range, null, deadline, ct), cancellationToken).ConfigureAwait(false);
+        return response.Kvs.Select(kv => JsonSerializer.Deserialize<JoinTokenRecord>(kv.Value.Span, RecordJson.Options)!).ToList();
     }
 
     public async Task<bool> PingAsync(CancellationToken cancellationToken)

@@ -42,6 +42,9 @@ public interface IManagerStore : IAsyncDisposable
     /// </summary>
     Task<long> EventFloorAsync(ulong cacheId, CancellationToken cancellationToken);
 
+    /// <summary>Every join token as last committed (revoked and expired ones until they are deleted).</summary>
+    Task<IReadOnlyList<JoinTokenRecord>> JoinTokensAsync(CancellationToken cancellationToken);
+
     /// <summary>Whether the store answers (health check).</summary>
     Task<bool> PingAsync(CancellationToken cancellationToken);
 }

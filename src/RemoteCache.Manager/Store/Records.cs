@@ -15,8 +15,11 @@ public enum ServerStatus
     /// <summary>A reclaim was announced; it goes at <see cref="ServerRecord.ReclaimDeadline"/>.</summary>
     Reclaiming = 3,
 
-    /// <summary>Missed its probes (or its process ended).</summary>
+    /// <summary>Missed its probes (or its process ended), or its heartbeats (a joined server).</summary>
     Failed = 4,
+
+    /// <summary>Joined by itself; takes caches once its first heartbeat's endpoints are checked.</summary>
+    Joining = 5,
 }
 
 /// <summary>A cache server (a VM): where it listens, what it is, and which cache rents it.</summary>
@@ -37,6 +40,10 @@ public sealed record ServerRecord(string ServerId, IReadOnlyDictionary<string, s
 
     public DateTimeOffset? LastProbe { get; init; }
 
+    /// <summary>A joined server's last accepted heartbeat, as the leader saw it (not stored).</summary>
+    [System.Text.Json.Serialization.JsonIgnore]
+    public DateTimeOffset? LastHeartbeat { get; init; }
+
     public DateTimeOffset? ReclaimDeadline { get; init; }
 
     /// <summary>Process id of a local server (to find it again after a manager restart); 0 otherwise.</summary>
@@ -45,8 +52,34 @@ public sealed record ServerRecord(string ServerId, IReadOnlyDictionary<string, s
     /// <summary>Why it failed, when it did.</summary>
     public string? FailureReason { get; init; }
 
+    /// <summary>Draining because its host has less memory to spare than its type lends (harvesting), not by an operator.</summary>
+    public bool HostDrained { get; init; }
+
+    /// <summary>How it joined, for a server that joined by itself (ServerMembership.Join); null for one added or started by the manager.</summary>
+    public JoinRecord? Join { get; init; }
+
     /// <summary>The endpoint the manager reaches its admin interface on (the tcp one).</summary>
+    [System.Text.Json.Serialization.JsonIgnore]
     public string AdminEndpoint => Endpoints.TryGetValue("tcp", out var e) ? e : throw new InvalidOperationException($"server {ServerId} has no tcp endpoint");
+}
+
+/// <summary>
+/// How a server joined: the name it gave (its id is the name and an incarnation), its labels, cores and the memory it
+/// said it lends, the token it joined with, and when.
+/// </summary>
+public sealed record JoinRecord(string Name, IReadOnlyDictionary<string, string> Labels, int Cores, long Memory, string TokenId, DateTimeOffset Joined);
+
+/// <summary>
+/// A join token: <paramref name="Sha256"/> is the hash of the whole token text ("rcj_&lt;id&gt;_&lt;secret&gt;"), which
+/// the manager never keeps.
+/// </summary>
+public sealed record JoinTokenRecord(string TokenId, string Sha256, string Description, DateTimeOffset Created, DateTimeOffset Expires)
+{
+    /// <summary>When an operator revoked it; null: not revoked.</summary>
+    public DateTimeOffset? Revoked { get; init; }
+
+    /// <summary>Servers that joined with it.</summary>
+    public long Joins { get; init; }
 }
 
 /// <summary>An SLO as stored: bounds in microseconds (null: none), throughput in operations per second.</summary>
@@ -141,7 +174,11 @@ public sealed record StoredEvent(long Sequence, ulong CacheId, string Tenant, by
 public sealed record CompactionResult(int Events, int Caches);
 
 /// <summary>What the manager recovers at start.</summary>
-public sealed record StoreSnapshot(IReadOnlyList<CacheRecord> Caches, IReadOnlyList<ServerRecord> Servers, long LastSequence);
+public sealed record StoreSnapshot(IReadOnlyList<CacheRecord> Caches, IReadOnlyList<ServerRecord> Servers, long LastSequence)
+{
+    /// <summary>The join tokens, where the reader asked for them (a state migrated between stores); empty otherwise.</summary>
+    public IReadOnlyList<JoinTokenRecord> JoinTokens { get; init; } = Array.Empty<JoinTokenRecord>();
+}
 
 /// <summary>
 /// One atomic change of the durable state: caches and servers written or removed, events appended (their sequence
@@ -156,6 +193,10 @@ public sealed class StoreChange
     public List<ServerRecord> PutServers { get; } = new();
 
     public List<string> DeleteServers { get; } = new();
+
+    public List<JoinTokenRecord> PutJoinTokens { get; } = new();
+
+    public List<string> DeleteJoinTokens { get; } = new();
 
     /// <summary>
     /// When the change is made, by the clock of the manager that makes it: the store records it as its events' append
@@ -176,7 +217,8 @@ public sealed class StoreChange
     /// The keys the change writes: each record put or deleted, two per event (the event and its log entry) and two of the
     /// store's own (the last sequence and the change's id).
     /// </summary>
-    public int Writes => PutCaches.Count + DeleteCaches.Count + PutServers.Count + DeleteServers.Count + 2 * Events.Count + 2;
+    public int Writes => PutCaches.Count + DeleteCaches.Count + PutServers.Count + DeleteServers.Count + PutJoinTokens.Count + DeleteJoinTokens.Count +
+                         2 * Events.Count + 2;
 
     /// <summary>
     /// One change that makes <paramref name="changes"/> in their order: a record both written and removed in them ends as
@@ -188,6 +230,7 @@ public sealed class StoreChange
             return changes[0];
         var caches = new Dictionary<ulong, CacheRecord?>();
         var servers = new Dictionary<string, ServerRecord?>(StringComparer.Ordinal);
+        var tokens = new Dictionary<string, JoinTokenRecord?>(StringComparer.Ordinal);
         var merged = new StoreChange();
         foreach (var change in changes)
         {
@@ -199,6 +242,10 @@ public sealed class StoreChange
                 servers[id] = null;
             foreach (var server in change.PutServers)
                 servers[server.ServerId] = server;
+            foreach (string id in change.DeleteJoinTokens)
+                tokens[id] = null;
+            foreach (var token in change.PutJoinTokens)
+                tokens[token.TokenId] = token;
             merged.Events.AddRange(change.Events);
         }
         foreach (var (id, cache) in caches)
@@ -214,6 +261,13 @@ public sealed class StoreChange
                 merged.DeleteServers.Add(id);
             else
                 merged.PutServers.Add(server);
+        }
+        foreach (var (id, token) in tokens)
+        {
+            if (token is null)
+                merged.DeleteJoinTokens.Add(id);
+            else
+                merged.PutJoinTokens.Add(token);
         }
         return merged;
     }

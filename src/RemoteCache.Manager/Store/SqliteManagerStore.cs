@@ -45,6 +45,7 @@ public sealed class SqliteManagerStore : IManagerStore
                                                    tenant TEXT NOT NULL, payload BLOB NOT NULL, appended_ms INTEGER NOT NULL);
                 CREATE INDEX IF NOT EXISTS events_by_cache ON events (cache_id, sequence);
                 CREATE TABLE IF NOT EXISTS event_floors (cache_id INTEGER PRIMARY KEY, floor INTEGER NOT NULL);
+                CREATE TABLE IF NOT EXISTS join_tokens (token_id TEXT PRIMARY KEY, record TEXT NOT NULL);
                 INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', '2');
                 """);
             string? version = Scalar(connection, "SELECT value FROM meta WHERE key = 'schema'");
@@ -117,6 +118,11 @@ public sealed class SqliteManagerStore : IManagerStore
                     ("$id", server.ServerId), ("$record", JsonSerializer.Serialize(server, RecordJson.Options)));
             foreach (string id in change.DeleteServers)
                 Run(transaction, "DELETE FROM servers WHERE server_id = $id", ("$id", id));
+            foreach (var token in change.PutJoinTokens)
+                Run(transaction, "INSERT OR REPLACE INTO join_tokens (token_id, record) VALUES ($id, $record)",
+                    ("$id", token.TokenId), ("$record", JsonSerializer.Serialize(token, RecordJson.Options)));
+            foreach (string id in change.DeleteJoinTokens)
+                Run(transaction, "DELETE FROM join_tokens WHERE token_id = $id", ("$id", id));
             var appended = new List<StoredEvent>();
             foreach (var (cacheId, tenant, payload) in change.Events)
             {
@@ -268,6 +274,19 @@ public sealed class SqliteManagerStore : IManagerStore
             transaction.Commit();
             _grown = new HashSet<ulong>();
             return new CompactionResult(removed, floors.Count);
+        }
+        finally
+        {
+            _gate.Release();
+        }
+    }
+
+    public async Task<IReadOnlyList<JoinTokenRecord>> JoinTokensAsync(CancellationToken cancellationToken)
+    {
+        await _gate.WaitAsync(cancellationToken).ConfigureAwait(false);
+        try
+        {
+            return Column("SELECT record FROM join_tokens ORDER BY token_id").Select(json => JsonSerializer.Deserialize<JoinTokenRecord>(json, RecordJson.Options)!).ToList();
         }
         finally
         {

@@ -162,4 +162,67 @@ TEST(CommitMemory, ServerWithCommittedMemoryServesCaches) {
   EXPECT_EQ(rc_server_memory_committed(nullptr), 0u);
 }
 
+// A host taking memory back (rc_server_set_memory_limit, rc_server_drop_cache): a limit below what is
+// lent refuses new caches by name and leaves the lent ones serving, frees committed spares beyond it at
+// once; a drop tells the cache's clients the host took it back and frees its memory; a limit raised
+// again lends again.
+TEST(CommitMemory, AHostTakesMemoryBackByLimitAndByDrop) {
+  const char* listen[] = {"tcp:127.0.0.1:0"};
+  rc_server_options so{};
+  so.listen = listen;
+  so.listen_count = 1;
+  so.region_size = kRegion;
+  so.memory_limit = kLimitRegions * kRegion;
+  so.max_threads = 1;
+  so.commit_memory = 1;
+  rc_server* server = nullptr;
+  ASSERT_EQ(rc_server_start(&so, &server), RC_OK) << last_error();
+  ASSERT_TRUE(wait_for([&] { return rc_server_memory_committed(server) == kLimitRegions * kRegion; }));
+  const char* endpoint = rc_server_endpoint(server, 0);
+  const uint64_t id = fresh_cache_id();
+  rc_cache* kept = nullptr;
+  ASSERT_EQ(open_cache({endpoint}, make_options(id, rc_config{0, 1, 1, 1}, 2), &kept), RC_OK) << last_error();
+  rc_session* session = nullptr;
+  ASSERT_EQ(rc_session_open(kept, &session), RC_OK);
+
+  // Below what is lent: spares go at once, the lent cache serves on, a new one is refused by name.
+  ASSERT_EQ(rc_server_set_memory_limit(server, 1 * kRegion), RC_OK);
+  EXPECT_EQ(rc_server_memory_limit(server), 1 * kRegion);
+  EXPECT_EQ(rc_server_memory_committed(server), 0u);
+  EXPECT_TRUE(cache_works(kept, 100, 3));
+  rc_cache* refused = nullptr;
+  EXPECT_EQ(open_cache({endpoint}, make_options(fresh_cache_id(), rc_config{0, 1, 1, 1}, 1), &refused), RC_E_NO_MEMORY);
+  EXPECT_TRUE(contains(last_error(), "memory limit")) << last_error();
+
+  // Dropped: the client hears why, the memory goes back to the host.
+  size_t dropped = 0;
+  ASSERT_EQ(rc_server_drop_cache(server, id, &dropped), RC_OK);
+  EXPECT_EQ(dropped, 1u);
+  uint8_t buf[64];
+  int32_t after = RC_OK;
+  std::string why;
+  for (int i = 0; i < 500 && after == RC_OK; ++i) {
+    after = sync_read(session, 0, buf, sizeof buf);
+    why = last_error();
+    if (after == RC_OK) std::this_thread::sleep_for(ms(10));
+  }
+  EXPECT_EQ(after, RC_E_EXPIRED) << why;
+  EXPECT_TRUE(contains(why, "host needed its memory back")) << why;
+  EXPECT_EQ(rc_session_close(session), RC_OK);
+  EXPECT_EQ(rc_cache_close(kept), RC_OK);
+  EXPECT_TRUE(wait_for([&] { return rc_server_memory_in_use(server) == 0; })) << rc_server_memory_in_use(server);
+  EXPECT_EQ(rc_server_drop_cache(server, id, &dropped), RC_OK);
+  EXPECT_EQ(dropped, 0u);
+
+  // The host has memory to spare again: the server lends again.
+  ASSERT_EQ(rc_server_set_memory_limit(server, kLimitRegions * kRegion), RC_OK);
+  rc_cache* again = nullptr;
+  ASSERT_EQ(open_cache({endpoint}, make_options(fresh_cache_id(), rc_config{0, 1, 1, 1}, 2), &again), RC_OK) << last_error();
+  EXPECT_TRUE(cache_works(again, kRegion - 10, 9));
+  EXPECT_EQ(rc_cache_close(again), RC_OK);
+  EXPECT_EQ(rc_server_set_memory_limit(nullptr, 1), RC_E_INVALID_ARGUMENT);
+  EXPECT_EQ(rc_server_drop_cache(nullptr, 1, nullptr), RC_E_INVALID_ARGUMENT);
+  EXPECT_EQ(rc_server_stop(server), RC_OK);
+}
+
 }  // namespace

@@ -274,6 +274,18 @@ internal static unsafe partial class NativeMethods
     [LibraryImport(Library, EntryPoint = "rc_server_memory_committed")]
     public static partial ulong ServerMemoryCommitted(ServerHandle server);
 
+    /// <summary><c>rc_server_memory_limit</c>.</summary>
+    [LibraryImport(Library, EntryPoint = "rc_server_memory_limit")]
+    public static partial ulong ServerMemoryLimit(ServerHandle server);
+
+    /// <summary><c>rc_server_set_memory_limit</c>.</summary>
+    [LibraryImport(Library, EntryPoint = "rc_server_set_memory_limit")]
+    public static partial RemoteCacheStatus ServerSetMemoryLimit(ServerHandle server, ulong bytes);
+
+    /// <summary><c>rc_server_drop_cache</c>.</summary>
+    [LibraryImport(Library, EntryPoint = "rc_server_drop_cache")]
+    public static partial RemoteCacheStatus ServerDropCache(ServerHandle server, ulong cacheId, out nuint dropped);
+
     /// <summary><c>rc_server_stop</c> (use <see cref="ServerHandle"/> instead).</summary>
     [LibraryImport(Library, EntryPoint = "rc_server_stop")]
     public static partial RemoteCacheStatus ServerStop(IntPtr server);

@@ -39,7 +39,7 @@ extern "C" {
 /* The version of this header. A binding built against one version must not drive a library built
  * from another (struct layouts, limits and semantics may differ): it compares rc_api_version() of
  * the library it loaded with the RC_API_VERSION it was built against and refuses a mismatch. */
-#define RC_API_VERSION 12 /* 4: admin interface (remotecache_admin.h); 5: rc_cache_grow/shrink; 6: commit_memory; 7: region pull (rc_capability_mint_migration, rc_admin_pull_region); 8: rc_server_memory_committed; 9: several regions per migration_begin and pull; 10: rc_cache_map_region_ahead; 11: rc_admin_extend_lease; 12: rc_cache_holder_status */
+#define RC_API_VERSION 13 /* 4: admin interface (remotecache_admin.h); 5: rc_cache_grow/shrink; 6: commit_memory; 7: region pull (rc_capability_mint_migration, rc_admin_pull_region); 8: rc_server_memory_committed; 9: several regions per migration_begin and pull; 10: rc_cache_map_region_ahead; 11: rc_admin_extend_lease; 12: rc_cache_holder_status; 13: rc_server_memory_limit, rc_server_set_memory_limit, rc_server_drop_cache */
 
 /* Limits and defaults of the API, defined here once (bindings take them from this header). */
 #define RC_MAX_TOKEN_BYTES 64            /* rc_cache_options.token, UTF-8 bytes */
@@ -321,6 +321,16 @@ RC_API const char* rc_server_endpoint(const rc_server* server, size_t index);
 RC_API uint64_t rc_server_memory_in_use(const rc_server* server);
 /* Bytes committed ahead for new caches and not lent yet (commit_memory's spare regions; 0 without it). */
 RC_API uint64_t rc_server_memory_committed(const rc_server* server);
+/* Bytes the server may lend (memory_limit, or what rc_server_set_memory_limit set last). */
+RC_API uint64_t rc_server_memory_limit(const rc_server* server);
+/* Lends at most `bytes` from now on (its host wants memory back, or has more to spare): a cache that
+ * would not fit is refused with RC_E_NO_MEMORY; caches already lent keep their memory (drop one to give
+ * it back), spare regions beyond the limit (commit_memory) are freed now. 0 takes no new cache. */
+RC_API rc_status rc_server_set_memory_limit(rc_server* server, uint64_t bytes);
+/* Drops every cache with this id, as its host needs the memory: its connections get a last Notice
+ * (RC_E_EXPIRED, naming the host) and close, and its memory is freed as they do (at once when none is
+ * connected). Sets *dropped (may be NULL) to how many caches had the id. */
+RC_API rc_status rc_server_drop_cache(rc_server* server, uint64_t cache_id, size_t* dropped);
 /* Closes every connection (clients see RC_E_DISCONNECTED) and frees the server. */
 RC_API rc_status rc_server_stop(rc_server* server);
 

@@ -412,6 +412,27 @@ uint64_t rc_server_memory_committed(const rc_server* server) {
   return server == nullptr ? 0 : server->impl->memory_committed();
 }
 
+uint64_t rc_server_memory_limit(const rc_server* server) {
+  return server == nullptr ? 0 : server->impl->memory_limit();
+}
+
+rc_status rc_server_set_memory_limit(rc_server* server, uint64_t bytes) {
+  if (server == nullptr) return null_argument("server");
+  return guarded([&] {
+    server->impl->set_memory_limit(bytes);
+    return RC_OK;
+  });
+}
+
+rc_status rc_server_drop_cache(rc_server* server, uint64_t cache_id, size_t* dropped) {
+  if (server == nullptr) return null_argument("server");
+  return guarded([&] {
+    const std::size_t n = server->impl->drop_cache(cache_id);
+    if (dropped != nullptr) *dropped = n;
+    return RC_OK;
+  });
+}
+
 rc_status rc_server_stop(rc_server* server) {
   if (server == nullptr) return null_argument("server");
   return guarded([&] {

@@ -191,7 +191,7 @@ transport::Grant Registry::create(const Key& key, const wire::ConnectRequest& re
                                    " of them held by another cache with this id");
   }
   const uint64_t want = uint64_t{request.regions} * region_size_;
-  if (want > memory_limit_ - in_use_)
+  if (!room_for(want))
     return refuse(RC_E_NO_MEMORY, "server memory limit reached (" + std::to_string(in_use_) + " of " +
                                       std::to_string(memory_limit_) + " bytes lent)");
   auto fresh = std::make_shared<CacheState>();
@@ -283,7 +283,7 @@ std::size_t Registry::expire(uint64_t now_unix_ms, uint64_t& next_end_ms) {
   return dropped;
 }
 
-std::size_t Registry::drop(uint64_t cache_id) {
+std::size_t Registry::drop(uint64_t cache_id, DropCause cause) {
   std::lock_guard lock(mutex_);
   std::size_t dropped = 0;
   for (auto it = caches_.begin(); it != caches_.end();) {
@@ -291,10 +291,10 @@ std::size_t Registry::drop(uint64_t cache_id) {
       ++it;
       continue;
     }
-    RC_LOG_WARN("%s: dropped by its manager", cache_name(cache_id).c_str());
+    RC_LOG_WARN("%s: dropped by its %s", cache_name(cache_id).c_str(), cause == DropCause::ByHost ? "host" : "manager");
     const std::shared_ptr<CacheState> cache = it->second;
     it = caches_.erase(it);
-    retire(cache, DropCause::ByManager);
+    retire(cache, cause);
     ++dropped;
   }
   return dropped;
@@ -349,6 +349,20 @@ std::vector<CacheInfo> Registry::list(uint64_t after, uint32_t max, uint32_t& mo
 RegistryStats Registry::stats() const {
   std::lock_guard lock(mutex_);
   return RegistryStats{in_use_, static_cast<uint32_t>(caches_.size()), connections_};
+}
+
+void Registry::set_memory_limit(uint64_t bytes) {
+  std::lock_guard lock(mutex_);
+  memory_limit_ = bytes;
+  while (!spare_.empty() && in_use_ + spare_.size() * region_size_ > memory_limit_) {
+    free_region(spare_.back());
+    spare_.pop_back();
+  }
+}
+
+uint64_t Registry::memory_limit() const {
+  std::lock_guard lock(mutex_);
+  return memory_limit_;
 }
 
 uint64_t Registry::memory_in_use() const {

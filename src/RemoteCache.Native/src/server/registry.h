@@ -45,7 +45,7 @@ namespace rc::server {
 
 // Why a cache was dropped (its lease ended, or its manager dropped it): its connections then close
 // with a Notice that says so (RC_E_EXPIRED either way).
-enum class DropCause : uint8_t { None, LeaseEnded, ByManager };
+enum class DropCause : uint8_t { None, LeaseEnded, ByManager, ByHost };
 
 struct CacheState {
   uint64_t id = 0;
@@ -115,7 +115,10 @@ class Registry {
   std::size_t expire(uint64_t now_unix_ms, uint64_t& next_end_ms);
 
   // Drops every live cache with this id, as expire() does for ended leases. Returns how many.
-  std::size_t drop(uint64_t cache_id);
+  std::size_t drop(uint64_t cache_id, DropCause cause = DropCause::ByManager);
+  // Lends at most `bytes` from now on: new caches beyond it are refused (RC_E_NO_MEMORY); caches already
+  // lent keep their memory, and spare regions beyond it are freed now.
+  void set_memory_limit(uint64_t bytes);
   // Moves the lease end of every live lease-lived cache with this id to `lease_end_unix_ms` when that
   // is later (a lease is only ever extended here, never shortened). Returns how many caches have the
   // id, so a shorter request counts the caches whose later lease it kept.
@@ -128,7 +131,7 @@ class Registry {
   bool open_mode() const { return admission_.key.empty(); }
   const std::string& server_id() const { return admission_.server_id; }
   uint64_t region_size() const { return region_size_; }
-  uint64_t memory_limit() const { return memory_limit_; }
+  uint64_t memory_limit() const;
   uint64_t memory_in_use() const;
   uint64_t memory_committed() const;
   // Committed regions waiting for a cache (commit_memory).
@@ -163,7 +166,7 @@ class Registry {
   void retire(const std::shared_ptr<CacheState>& cache, DropCause cause);
 
   const uint64_t region_size_;
-  const uint64_t memory_limit_;
+  uint64_t memory_limit_;  // under mutex_: a joined server's host may take memory back (set_memory_limit)
   const Admission admission_;
   std::array<uint8_t, 32> token_salt_{};  // keys the token digests, so they say nothing outside
   mutable std::mutex mutex_;
@@ -178,6 +181,8 @@ class Registry {
   // Committed regions no client has seen; they fit under the limit beside the lent ones.
   std::vector<transport::RegionMemory> spare_;
   bool room_for_spare() const { return in_use_ + (spare_.size() + 1) * region_size_ <= memory_limit_; }
+  // Whether `bytes` more fit under the limit (which may have fallen below what is lent). Called with mutex_ held.
+  bool room_for(uint64_t bytes) const { return in_use_ <= memory_limit_ && bytes <= memory_limit_ - in_use_; }
   std::unique_ptr<MemoryCommitter> committer_;  // last: its thread uses the members above
 };
 

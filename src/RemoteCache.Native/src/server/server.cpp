@@ -58,9 +58,14 @@ const char* describe(CloseReason reason) {
 // The Notice a dropped cache's connections get before they close.
 std::vector<std::byte> drop_notice(const CacheState& cache) {
   const std::string name = "cache " + std::to_string(cache.id);
-  const bool by_manager = cache.dropped.load(std::memory_order_acquire) == DropCause::ByManager;
-  return transport::encode_notice(RC_E_EXPIRED, by_manager ? name + " was dropped by its manager; the server freed it"
-                                                           : "the lease of " + name + " ended; the server dropped it");
+  switch (cache.dropped.load(std::memory_order_acquire)) {
+    case DropCause::ByManager:
+      return transport::encode_notice(RC_E_EXPIRED, name + " was dropped by its manager; the server freed it");
+    case DropCause::ByHost:
+      return transport::encode_notice(RC_E_EXPIRED, name + " was dropped: the server's host needed its memory back sooner than it could move");
+    default:
+      return transport::encode_notice(RC_E_EXPIRED, "the lease of " + name + " ended; the server dropped it");
+  }
 }
 
 struct Closing {
@@ -458,6 +463,12 @@ const std::string& Server::server_id() const { return impl_->registry->server_id
 uint64_t Server::memory_in_use() const { return impl_->registry->memory_in_use(); }
 
 uint64_t Server::memory_committed() const { return impl_->registry->memory_committed(); }
+
+uint64_t Server::memory_limit() const { return impl_->registry->memory_limit(); }
+
+void Server::set_memory_limit(uint64_t bytes) { impl_->registry->set_memory_limit(bytes); }
+
+std::size_t Server::drop_cache(uint64_t cache_id) { return impl_->registry->drop(cache_id, DropCause::ByHost); }
 
 void Server::stop() {
   if (impl_->stopping.exchange(true)) return;

@@ -42,6 +42,10 @@ class Server {
   uint64_t memory_in_use() const;
   // Bytes of spare regions committed ahead (commit_memory) and not lent yet.
   uint64_t memory_committed() const;
+  uint64_t memory_limit() const;
+  void set_memory_limit(uint64_t bytes);
+  // Drops every cache with this id, its memory freed as its connections close (the host takes it back).
+  std::size_t drop_cache(uint64_t cache_id);
   void stop();
 
   struct Impl;
