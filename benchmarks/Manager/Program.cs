@@ -47,6 +47,7 @@ public static class Program
         // The control plane with real manager processes (ControlBench); the in-process suite stays the root's action.
         root.Subcommands.Add(ControlBench.ControlCommand());
         root.Subcommands.Add(ControlBench.FailoverCommand());
+        root.Subcommands.Add(MembershipBench.Command());
         root.SetAction(async (parse, ct) =>
         {
             string dir = Directory.CreateTempSubdirectory("manager-bench-").FullName;
@@ -334,7 +335,7 @@ public static class Program
     }
 
     // 512 MiB VMs: a 1 GiB cache takes two (the cheapest placement).
-    private static VmCatalogue HalfGiBCatalogue => new() { VmTypes = new[] { new VmType("half", 512L << 20, 1, 0.02, null, 4, 0), new VmType("big", 2 * GiB, 2, 0.5, null, 2, 0) } };
+    internal static VmCatalogue HalfGiBCatalogue => new() { VmTypes = new[] { new VmType("half", 512L << 20, 1, 0.02, null, 4, 0), new VmType("big", 2 * GiB, 2, 0.5, null, 2, 0) } };
 
     internal static AllocateRequest Request(long capacity = GiB) => new()
     {
@@ -361,7 +362,7 @@ public static class Program
     internal static string Invariant(FormattableString s) => s.ToString(CultureInfo.InvariantCulture);
 
     /// <summary>A manager over a temporary state directory, with the shipped models and one API key.</summary>
-    private sealed class Manager : IAsyncDisposable
+    internal sealed class Manager : IAsyncDisposable
     {
         private Microsoft.AspNetCore.Builder.WebApplication _app = null!;
         private GrpcChannel _channel = null!;
@@ -372,16 +373,22 @@ public static class Program
 
         public RemoteCacheManagerClient ManagedClient() => new(new RemoteCacheManagerOptions { Address = _address, ApiKey = Key });
 
-        public static async Task<Manager> StartAsync(string dir, VmCatalogue catalogue, int warm, bool commitMemory = false)
+        /// <summary>The operator's key of <see cref="StartAsync"/>'s manager.</summary>
+        public const string OperatorKey = "bench-ops-key-0123456789";
+
+        public Uri Address => _address;
+
+        public static async Task<Manager> StartAsync(string dir, VmCatalogue catalogue, int warm, bool commitMemory = false, Action<ManagerOptions>? configure = null)
         {
             Directory.CreateDirectory(dir);
             string catalogueFile = Path.Combine(dir, "catalogue.json"), keys = Path.Combine(dir, "keys.json");
             await File.WriteAllTextAsync(catalogueFile, catalogue.ToJson());
-            WriteKeys(keys, ("bench", Key, "tenant"));
+            WriteKeys(keys, ("bench", Key, "tenant"), ("ops", OperatorKey, "operator"));
             var options = new ManagerOptions
             {
                 StateDirectory = Path.Combine(dir, "state"), Catalogue = catalogueFile, Keys = keys, Warm = warm, CommitMemory = commitMemory, Transports = new() { "tcp", "shm" },
             };
+            configure?.Invoke(options);
             var manager = new Manager();
             manager._app = await RemoteCache.Manager.Program.BuildAsync(options, new Uri("http://127.0.0.1:0"), TextWriter.Null, CancellationToken.None,
                 b => b.Logging.SetMinimumLevel(LogLevel.Warning));
