@@ -126,6 +126,104 @@ public sealed class MembershipScenarios
         }
     }
 
+    /// <summary>
+    /// A host takes its memory back: srv1 is a memory cgroup of 1 GiB whose <c>remotecache serve --lend auto --reserve
+    /// 384M</c> lends what the host leaves; a producer process in the same cgroup grows its working set in steps of 128 MiB
+    /// while a managed cache with a verified load lives on srv1. When what srv1 lends no longer fits beside the producer,
+    /// the cache is moved to srv2 (or, if the host needs the memory faster, dropped and reported lost): 0 processes
+    /// OOM-killed, 0 wrong reads, and after each step the manager's view of srv1 says what it lends.
+    /// </summary>
+    [ClusterFact]
+    public async Task AHostTakesItsMemoryBackAndTheCacheOnItMovesOrIsReportedLostNeverAProcessKilled()
+    {
+        var bed = await ClusterBed.StartAsync(managers: 0, servers: 0, register: false);
+        string cgroup = Path.Combine("/sys/fs/cgroup/memory", bed.Bed.RunId + "-srv1");
+        try
+        {
+            var manager = await bed.AddManagerAsync(new[] { "--heartbeat-interval", "0.25", "--heartbeat-ttl", "3" });
+            await bed.LeaderAsync(Settle);
+            string token = (await manager.Operator().IssueJoinTokenAsync(new IssueJoinTokenRequest(), deadline: DateTime.UtcNow.AddSeconds(10))).Secret;
+            string tokenFile = Path.Combine(bed.Bed.Directory, "join.token");
+            File.WriteAllText(tokenFile, token + "\n");
+            File.SetUnixFileMode(tokenFile, UnixFileMode.UserRead | UnixFileMode.UserWrite);
+            Directory.CreateDirectory(cgroup);
+            File.WriteAllText(Path.Combine(cgroup, "memory.limit_in_bytes"), (1L << 30).ToString(System.Globalization.CultureInfo.InvariantCulture));
+            // ip netns exec mounts a sysfs of the namespace's own, without the cgroup file systems: mounted again here (in
+            // the mount namespace ip gave the process), as a host has them, so that the server reads its cgroup as it would.
+            string InCgroup(string command) =>
+                "mount -t tmpfs cgroup /sys/fs/cgroup && mkdir /sys/fs/cgroup/memory && mount -t cgroup -o memory memory /sys/fs/cgroup/memory && " +
+                $"echo $$ > {cgroup}/cgroup.procs && exec {command}";
+            string Serve(BedHost host, string lend) =>
+                $"dotnet {Path.Combine(AppContext.BaseDirectory, "RemoteCache.Cli.dll")} serve --join {manager.Origin} --join-token {tokenFile} " +
+                $"--listen tcp:{host.Address}:7300 --threads 1 --name {host.Name} {lend}";
+
+            var producerHost = await bed.Bed.AddHostAsync("srv1");
+            var serve1 = producerHost.Start("serve", "sh", new[] { "-c", InCgroup(Serve(producerHost, "--lend auto --reserve 384M --verbose")) },
+                                            new Dictionary<string, string> { ["DOTNET_NOLOGO"] = "1" });
+            await serve1.WaitForOutputAsync("ready", Settle);
+            Log($"srv1: {serve1.LastLine("joined as ")}");
+            await using var managed = new RemoteCacheManagerClient(new RemoteCacheManagerOptions { Addresses = bed.ManagerAddresses.ToList(), ApiKey = AliceKey });
+            await using var cache = await managed.CreateAsync(new ManagedCacheRequest { Capacity = 128 * MiB, Duration = TimeSpan.FromHours(1) });
+            Assert.StartsWith("srv1.", cache.Info.Servers.Single().ServerId);
+            await using var load = VerifiedLoad.Start(cache);
+            await load.WaitForOperationsAsync(500, Settle);
+            // The server the cache can move to.
+            var spareHost = await bed.Bed.AddHostAsync("srv2");
+            var serve2 = spareHost.Start("serve", "dotnet", Serve(spareHost, "--lend 256M").Split(' ').Skip(1), new Dictionary<string, string> { ["DOTNET_NOLOGO"] = "1" });
+            await serve2.WaitForOutputAsync("ready", Settle);
+
+            string script = Path.Combine(bed.Bed.Directory, "producer.py");
+            File.WriteAllText(script, ProducerScript);
+            var producer = producerHost.Start("producer", "sh", new[] { "-c", InCgroup($"python3 -u {script} 128,256,384,512,640") });
+            await producer.WaitForOutputAsync("ready", Settle);
+            foreach (int step in new[] { 128, 256, 384, 512, 640 })
+            {
+                await producer.WaitForOutputAsync($"step {step}", Settle);
+                await Task.Delay(1500);
+                var srv1 = (await ServersAsync(manager)).FirstOrDefault(s => s.ServerId.StartsWith("srv1.", StringComparison.Ordinal) && s.State != ServerState.Failed);
+                long usage = long.Parse(File.ReadAllText(Path.Combine(cgroup, "memory.usage_in_bytes")).Trim(), System.Globalization.CultureInfo.InvariantCulture);
+                Log($"producer at {step} MiB: cgroup usage {usage >> 20} MiB; srv1 {(srv1 is null ? "none" : $"{srv1.ServerId} {srv1.State} lent {srv1.MemoryLent >> 20} MiB")}; " +
+                    $"cache on {string.Join(",", cache.Info.Servers.Select(x => x.ServerId))}; load {load.Summary}");
+            }
+            Assert.False(producer.HasExited, "the producer was killed");
+            Assert.Contains("oom_kill 0", File.ReadAllText(Path.Combine(cgroup, "memory.oom_control")));
+            Assert.False(serve1.HasExited, "srv1's server was killed");
+            // Moved to srv2, or reported lost and replaced: either way it is no longer on srv1, and the manager places
+            // nothing there while the producer holds the memory.
+            Assert.DoesNotContain(cache.Info.Servers, x => x.ServerId.StartsWith("srv1.", StringComparison.Ordinal));
+            Assert.DoesNotContain(await ServersAsync(manager), s => s.ServerId.StartsWith("srv1.", StringComparison.Ordinal) && s.State == ServerState.Ready);
+            await load.WaitForOperationsAsync(200, Settle);
+            await load.StopAsync();
+            Log(load.Summary);
+            Assert.Equal(0, load.Mismatches);
+        }
+        catch
+        {
+            _output.WriteLine(bed.Bed.Diagnostics());
+            throw;
+        }
+        finally
+        {
+            await bed.DisposeAsync();
+            if (Directory.Exists(cgroup))
+                Directory.Delete(cgroup);
+        }
+    }
+
+    // Grows its working set to each step's MiB (every page written), printing "step N", two seconds apart; then holds it.
+    private const string ProducerScript = """
+        import sys, time
+        hold = []
+        print("ready")
+        for mib in map(int, sys.argv[1].split(",")):
+            while len(hold) * 16 < mib:
+                hold.append(bytearray(b"\x01" * (16 << 20)))
+            print("step %d" % mib)
+            time.sleep(2)
+        print("done")
+        time.sleep(3600)
+        """;
+
     private static async Task<IReadOnlyList<Server>> ServersAsync(BedManager manager) =>
         (await manager.Operator().ListServersAsync(new ListServersRequest(), deadline: DateTime.UtcNow.AddSeconds(10))).Servers;
 
