@@ -352,12 +352,15 @@ RegistryStats Registry::stats() const {
 }
 
 void Registry::set_memory_limit(uint64_t bytes) {
-  std::lock_guard lock(mutex_);
-  memory_limit_ = bytes;
-  while (!spare_.empty() && in_use_ + spare_.size() * region_size_ > memory_limit_) {
-    free_region(spare_.back());
-    spare_.pop_back();
+  {
+    std::lock_guard lock(mutex_);
+    memory_limit_ = bytes;
+    while (!spare_.empty() && in_use_ + spare_.size() * region_size_ > memory_limit_) {
+      free_region(spare_.back());
+      spare_.pop_back();
+    }
   }
+  if (committer_) committer_->poke();  // a raised limit leaves room for spares again
 }
 
 uint64_t Registry::memory_limit() const {
