@@ -140,7 +140,8 @@ if [[ $YCSB_MODE != 0 ]]; then
   GUEST_CLI="$cli_stage/$(basename "$CLI_DLL")"
   dotnet_root="$(dirname "$(readlink -f "$(command -v dotnet)")")"
   # .NET's cryptography (the manager's keys) loads libssl at run time, so ldd of the binaries does not bring it.
-  libssl="$(ldconfig -p | awk '$1 == "libssl.so.3" && /x86-64/ { print $NF; exit }')"
+  # awk reads all of ldconfig's output (no early exit): under pipefail, a writer cut off by SIGPIPE fails the harness.
+  libssl="$(ldconfig -p | awk '$1 == "libssl.so.3" && /x86-64/ && !found { print $NF; found = 1 }')"
   [[ -n $libssl ]] || { echo "rdma-vm: no libssl.so.3 on this host for .NET in the guest" >&2; exit 1; }
   YCSB_ADDS=(--add "$stage" --add "$cli_stage" --add "$dotnet_root/dotnet" --add "$dotnet_root/host" --add "$dotnet_root/shared"
              --add "$libssl")

@@ -99,7 +99,7 @@ ensure_host_packages
 
 # kernel_package: the versioned linux-image-* package that linux-image-amd64 currently points at.
 kernel_package() {
-  apt-cache depends linux-image-amd64 2>/dev/null | awk '$1 == "Depends:" && $2 ~ /^linux-image-/ { print $2; exit }'
+  apt-cache depends linux-image-amd64 2>/dev/null | awk '$1 == "Depends:" && $2 ~ /^linux-image-/ && !found { print $2; found = 1 }'
 }
 
 ensure_kernel() {

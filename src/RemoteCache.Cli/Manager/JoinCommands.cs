@@ -5,6 +5,7 @@ using System.CommandLine.Invocation;
 using System.Globalization;
 using System.IO;
 using System.Linq;
+using System.Runtime.InteropServices;
 using System.Text.Json;
 using System.Text.Json.Nodes;
 using System.Threading;
@@ -250,9 +251,19 @@ internal static class JoinCommands
             var error = parseResult.InvocationConfiguration.Error;
             if (ParseProblems.Report(parseResult, name, error))
                 return ManagerExitCodes.Usage;
+            // SIGTERM and SIGINT end the server cleanly ("stopped", exit 0) on every runtime: the default action of SIGTERM
+            // on .NET 8 ends the process with 143 before a command's cancellation is seen through.
+            using var stop = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
+            void Stop(PosixSignalContext context)
+            {
+                context.Cancel = true;
+                stop.Cancel();
+            }
+            using var term = PosixSignalRegistration.Create(PosixSignal.SIGTERM, Stop);
+            using var interrupt = PosixSignalRegistration.Create(PosixSignal.SIGINT, Stop);
             try
             {
-                return await run(parseResult, parseResult.InvocationConfiguration.Output, cancellationToken).ConfigureAwait(false);
+                return await run(parseResult, parseResult.InvocationConfiguration.Output, stop.Token).ConfigureAwait(false);
             }
             catch (Exception e) when (e is UsageException or ArgumentException)
             {
@@ -268,6 +279,11 @@ internal static class JoinCommands
             {
                 await error.WriteLineAsync($"{name}: the server could not start: {e.Message}").ConfigureAwait(false);
                 return 1;
+            }
+            catch (OperationCanceledException) when (stop.IsCancellationRequested)
+            {
+                await parseResult.InvocationConfiguration.Output.WriteLineAsync("stopped").ConfigureAwait(false);  // before it joined
+                return ManagerExitCodes.Success;
             }
         }
     }

@@ -113,6 +113,12 @@ public sealed class Duties : StateUnit
                     change.PutServers.Add(failed);
                     AddFailureEvent(change, cache, failed, failed.FailureReason);
                 }
+                else if (server.HostDrained)
+                {
+                    // Its host took the memory back and the cache left in time: the server stays, taking no cache until
+                    // its host has memory to spare again (its heartbeats say when).
+                    change.PutServers.Add(server with { Status = ServerStatus.Draining, ReclaimDeadline = null });
+                }
                 else
                 {
                     change.DeleteServers.Add(server.ServerId);

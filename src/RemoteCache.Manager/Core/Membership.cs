@@ -145,11 +145,14 @@ public sealed partial class Membership : StateUnit
         {
             if (_allocator.Name != StaticPoolAllocator.AllocatorName)
                 throw new ManagerRefusal(RefusalKind.FailedPrecondition, $"this manager runs the {_allocator.Name} allocator; servers join a static pool only (--allocator static)");
-            var token = await CheckTokenAsync(tokenText, cancellationToken).ConfigureAwait(false);
+            await CheckTokenAsync(tokenText, cancellationToken).ConfigureAwait(false);  // a bad token is refused without the lock
             var type = TypeFor(spec);
             await _state.EnterAsync(cancellationToken).ConfigureAwait(false);
             try
             {
+                // Read again under the lock, where every change of a token is made and committed: a revocation or another
+                // join since the check above is seen, never written over.
+                var token = await CheckTokenAsync(tokenText, cancellationToken).ConfigureAwait(false);
                 string serverId;
                 do
                     serverId = $"{spec.Name}.{Convert.ToHexString(RandomNumberGenerator.GetBytes(6)).ToLowerInvariant()}";
@@ -290,13 +293,14 @@ public sealed partial class Membership : StateUnit
         if (report.GiveBack > 0 && server.CacheId != 0 && server.Status is ServerStatus.Ready or ServerStatus.Draining &&
             View.Caches.TryGetValue(server.CacheId, out var cache))
         {
+            // A deadline sized to move the cache, with room for a loaded client (four times the catalogue's rate, and 5 s):
+            // not the host's estimate, which is when the server itself drops the cache if the host needs the memory by
+            // then. A shorter deadline would only lose caches the host could still have waited for.
             var move = TimeSpan.FromSeconds(cache.RegionsPerServer * (double)cache.RegionBytes / _catalogue.SpotPolicy.MigrationBytesPerSecond);
-            var notice = move * 2 + TimeSpan.FromSeconds(1);
-            if (report.GiveBackBy is { } by && by - now < notice)
-                notice = by - now > TimeSpan.FromMilliseconds(100) ? by - now : TimeSpan.FromMilliseconds(100);
-            _logger.LogWarning("Server {ServerId}'s host needs {Bytes} bytes back: reclaiming cache {CacheId} with {Notice} s of notice", id, report.GiveBack, server.CacheId,
-                               notice.TotalSeconds);
-            await _pool.ReclaimServerAsync(id, notice, cancellationToken).ConfigureAwait(false);
+            var notice = move * 4 + TimeSpan.FromSeconds(5);
+            _logger.LogWarning("Server {ServerId}'s host needs {Bytes} bytes back (by {By:O} at the latest): reclaiming cache {CacheId} with {Notice} s of notice", id,
+                               report.GiveBack, report.GiveBackBy, server.CacheId, notice.TotalSeconds);
+            await _pool.ReclaimServerAsync(id, notice, cancellationToken, byHost: true).ConfigureAwait(false);
         }
         else if ((report.GiveBack > 0 || shortOfType) && server.CacheId == 0 && server.Status == ServerStatus.Ready)
         {

@@ -146,7 +146,12 @@ public sealed class Pool : StateUnit, IAsyncDisposable
     public Task<ServerRecord> DrainServerAsync(string serverId, CancellationToken cancellationToken) =>
         UpdateServerAsync(serverId, s => s.Status == ServerStatus.Ready ? s with { Status = ServerStatus.Draining } : s, null, cancellationToken);
 
-    public async Task<DateTimeOffset> ReclaimServerAsync(string serverId, TimeSpan notice, CancellationToken cancellationToken)
+    /// <summary>
+    /// Announces that <paramref name="serverId"/> goes after <paramref name="notice"/>. <paramref name="byHost"/>: its host
+    /// wants the memory back (a joined server harvesting), so once its cache has left, the server stays, taking no cache
+    /// until its host has memory to spare again, rather than being retired at the deadline.
+    /// </summary>
+    public async Task<DateTimeOffset> ReclaimServerAsync(string serverId, TimeSpan notice, CancellationToken cancellationToken, bool byHost = false)
     {
         if (notice <= TimeSpan.Zero || notice > TimeSpan.FromDays(1))
             throw new ManagerRefusal(RefusalKind.InvalidArgument, $"notice {notice} must be positive and at most a day");
@@ -155,7 +160,7 @@ public sealed class Pool : StateUnit, IAsyncDisposable
         {
             if (s.Status == ServerStatus.Failed)
                 throw new ManagerRefusal(RefusalKind.FailedPrecondition, $"server {serverId} has failed; there is nothing left to reclaim");
-            return s with { Status = ServerStatus.Reclaiming, ReclaimDeadline = s.ReclaimDeadline is { } d && d < deadline ? d : deadline };
+            return s with { Status = ServerStatus.Reclaiming, ReclaimDeadline = s.ReclaimDeadline is { } d && d < deadline ? d : deadline, HostDrained = byHost || s.HostDrained };
         }, (change, s, cache) => AddReclaimEvent(change, cache, s), cancellationToken).ConfigureAwait(false);
         return server.ReclaimDeadline!.Value;
     }

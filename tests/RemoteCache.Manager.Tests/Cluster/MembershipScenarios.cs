@@ -164,7 +164,8 @@ public sealed class MembershipScenarios
             Log($"srv1: {serve1.LastLine("joined as ")}");
             await using var managed = new RemoteCacheManagerClient(new RemoteCacheManagerOptions { Addresses = bed.ManagerAddresses.ToList(), ApiKey = AliceKey });
             await using var cache = await managed.CreateAsync(new ManagedCacheRequest { Capacity = 128 * MiB, Duration = TimeSpan.FromHours(1) });
-            Assert.StartsWith("srv1.", cache.Info.Servers.Single().ServerId);
+            string srv1Id = cache.Info.Servers.Single().ServerId;
+            Assert.StartsWith("srv1.", srv1Id);
             await using var load = VerifiedLoad.Start(cache);
             await load.WaitForOperationsAsync(500, Settle);
             // The server the cache can move to.
@@ -180,7 +181,7 @@ public sealed class MembershipScenarios
             {
                 await producer.WaitForOutputAsync($"step {step}", Settle);
                 await Task.Delay(1500);
-                var srv1 = (await ServersAsync(manager)).FirstOrDefault(s => s.ServerId.StartsWith("srv1.", StringComparison.Ordinal) && s.State != ServerState.Failed);
+                var srv1 = (await ServersAsync(manager)).FirstOrDefault(s => s.ServerId == srv1Id);
                 long usage = long.Parse(File.ReadAllText(Path.Combine(cgroup, "memory.usage_in_bytes")).Trim(), System.Globalization.CultureInfo.InvariantCulture);
                 Log($"producer at {step} MiB: cgroup usage {usage >> 20} MiB; srv1 {(srv1 is null ? "none" : $"{srv1.ServerId} {srv1.State} lent {srv1.MemoryLent >> 20} MiB")}; " +
                     $"cache on {string.Join(",", cache.Info.Servers.Select(x => x.ServerId))}; load {load.Summary}");
@@ -192,6 +193,10 @@ public sealed class MembershipScenarios
             // nothing there while the producer holds the memory.
             Assert.DoesNotContain(cache.Info.Servers, x => x.ServerId.StartsWith("srv1.", StringComparison.Ordinal));
             Assert.DoesNotContain(await ServersAsync(manager), s => s.ServerId.StartsWith("srv1.", StringComparison.Ordinal) && s.State == ServerState.Ready);
+            // The cache left in time: srv1 stays what it was (no new incarnation), taking no cache until its host has memory.
+            var kept = (await ServersAsync(manager)).Single(s => s.ServerId == srv1Id);
+            Assert.True(kept.State is ServerState.Reclaiming or ServerState.Draining, $"{srv1Id} is {kept.State}");
+            Assert.False(serve1.Printed("joined again"), "srv1 joined again: " + serve1.LastLine("joined again"));
             await load.WaitForOperationsAsync(200, Settle);
             await load.StopAsync();
             Log(load.Summary);

@@ -13,7 +13,10 @@ namespace RemoteCache.Manager.Tests.Cluster;
 /// and reads another slot written earlier, comparing both with what it wrote. It counts operations, failures (an
 /// operation that threw) and mismatches (a read that returned something else), and keeps the first errors. A scenario
 /// asserts on the counts: "0 failed ops while X happened" is <c>Failures == 0 &amp;&amp; Mismatches == 0</c> over a load
-/// that made progress (<see cref="WaitForOperationsAsync"/>).
+/// that made progress (<see cref="WaitForOperationsAsync"/>). A range the client reports lost
+/// (<see cref="RemoteCacheClient.ContentLost"/>: a server failed, its regions not copied) is expected to read as anything
+/// until written again: such reads are counted as <see cref="ReportedLost"/> slots, never as mismatches — a loss the
+/// client was told of is not a wrong read.
 /// </summary>
 public sealed class VerifiedLoad : IAsyncDisposable
 {
@@ -24,7 +27,10 @@ public sealed class VerifiedLoad : IAsyncDisposable
     private readonly List<string> _errors = new();
     private readonly CancellationTokenSource _stop = new();
     private readonly Task _loop;
-    private long _operations, _failures, _mismatches;
+    private long _operations, _failures, _mismatches, _reportedLost;
+
+    // Per slot, bumped when a reported loss covers it: a read or write that straddles a report is not held to the slot's value.
+    private readonly int[] _lostEpochs;
 
     private readonly bool _ownsClient;
 
@@ -39,6 +45,8 @@ public sealed class VerifiedLoad : IAsyncDisposable
         for (int i = 0; i < slots; i++)
             _addresses[i] = i * stride;
         _expected = new long?[slots];
+        _lostEpochs = new int[slots];
+        client.ContentLost += OnContentLost;
         _loop = Task.Run(RunAsync);
     }
 
@@ -50,6 +58,9 @@ public sealed class VerifiedLoad : IAsyncDisposable
 
     public long Mismatches => Interlocked.Read(ref _mismatches);
 
+    /// <summary>Slots whose content the client reported lost (counted once per report).</summary>
+    public long ReportedLost => Interlocked.Read(ref _reportedLost);
+
     public IReadOnlyList<string> Errors
     {
         get
@@ -60,7 +71,7 @@ public sealed class VerifiedLoad : IAsyncDisposable
     }
 
     public string Summary => string.Create(CultureInfo.InvariantCulture,
-        $"cache {CacheId}: {Operations} ops, {Failures} failed, {Mismatches} mismatched{(Errors.Count > 0 ? "; first errors: " + string.Join(" | ", Errors) : "")}");
+        $"cache {CacheId}: {Operations} ops, {Failures} failed, {Mismatches} mismatched, {ReportedLost} slots reported lost{(Errors.Count > 0 ? "; first errors: " + string.Join(" | ", Errors) : "")}");
 
     /// <summary>Starts the load on <paramref name="client"/>, a client of cache <paramref name="cacheId"/> that the load owns (closed when it stops).</summary>
     public static VerifiedLoad Start(RemoteCacheClient client, ulong cacheId, long capacity, int slots = 256) =>
@@ -99,8 +110,10 @@ public sealed class VerifiedLoad : IAsyncDisposable
             try
             {
                 _expected[slot] = null;  // unknown until the write is known to have happened
+                int epoch = Volatile.Read(ref _lostEpochs[slot]);
                 await _client.WriteAsync(_addresses[slot], value).ConfigureAwait(false);
-                _expected[slot] = written;
+                if (Volatile.Read(ref _lostEpochs[slot]) == epoch)
+                    _expected[slot] = written;
                 Count(ref _operations);
                 await CheckAsync(slot, back).ConfigureAwait(false);
                 int other = random.Next(_addresses.Length);
@@ -116,15 +129,28 @@ public sealed class VerifiedLoad : IAsyncDisposable
         }
     }
 
+    private void OnContentLost(object? sender, RemoteCacheContentLostEventArgs e)
+    {
+        for (int i = 0; i < _addresses.Length; i++)
+            if (_addresses[i] >= e.Address && _addresses[i] < e.Address + e.Length)
+            {
+                Interlocked.Increment(ref _lostEpochs[i]);
+                _expected[i] = null;
+                Count(ref _reportedLost);
+            }
+    }
+
     private async Task CheckAsync(int slot, byte[] back)
     {
+        int epoch = Volatile.Read(ref _lostEpochs[slot]);
+        long? expected = _expected[slot];
         await _client.ReadAsync(_addresses[slot], back).ConfigureAwait(false);
         Count(ref _operations);
         long got = BinaryPrimitives.ReadInt64LittleEndian(back);
-        if (got != _expected[slot])
+        if (expected is not null && got != expected && Volatile.Read(ref _lostEpochs[slot]) == epoch)
         {
             Count(ref _mismatches);
-            Error(string.Create(CultureInfo.InvariantCulture, $"slot {slot} at {_addresses[slot]}: read {got:x}, wrote {_expected[slot]:x}"));
+            Error(string.Create(CultureInfo.InvariantCulture, $"slot {slot} at {_addresses[slot]}: read {got:x}, wrote {expected:x}"));
         }
     }
 
@@ -144,6 +170,7 @@ public sealed class VerifiedLoad : IAsyncDisposable
         {
             _stop.Cancel();
             await _loop.ConfigureAwait(false);
+            _client.ContentLost -= OnContentLost;
             if (_ownsClient)
                 await _client.DisposeAsync().ConfigureAwait(false);
         }
