@@ -433,3 +433,59 @@ public sealed class HarvestingTests
         Assert.Empty((await manager.Operator().ListServersAsync(new ListServersRequest())).Servers);
     }
 }
+
+/// <summary>Extremes from the network on the membership calls: refused by name, nothing registered, the manager serving on.</summary>
+[Collection(nameof(ManagerServiceTests))]
+public sealed class MembershipBoundsTests
+{
+    [Fact]
+    public async Task ExtremeNumbersAndHugeStringsAreRefusedAndRegisterNothing()
+    {
+        await using var manager = new TestManager(allocator: "static");
+        await manager.StartAsync();
+        string token = (await manager.Operator().IssueJoinTokenAsync(new IssueJoinTokenRequest())).Secret;
+        var members = new ServerMembership.ServerMembershipClient(Grpc.Net.Client.GrpcChannel.ForAddress(manager.Address!).CreateCallInvoker()
+            .Intercept(m => { m.Add("authorization", "Bearer " + token); return m; }));
+        var good = new JoinRequest { Name = "x", Cores = 1, Memory = (ulong)(256 * MiB), RegionBytes = (ulong)(64 * MiB) };
+
+        async Task Refused(JoinRequest request, StatusCode status)
+        {
+            var e = await Assert.ThrowsAsync<RpcException>(() => members.JoinAsync(request).ResponseAsync);
+            Assert.Equal(status, e.StatusCode);
+            Assert.True(e.Status.Detail.Length < 2000, "a refusal quotes a short prefix");
+        }
+
+        await Refused(new JoinRequest(good) { Memory = ulong.MaxValue }, StatusCode.InvalidArgument);
+        await Refused(new JoinRequest(good) { Memory = 1UL << 63 }, StatusCode.InvalidArgument);
+        await Refused(new JoinRequest(good) { Memory = 0 }, StatusCode.FailedPrecondition);
+        await Refused(new JoinRequest(good) { RegionBytes = ulong.MaxValue }, StatusCode.InvalidArgument);
+        await Refused(new JoinRequest(good) { RegionBytes = 0 }, StatusCode.FailedPrecondition);
+        await Refused(new JoinRequest(good) { Cores = uint.MaxValue }, StatusCode.InvalidArgument);
+        await Refused(new JoinRequest(good) { Cores = 0 }, StatusCode.InvalidArgument);
+        await Refused(new JoinRequest(good) { Name = new string('a', 1 << 20) }, StatusCode.InvalidArgument);
+        var labels = new JoinRequest(good);
+        labels.Labels.Add("zone", new string('z', 1 << 20));
+        await Refused(labels, StatusCode.InvalidArgument);
+        var ops = manager.Operator();
+        var ttl = await Assert.ThrowsAsync<RpcException>(() => ops.IssueJoinTokenAsync(new IssueJoinTokenRequest { Ttl = new Duration { Seconds = long.MaxValue } }).ResponseAsync);
+        Assert.Equal(StatusCode.InvalidArgument, ttl.StatusCode);
+        var negative = await Assert.ThrowsAsync<RpcException>(() => ops.IssueJoinTokenAsync(new IssueJoinTokenRequest { Ttl = new Duration { Seconds = -1 } }).ResponseAsync);
+        Assert.Equal(StatusCode.InvalidArgument, negative.StatusCode);
+
+        // A joined server's heartbeats at the extremes: a 1 MB body, sequence 2^64 - 1 then anything after it, sizes of 2^64 - 1.
+        var grant = await members.JoinAsync(good);
+        byte[] key = grant.AdmissionKey.ToByteArray();
+        var huge = new HeartbeatRequest { ServerId = grant.ServerId, Body = ByteString.CopyFrom(new byte[1 << 20]) };
+        huge.Mac = ByteString.CopyFrom(HeartbeatMac.Compute(key, grant.ServerId, huge.Body.Span));
+        var big = await Assert.ThrowsAsync<RpcException>(() => members.HeartbeatAsync(huge).ResponseAsync);
+        Assert.Equal(StatusCode.InvalidArgument, big.StatusCode);
+        var body = new HeartbeatBody { Sequence = ulong.MaxValue, Sent = Timestamp.FromDateTimeOffset(DateTimeOffset.UtcNow), MemoryLimit = ulong.MaxValue, MemoryLent = ulong.MaxValue, GiveBack = ulong.MaxValue };
+        var max = new HeartbeatRequest { ServerId = grant.ServerId, Body = body.ToByteString() };
+        max.Mac = ByteString.CopyFrom(HeartbeatMac.Compute(key, grant.ServerId, max.Body.Span));
+        var endpointless = await Assert.ThrowsAsync<RpcException>(() => members.HeartbeatAsync(max).ResponseAsync);  // a joining server must name its endpoints
+        Assert.Equal(StatusCode.InvalidArgument, endpointless.StatusCode);
+        var replay = await Assert.ThrowsAsync<RpcException>(() => members.HeartbeatAsync(max).ResponseAsync);
+        Assert.True(replay.StatusCode is StatusCode.InvalidArgument or StatusCode.Unauthenticated, replay.Status.ToString());
+        Assert.Equal(ServerState.Joining, (await ops.ListServersAsync(new ListServersRequest())).Servers.Single().State);
+    }
+}
