@@ -48,6 +48,7 @@ public static class Program
         root.Subcommands.Add(ControlBench.ControlCommand());
         root.Subcommands.Add(ControlBench.FailoverCommand());
         root.Subcommands.Add(MembershipBench.Command());
+        root.Subcommands.Add(HarvestBench.Command());
         root.SetAction(async (parse, ct) =>
         {
             string dir = Directory.CreateTempSubdirectory("manager-bench-").FullName;

@@ -32,11 +32,11 @@ internal sealed class ControlPlane : IAsyncDisposable
     /// </summary>
     public const int SessionCapacity = 4096;
 
-    private readonly WebApplication _app;
+    private readonly WebApplication? _app;  // null: managers elsewhere (--manager)
     private readonly RemoteCacheManagerClient _client;
     private readonly YcsbOptions _options;
 
-    private ControlPlane(WebApplication app, RemoteCacheManagerClient client, YcsbOptions options)
+    private ControlPlane(WebApplication? app, RemoteCacheManagerClient client, YcsbOptions options)
     {
         _app = app;
         _client = client;
@@ -50,6 +50,12 @@ internal sealed class ControlPlane : IAsyncDisposable
     /// </summary>
     public RemoteCacheSlo Slo =>
         new() { ReadLatency = TimeSpan.FromMicroseconds(_options.SloReadUs), Throughput = _options.SloOpsPerSecond, RecordSize = FasterReadBytes };
+
+    /// <summary>
+    /// The SLO the cache is asked with: <see cref="Slo"/>, except from managers elsewhere when none was asked for (they
+    /// place by capacity then: their pool may have no model of the transport).
+    /// </summary>
+    public RemoteCacheSlo? RequestedSlo => _app is null && !_options.SloGiven ? null : Slo;
 
     /// <summary>The cache, and how long CreateAsync took (Allocate, server start, connect).</summary>
     public ManagedCache? Cache { get; private set; }
@@ -98,13 +104,26 @@ internal sealed class ControlPlane : IAsyncDisposable
         return new ControlPlane(app, client, o);
     }
 
+    /// <summary>The control plane of --manager: managers running elsewhere, reached with the tenant's key from --api-key-file.</summary>
+    public static ControlPlane Connect(YcsbOptions o)
+    {
+        string key = File.ReadAllText(o.ApiKeyFile!).Trim();
+        var client = new RemoteCacheManagerClient(new RemoteCacheManagerOptions
+        {
+            Addresses = o.Managers!.Select(m => new Uri(m)).ToList(),
+            ApiKey = key,
+            Cache = new RemoteCacheOptions { SessionCapacity = SessionCapacity },
+        });
+        return new ControlPlane(null, client, o);
+    }
+
     /// <summary>Creates the device's cache: exclusive (RemoteCacheDevice requires it: the cache is one store's log).</summary>
     public RemoteCacheClient CreateCache(long bytes)
     {
         if (Cache is not null)
             throw new InvalidOperationException("the run has one remotecache device");
         var clock = Stopwatch.StartNew();
-        Cache = _client.CreateAsync(new ManagedCacheRequest { Capacity = bytes, Slo = Slo, Transport = _options.Transport, Name = "ycsb", Exclusive = true })
+        Cache = _client.CreateAsync(new ManagedCacheRequest { Capacity = bytes, Slo = RequestedSlo, Transport = _options.Transport, Name = "ycsb", Exclusive = true })
                        .GetAwaiter().GetResult();
         CreateTime = clock.Elapsed;
         return Cache.Client;
@@ -120,7 +139,7 @@ internal sealed class ControlPlane : IAsyncDisposable
     public void KillServer()
     {
         string id = CacheServer;
-        var server = _app.Services.GetRequiredService<Pool>().Servers().Single(s => s.ServerId == id);
+        var server = (_app ?? throw new InvalidOperationException("the cache's server is not this process's to kill (--manager)")).Services.GetRequiredService<Pool>().Servers().Single(s => s.ServerId == id);
         using var process = Process.GetProcessById(server.ProcessId);
         process.Kill();
     }
@@ -134,7 +153,10 @@ internal sealed class ControlPlane : IAsyncDisposable
             await Cache.DisposeAsync().ConfigureAwait(false);
         }
         await _client.DisposeAsync().ConfigureAwait(false);
-        await _app.StopAsync().ConfigureAwait(false);
-        await _app.DisposeAsync().ConfigureAwait(false);
+        if (_app is not null)
+        {
+            await _app.StopAsync().ConfigureAwait(false);
+            await _app.DisposeAsync().ConfigureAwait(false);
+        }
     }
 }

@@ -62,11 +62,11 @@ public static class Program
                 DataDir = data,
                 OpenCache = bytes =>
                 {
-                    controlPlane ??= ControlPlane.StartAsync(managerState, bytes, o).GetAwaiter().GetResult();
+                    controlPlane ??= o.Managers is null ? ControlPlane.StartAsync(managerState, bytes, o).GetAwaiter().GetResult() : ControlPlane.Connect(o);
                     var client = controlPlane.CreateCache(bytes);
                     var info = controlPlane.Cache!.Info;
                     AnsiConsole.MarkupLine(Markup.Escape(Invariant(
-                        $"remotecache device: cache {info.CacheId} created through the manager in {controlPlane.CreateTime.TotalMilliseconds:0} ms for {controlPlane.Slo} → config {info.Config} (predicted {info.PredictedLatency.TotalMicroseconds:0.0} µs, {info.PredictedThroughput:0} ops/s), {info.Servers.Count} server(s), {info.Capacity >> 20} MiB over {info.Transport}")));
+                        $"remotecache device: cache {info.CacheId} created through the manager in {controlPlane.CreateTime.TotalMilliseconds:0} ms for {controlPlane.RequestedSlo?.ToString() ?? "its capacity"} → config {info.Config} (predicted {info.PredictedLatency.TotalMicroseconds:0.0} µs, {info.PredictedThroughput:0} ops/s), {info.Servers.Count} server(s) {string.Join(",", info.Servers.Select(s => s.ServerId))}, {info.Capacity >> 20} MiB over {info.Transport}")));
                     return client;
                 },
                 Samba = () => samba ??= SambaServer.Start(Path.Combine(data, "samba")),

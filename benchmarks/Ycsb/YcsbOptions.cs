@@ -25,7 +25,10 @@ public sealed class YcsbOptions
     public string Transport = "shm";
     public string? VerbsAddress;                  // --transport verbs: the IP the servers listen on (an RDMA device's)
     public string? Models;                        // the manager's performance models; null: the ones it ships (shm, tcp)
+    public string[]? Managers;                    // --manager: create the cache through these instead of one in process
+    public string? ApiKeyFile;                    // and the tenant's API key for them, read from this file
     public double SloReadUs = 10;                 // the device cache's SLO: Redy's "reads under 10 µs" ...
+    public bool SloGiven;                         // --slo-read-us or --slo-ops said (with --manager: asked of it)
     public double SloOpsPerSecond = 2e6;          // ... and 2 M reads/s, at FASTER's read size
     public string Output = "artifacts/ycsb";
     public string? DataDir;
@@ -72,6 +75,13 @@ public sealed class YcsbOptions
           --slo-read-us US     the device cache's SLO, mean read latency in µs (default 10, Redy's)
           --slo-ops N          and its throughput in reads/s (default 2000000; 0: a latency bound alone, as an
                                application that states only its read latency asks)
+          --manager URLS       create the device's cache through these remotecache-managers (comma-separated: a
+                               replicated control plane) instead of the one this tool starts in process; their
+                               pool places it, by capacity unless --slo-read-us or --slo-ops asks an SLO, over
+                               --transport; needs --api-key-file; not with --dynamics (it reclaims and kills
+                               servers of the manager in process)
+          --api-key-file F     the tenant's API key for --manager (a file: a key on the command line is visible
+                               to every user of the machine)
           --out DIR            where results.csv, results.json and the charts go: chart.png (throughput per
                                device), rounds.png (every round), latency-cdf.png (default artifacts/ycsb)
           --data-dir DIR       where the SSD files go (default: under --out, on its disk)
@@ -114,8 +124,10 @@ public sealed class YcsbOptions
                 case "--transport": o.Transport = Value(); break;
                 case "--verbs-address": o.VerbsAddress = Value(); break;
                 case "--models": o.Models = Value(); break;
-                case "--slo-read-us": o.SloReadUs = double.Parse(Value(), CultureInfo.InvariantCulture); break;
-                case "--slo-ops": o.SloOpsPerSecond = double.Parse(Value(), CultureInfo.InvariantCulture); break;
+                case "--slo-read-us": o.SloReadUs = double.Parse(Value(), CultureInfo.InvariantCulture); o.SloGiven = true; break;
+                case "--slo-ops": o.SloOpsPerSecond = double.Parse(Value(), CultureInfo.InvariantCulture); o.SloGiven = true; break;
+                case "--manager": o.Managers = List(Value()); break;
+                case "--api-key-file": o.ApiKeyFile = Value(); break;
                 case "--out": o.Output = Value(); break;
                 case "--data-dir": o.DataDir = Value(); break;
                 case "--no-fio": o.Fio = false; break;
@@ -144,6 +156,12 @@ public sealed class YcsbOptions
         if (o.Transport == "verbs" && o.Models is null)
             throw new ArgumentException("--transport verbs needs --models DIR holding a verbs model measured on the RDMA device (the shipped models are shm and tcp): " +
                                         "remotecache slo model --transport verbs --verbs-address IP --record-size 512 --out DIR/verbs-512.json");
+        if ((o.Managers is null) != (o.ApiKeyFile is null))
+            throw new ArgumentException("--manager needs --api-key-file (the tenant's key for it), and --api-key-file needs --manager");
+        if (o.Managers?.FirstOrDefault(m => !Uri.TryCreate(m, UriKind.Absolute, out var u) || u.Scheme is not ("http" or "https")) is { } bad)
+            throw new ArgumentException($"--manager takes http(s) URLs, comma-separated: '{bad[..Math.Min(64, bad.Length)]}' is not one");
+        if (o.Managers is not null && o.Dynamics)
+            throw new ArgumentException("--dynamics reclaims and kills the cache's server through the manager in this process: not with --manager");
         if (!(o.SloReadUs > 0) || !(o.SloOpsPerSecond >= 0))
             throw new ArgumentException("--slo-read-us must be positive and --slo-ops 0 (no throughput bound) or more");
         return o;

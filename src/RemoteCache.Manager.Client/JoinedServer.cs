@@ -129,6 +129,8 @@ public sealed class JoinedServer : IAsyncDisposable
     private readonly IHostMemory? _host;
     private readonly LendPolicy? _policy;
     private LendDecision _decision;
+    // The give-back under way (watch loop only): when the host first asked, and by when.
+    private (DateTimeOffset Asked, DateTimeOffset By)? _givingBack;
 
     private JoinedServer(JoinedServerOptions options, RemoteCacheManagerClient managers, ILogger logger)
     {
@@ -320,7 +322,8 @@ public sealed class JoinedServer : IAsyncDisposable
                     incarnation = _current;
                 }
                 var before = Volatile.Read(ref _decision);
-                var decision = _policy!.Decide(_host!.Read(), incarnation.Server.MemoryInUse, DateTimeOffset.UtcNow);
+                var now = DateTimeOffset.UtcNow;
+                var decision = _policy!.Decide(_host!.Read(), incarnation.Server.MemoryInUse, now);
                 Volatile.Write(ref _decision, decision);
                 if (decision.Limit != incarnation.Server.MemoryLimit)
                     incarnation.Server.SetMemoryLimit(decision.Limit);
@@ -331,16 +334,27 @@ public sealed class JoinedServer : IAsyncDisposable
                     lock (incarnation.Dropped)
                         incarnation.Dropped.Add(cacheId);
                     Volatile.Write(ref incarnation.CacheId, 0UL);
+                    _givingBack ??= (now, now);
                     _wake.Release();
                 }
                 else if (decision.GiveBack > 0 && before.GiveBack == 0)
                 {
                     _logger.LogWarning("The host needs {Bytes} bytes back by {By:O}: asking the manager to move the cache away", decision.GiveBack, decision.By);
+                    _givingBack = (now, decision.By ?? now);
                     _wake.Release();
                 }
                 else if (decision.GiveBack == 0 && before.GiveBack > 0)
                 {
                     _wake.Release();
+                }
+                if (decision.GiveBack == 0 && _givingBack is { } asked)
+                {
+                    // Whether memory goes back in time is what the host cares about: said once per give-back, with the margin.
+                    var margin = asked.By - now;
+                    _logger.LogInformation("Gave the host its memory back {Seconds:0.000} s after it asked, {Margin:0.000} s {Side} the deadline (lending {Lent} of {Limit} bytes)",
+                                           (now - asked.Asked).TotalSeconds, Math.Abs(margin.TotalSeconds), margin >= TimeSpan.Zero ? "before" : "after",
+                                           incarnation.Server.MemoryInUse, decision.Limit);
+                    _givingBack = null;
                 }
             }
         }

@@ -44,6 +44,29 @@ public sealed class ControlPlaneTests
         Assert.Equal(0, YcsbOptions.Parse(new[] { "--slo-ops", "0" }).SloOpsPerSecond);  // a latency bound alone
     }
 
+    [Theory]
+    [InlineData("--manager", "http://10.0.0.1:7000")]
+    [InlineData("--api-key-file", "key")]
+    public void ManagersElsewhereNeedTheTenantsKeyFile(params string[] args)
+    {
+        var e = Assert.Throws<ArgumentException>(() => YcsbOptions.Parse(args));
+        Assert.Contains("--manager needs --api-key-file", e.Message, StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public void ManagersElsewhereAreUrlsAndNotForTheDynamics()
+    {
+        var e = Assert.Throws<ArgumentException>(() => YcsbOptions.Parse(new[] { "--manager", "http://a:1," + new string('x', 500), "--api-key-file", "k" }));
+        Assert.Contains("--manager takes http(s) URLs", e.Message, StringComparison.Ordinal);
+        Assert.True(e.Message.Length < 200, "the refusal quotes a short prefix: " + e.Message);
+        e = Assert.Throws<ArgumentException>(() => YcsbOptions.Parse(new[] { "--manager", "http://a:1", "--api-key-file", "k", "--dynamics" }));
+        Assert.Contains("not with --manager", e.Message, StringComparison.Ordinal);
+        var o = YcsbOptions.Parse(new[] { "--manager", "http://a:1,https://b:2", "--api-key-file", "k" });
+        Assert.Equal(new[] { "http://a:1", "https://b:2" }, o.Managers);
+        Assert.False(o.SloGiven);  // placed by capacity
+        Assert.True(YcsbOptions.Parse(new[] { "--manager", "http://a:1", "--api-key-file", "k", "--slo-read-us", "50" }).SloGiven);
+    }
+
     [Fact]
     public async Task TheCacheIsPlacedWithTheModelsAndTheSloGiven()
     {

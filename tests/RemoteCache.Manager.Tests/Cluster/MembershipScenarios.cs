@@ -127,14 +127,16 @@ public sealed class MembershipScenarios
     }
 
     /// <summary>
-    /// A host takes its memory back: srv1 is a memory cgroup of 1 GiB whose <c>remotecache serve --lend auto --reserve
-    /// 384M</c> lends what the host leaves; a producer process in the same cgroup grows its working set in steps of 128 MiB
-    /// while a managed cache with a verified load lives on srv1. When what srv1 lends no longer fits beside the producer,
-    /// the cache is moved to srv2 (or, if the host needs the memory faster, dropped and reported lost): 0 processes
-    /// OOM-killed, 0 wrong reads, and after each step the manager's view of srv1 says what it lends.
+    /// A host takes its memory back: srv1 is a memory cgroup of 1 GiB running two servers (<c>remotecache serve --lend auto
+    /// --reserve 384M</c>: each lends what the host leaves), one holding a managed cache under a verified load, the other
+    /// the cache of a FasterKV under YCSB (the tiered device over tcp, files under it) on a client host of its own; a
+    /// producer service in the same cgroup, timing its own requests, grows its working set in steps of 128 MiB. When what
+    /// srv1 lends no longer fits beside the producer, the caches are moved to srv2 and srv3 (or, if the host needs the
+    /// memory faster, dropped and reported lost; FASTER's reads then fall through to its files): 0 processes OOM-killed,
+    /// 0 wrong reads in either client, and after each step the manager's view of srv1's servers says what they lend.
     /// </summary>
     [ClusterFact]
-    public async Task AHostTakesItsMemoryBackAndTheCacheOnItMovesOrIsReportedLostNeverAProcessKilled()
+    public async Task AHostTakesItsMemoryBackAndTheCachesOnItMoveOrAreReportedLostNeverAProcessKilled()
     {
         var bed = await ClusterBed.StartAsync(managers: 0, servers: 0, register: false);
         string cgroup = Path.Combine("/sys/fs/cgroup/memory", bed.Bed.RunId + "-srv1");
@@ -153,50 +155,64 @@ public sealed class MembershipScenarios
             string InCgroup(string command) =>
                 "mount -t tmpfs cgroup /sys/fs/cgroup && mkdir /sys/fs/cgroup/memory && mount -t cgroup -o memory memory /sys/fs/cgroup/memory && " +
                 $"echo $$ > {cgroup}/cgroup.procs && exec {command}";
-            string Serve(BedHost host, string lend) =>
+            string Serve(BedHost host, int port, string lend) =>
                 $"dotnet {Path.Combine(AppContext.BaseDirectory, "RemoteCache.Cli.dll")} serve --join {manager.Origin} --join-token {tokenFile} " +
-                $"--listen tcp:{host.Address}:7300 --threads 1 --name {host.Name} {lend}";
+                $"--listen tcp:{host.Address}:{port} --threads 1 --name {host.Name} {lend}";
+            var environment = new Dictionary<string, string> { ["DOTNET_NOLOGO"] = "1" };
 
             var producerHost = await bed.Bed.AddHostAsync("srv1");
-            var serve1 = producerHost.Start("serve", "sh", new[] { "-c", InCgroup(Serve(producerHost, "--lend auto --reserve 384M --verbose")) },
-                                            new Dictionary<string, string> { ["DOTNET_NOLOGO"] = "1" });
-            await serve1.WaitForOutputAsync("ready", Settle);
-            Log($"srv1: {serve1.LastLine("joined as ")}");
+            var lenders = new[] { 7300, 7301 }.Select(port => producerHost.Start($"serve{port}", "sh", new[] { "-c", InCgroup(Serve(producerHost, port, "--lend auto --reserve 384M --verbose")) }, environment)).ToList();
+            foreach (var lender in lenders)
+            {
+                await lender.WaitForOutputAsync("ready", Settle);
+                Log($"srv1: {lender.LastLine("joined as ")}");
+            }
             await using var managed = new RemoteCacheManagerClient(new RemoteCacheManagerOptions { Addresses = bed.ManagerAddresses.ToList(), ApiKey = AliceKey });
             await using var cache = await managed.CreateAsync(new ManagedCacheRequest { Capacity = 128 * MiB, Duration = TimeSpan.FromHours(1) });
-            string srv1Id = cache.Info.Servers.Single().ServerId;
-            Assert.StartsWith("srv1.", srv1Id);
+            Assert.StartsWith("srv1.", cache.Info.Servers.Single().ServerId);
             await using var load = VerifiedLoad.Start(cache);
             await load.WaitForOperationsAsync(500, Settle);
-            // The server the cache can move to.
-            var spareHost = await bed.Bed.AddHostAsync("srv2");
-            var serve2 = spareHost.Start("serve", "dotnet", Serve(spareHost, "--lend 256M").Split(' ').Skip(1), new Dictionary<string, string> { ["DOTNET_NOLOGO"] = "1" });
-            await serve2.WaitForOutputAsync("ready", Settle);
+            // FasterKV under YCSB: its reads check every value, and it exits non-zero on a wrong read or a device that failed.
+            var ycsb = await StartYcsbAsync(bed, manager);
+            Assert.StartsWith("srv1.", ycsb.Server);
+            var srv1Ids = new[] { cache.Info.Servers.Single().ServerId, ycsb.Server };
+            // The servers the caches can move to.
+            foreach (string name in new[] { "srv2", "srv3" })
+            {
+                var spareHost = await bed.Bed.AddHostAsync(name);
+                var spare = spareHost.Start("serve", "dotnet", Serve(spareHost, 7300, "--lend 256M").Split(' ').Skip(1), environment);
+                await spare.WaitForOutputAsync("ready", Settle);
+            }
 
-            string script = Path.Combine(bed.Bed.Directory, "producer.py");
-            File.WriteAllText(script, ProducerScript);
-            var producer = producerHost.Start("producer", "sh", new[] { "-c", InCgroup($"python3 -u {script} 128,256,384,512,640") });
+            // The producer: a service timing its own requests, growing its working set by 128 MiB every 2 s of requests.
+            string script = Path.Combine(AppContext.BaseDirectory, "producer.py");
+            var producer = producerHost.Start("producer", "sh", new[] { "-c", InCgroup($"python3 -u {script} 128,256,384,512,640 2 1") });
             await producer.WaitForOutputAsync("ready", Settle);
             foreach (int step in new[] { 128, 256, 384, 512, 640 })
             {
-                await producer.WaitForOutputAsync($"step {step}", Settle);
-                await Task.Delay(1500);
-                var srv1 = (await ServersAsync(manager)).FirstOrDefault(s => s.ServerId == srv1Id);
+                await producer.WaitForOutputAsync($"step {step} ", Settle);
+                var view = (await ServersAsync(manager)).Where(s => srv1Ids.Contains(s.ServerId));
                 long usage = long.Parse(File.ReadAllText(Path.Combine(cgroup, "memory.usage_in_bytes")).Trim(), System.Globalization.CultureInfo.InvariantCulture);
-                Log($"producer at {step} MiB: cgroup usage {usage >> 20} MiB; srv1 {(srv1 is null ? "none" : $"{srv1.ServerId} {srv1.State} lent {srv1.MemoryLent >> 20} MiB")}; " +
-                    $"cache on {string.Join(",", cache.Info.Servers.Select(x => x.ServerId))}; load {load.Summary}");
+                Log($"producer at {step} MiB ({producer.LastLine($"step {step} ")}): cgroup usage {usage >> 20} MiB; " +
+                    string.Join(", ", view.Select(s => $"{s.ServerId} {s.State} lent {s.MemoryLent >> 20} MiB")) +
+                    $"; plain cache on {string.Join(",", cache.Info.Servers.Select(x => x.ServerId))}, load {load.Summary}");
             }
+            // YCSB ran through the steps: every value it read was the one it wrote, whether its cache moved or was lost (then
+            // its reads fell through to the files).
+            await Task.WhenAny(ycsb.Process.Exited, Task.Delay(TimeSpan.FromSeconds(YcsbSeconds * 3)));
+            Log($"ycsb: {ycsb.Process.Tail()}");
+            Assert.True(ycsb.Process.ExitCode == 0, $"YCSB on FasterKV ended with {ycsb.Process.ExitCode?.ToString(System.Globalization.CultureInfo.InvariantCulture) ?? "nothing (still running)"}");
             Assert.False(producer.HasExited, "the producer was killed");
             Assert.Contains("oom_kill 0", File.ReadAllText(Path.Combine(cgroup, "memory.oom_control")));
-            Assert.False(serve1.HasExited, "srv1's server was killed");
-            // Moved to srv2, or reported lost and replaced: either way it is no longer on srv1, and the manager places
-            // nothing there while the producer holds the memory.
+            Assert.All(lenders, l => Assert.False(l.HasExited, $"a server on srv1 was killed: {l.Tail()}"));
+            // Moved, or reported lost and replaced: either way no cache is on srv1, and the manager places nothing there
+            // while the producer holds the memory.
             Assert.DoesNotContain(cache.Info.Servers, x => x.ServerId.StartsWith("srv1.", StringComparison.Ordinal));
             Assert.DoesNotContain(await ServersAsync(manager), s => s.ServerId.StartsWith("srv1.", StringComparison.Ordinal) && s.State == ServerState.Ready);
-            // The cache left in time: srv1 stays what it was (no new incarnation), taking no cache until its host has memory.
-            var kept = (await ServersAsync(manager)).Single(s => s.ServerId == srv1Id);
-            Assert.True(kept.State is ServerState.Reclaiming or ServerState.Draining, $"{srv1Id} is {kept.State}");
-            Assert.False(serve1.Printed("joined again"), "srv1 joined again: " + serve1.LastLine("joined again"));
+            // The caches left in time: srv1's servers stay what they were (no new incarnation), taking no cache until the host has memory.
+            foreach (var kept in (await ServersAsync(manager)).Where(s => srv1Ids.Contains(s.ServerId)))
+                Assert.True(kept.State is ServerState.Reclaiming or ServerState.Draining, $"{kept.ServerId} is {kept.State}");
+            Assert.All(lenders, l => Assert.False(l.Printed("joined again"), "a server on srv1 joined again: " + l.LastLine("joined again")));
             await load.WaitForOperationsAsync(200, Settle);
             await load.StopAsync();
             Log(load.Summary);
@@ -215,19 +231,48 @@ public sealed class MembershipScenarios
         }
     }
 
-    // Grows its working set to each step's MiB (every page written), printing "step N", two seconds apart; then holds it.
-    private const string ProducerScript = """
-        import sys, time
-        hold = []
-        print("ready")
-        for mib in map(int, sys.argv[1].split(",")):
-            while len(hold) * 16 < mib:
-                hold.append(bytearray(b"\x01" * (16 << 20)))
-            print("step %d" % mib)
-            time.sleep(2)
-        print("done")
-        time.sleep(3600)
-        """;
+    // Long enough for the producer's five steps and the moves they cause.
+    private const int YcsbSeconds = 30;
+
+    private sealed record Ycsb(BedProcess Process, string Server);
+
+    /// <summary>
+    /// Starts the main job's YCSB tool (FasterKV, the tiered device: a RemoteCache over tcp, files under it) on a client
+    /// host, its cache created through <paramref name="manager"/> by capacity; returns once its run phase has begun, with
+    /// the server its cache went to.
+    /// </summary>
+    private static async Task<Ycsb> StartYcsbAsync(ClusterBed bed, BedManager manager)
+    {
+        // The tool's own output (benchmarks/Ycsb/bin/CONFIGURATION/net10.0), built with the solution: it targets the newest
+        // framework only, so the .NET 8 run of these tests uses the same build.
+        var output = new DirectoryInfo(AppContext.BaseDirectory.TrimEnd(Path.DirectorySeparatorChar));
+        string root = output.Parent!.Parent!.Parent!.Parent!.Parent!.FullName;
+        string tool = Path.Combine(root, "benchmarks", "Ycsb", "bin", output.Parent.Name, "net10.0", "RemoteCache.Benchmarks.Ycsb.dll");
+        if (!File.Exists(tool))
+        {
+            // A run of the .NET 8 suite alone: build it (it targets net10.0 only, so the net8.0 build of the tests does not).
+            using var build = Process.Start(new ProcessStartInfo("dotnet", new[] { "build", Path.Combine(root, "benchmarks", "Ycsb"), "-c", output.Parent.Name, "-v", "q" }))!;
+            await build.WaitForExitAsync();
+            Assert.True(build.ExitCode == 0 && File.Exists(tool), $"the YCSB tool did not build at {tool} (exit {build.ExitCode})");
+        }
+        string keyFile = Path.Combine(bed.Bed.Directory, "ycsb.key");
+        File.WriteAllText(keyFile, BobKey + "\n");
+        File.SetUnixFileMode(keyFile, UnixFileMode.UserRead | UnixFileMode.UserWrite);
+        string dir = Path.Combine(bed.Bed.Directory, "ycsb");
+        var host = await bed.Bed.AddHostAsync("ycsb");
+        var process = host.Start("ycsb", "dotnet", new[]
+        {
+            tool, "--manager", manager.Origin, "--api-key-file", keyFile, "--transport", "tcp", "--devices", "remotecache", "--workload", "readonly",
+            "--distributions", "uniform", "--threads", "1", "--records", "200000", "--rounds", "1", "--warmup", "0",
+            "--duration", YcsbSeconds.ToString(System.Globalization.CultureInfo.InvariantCulture), "--no-fio", "--out", dir, "--data-dir", Path.Combine(dir, "data"),
+        }, new Dictionary<string, string> { ["DOTNET_NOLOGO"] = "1" });
+        await process.WaitForOutputAsync("remotecache device: cache ", TimeSpan.FromSeconds(120));
+        await process.WaitForOutputAsync("remotecache: readonly uniform, 1 thread", TimeSpan.FromSeconds(120));
+        // The tool's console wraps its lines: the placement is read across them.
+        string printed = string.Join("\n", process.Lines(""));
+        var server = System.Text.RegularExpressions.Regex.Match(printed, @"remotecache device: cache .*? server\(s\)\s+(\S+),", System.Text.RegularExpressions.RegexOptions.Singleline);
+        return new Ycsb(process, server.Success ? server.Groups[1].Value : printed);
+    }
 
     private static async Task<IReadOnlyList<Server>> ServersAsync(BedManager manager) =>
         (await manager.Operator().ListServersAsync(new ListServersRequest(), deadline: DateTime.UtcNow.AddSeconds(10))).Servers;
