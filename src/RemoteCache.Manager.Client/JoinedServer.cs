@@ -1,4 +1,5 @@
 using System;
+using System.Diagnostics;
 using System.Collections.Generic;
 using System.Linq;
 using System.Text.RegularExpressions;
@@ -129,6 +130,10 @@ public sealed class JoinedServer : IAsyncDisposable
     private readonly IHostMemory? _host;
     private readonly LendPolicy? _policy;
     private LendDecision _decision;
+    // Set by LeaveAsync: heartbeats say so, and the manager's "left" completes _left.
+    private volatile bool _leaving;
+    private readonly TaskCompletionSource _left = new(TaskCreationOptions.RunContinuationsAsynchronously);
+    private long _lastAccepted = Stopwatch.GetTimestamp();  // when a heartbeat was last answered
     // The give-back under way (watch loop only): when the host first asked, and by when.
     private (DateTimeOffset Asked, DateTimeOffset By)? _givingBack;
 
@@ -253,6 +258,7 @@ public sealed class JoinedServer : IAsyncDisposable
         {
             Sequence = ++incarnation.Sequence, Sent = Timestamp.FromDateTimeOffset(DateTimeOffset.UtcNow),
             MemoryLimit = (ulong)incarnation.Server.MemoryLimit, MemoryLent = (ulong)incarnation.Server.MemoryInUse, GiveBack = (ulong)decision.GiveBack,
+            Leaving = _leaving,
         };
         if (decision.By is { } by)
             body.GiveBackBy = Timestamp.FromDateTimeOffset(by);
@@ -272,6 +278,9 @@ public sealed class JoinedServer : IAsyncDisposable
         Volatile.Write(ref incarnation.CacheId, response.CacheId);
         lock (incarnation.Dropped)
             incarnation.Dropped.RemoveAll(dropped.Contains);  // the manager knows now
+        if (response.Left && body.Leaving)
+            _left.TrySetResult();
+        Volatile.Write(ref _lastAccepted, Stopwatch.GetTimestamp());
         return response;
     }
 
@@ -288,6 +297,12 @@ public sealed class JoinedServer : IAsyncDisposable
             }
             catch (OperationCanceledException) when (token.IsCancellationRequested)
             {
+                return;
+            }
+            catch (RemoteCacheManagerException e) when (e.Refusal == Refusals.Rejoin && _leaving)
+            {
+                _logger.LogWarning("The manager no longer holds {ServerId} as a member ({Reason}) as it leaves: nothing left to move", incarnation.Grant.ServerId, e.Message);
+                _left.TrySetResult();
                 return;
             }
             catch (RemoteCacheManagerException e) when (e.Refusal == Refusals.Rejoin)
@@ -395,8 +410,40 @@ public sealed class JoinedServer : IAsyncDisposable
     }
 
     /// <summary>
-    /// Stops the heartbeats and the server: its clients see their connections close; the manager fails it after the
-    /// heartbeat TTL (a server holding a cache: its watchers get ServerFailed) and forgets it.
+    /// Leaves the cluster before stopping (an operator's SIGTERM): heartbeats say so, the manager moves the cache this
+    /// server holds to another server with a deadline sized to move it (its clients follow it, as for any reclaim), takes
+    /// no cache here meanwhile, and forgets the server once it holds none. Then <see cref="DisposeAsync"/> stops it with
+    /// nothing lost. A new cache is never placed here after this call.
+    /// </summary>
+    /// <returns>True once the manager has forgotten the server; false when <paramref name="timeout"/> passed first (it is
+    /// still a member: disposing it then fails it after the TTL, and its cache's watchers get ServerFailed).</returns>
+    public async Task<bool> LeaveAsync(TimeSpan timeout, CancellationToken cancellationToken = default)
+    {
+        ArgumentOutOfRangeException.ThrowIfLessThan(timeout, TimeSpan.Zero);
+        _leaving = true;
+        _wake.Release();  // say so now, not an interval from now
+        var waited = Stopwatch.StartNew();
+        var ttl = Current.Grant.Ttl;
+        while (!_left.Task.IsCompleted)
+        {
+            // Managers that answer no heartbeat for the TTL fail this server anyway: waiting longer moves nothing.
+            if (waited.Elapsed >= timeout || Stopwatch.GetElapsedTime(Volatile.Read(ref _lastAccepted)) > ttl)
+            {
+                _logger.LogWarning("Did not leave within {Seconds:0.0} s ({Why}): the managers still hold {ServerId}", waited.Elapsed.TotalSeconds,
+                                   waited.Elapsed >= timeout ? "the time given" : "no manager answered for the heartbeat TTL", ServerId);
+                return false;
+            }
+            await Task.WhenAny(_left.Task, Task.Delay(TimeSpan.FromMilliseconds(100), cancellationToken)).ConfigureAwait(false);
+            cancellationToken.ThrowIfCancellationRequested();
+        }
+        _logger.LogInformation("Left: the managers hold nothing on {ServerId} and forgot it", ServerId);
+        return true;
+    }
+
+    /// <summary>
+    /// Stops the heartbeats and the server: its clients see their connections close. Unless it left first
+    /// (<see cref="LeaveAsync"/>), the manager fails it after the heartbeat TTL (a server holding a cache: its watchers
+    /// get ServerFailed) and forgets it.
     /// </summary>
     public async ValueTask DisposeAsync()
     {

@@ -174,7 +174,7 @@ public sealed class CliTests
         Assert.Equal(2, again.ExitCode);
         Assert.Contains("exists", again.Error);
 
-        // serve joins with it, prints its id, endpoints and "ready", and stops on SIGTERM.
+        // serve joins with it, prints its id, endpoints and "ready", and on SIGTERM leaves (forgotten by the manager) and stops.
         var start = new ProcessStartInfo("dotnet") { RedirectStandardOutput = true, RedirectStandardError = true };
         foreach (string a in new[] { "exec", Path.Combine(AppContext.BaseDirectory, "RemoteCache.Cli.dll"), "serve", "--join", manager.Address!.ToString(),
                                      "--join-token", tokenFile, "--listen", "tcp:127.0.0.1:0", "--lend", "256M", "--threads", "1", "--name", "cli-host",
@@ -205,7 +205,8 @@ public sealed class CliTests
             Signal(serve.Id, "TERM");
             await serve.WaitForExitAsync().WaitAsync(TimeSpan.FromSeconds(30));
             Assert.Equal(0, serve.ExitCode);
-            Assert.True((await rest).Trim().EndsWith("stopped", StringComparison.Ordinal), $"serve's last words: {await rest} {await log}");
+            Assert.True((await rest).Trim().EndsWith("leaving\nleft\nstopped", StringComparison.Ordinal), $"serve's last words: {await rest} {await log}");
+            Assert.Empty(Json(await RunAsync(ops, "servers", "--json")).EnumerateArray());
         }
 
         // Revoked: the next serve is refused, naming why (exit 4).

@@ -67,11 +67,13 @@ public sealed class CrashConsistencyTests
     private sealed class ManagerProcess : IDisposable
     {
         private readonly TestManager _files;
+        private readonly string[] _flags;
         private Process? _process;
 
-        public ManagerProcess(TestManager files, int port)
+        public ManagerProcess(TestManager files, int port, params string[] flags)
         {
             _files = files;
+            _flags = flags;
             Address = new Uri($"http://127.0.0.1:{port}");
         }
 
@@ -85,7 +87,7 @@ public sealed class CrashConsistencyTests
                          "exec", Path.Combine(AppContext.BaseDirectory, "RemoteCache.Manager.dll"), "--listen", Address.ToString(),
                          "--state-dir", _files.StateDirectory, "--catalogue", _files.Options.Catalogue!, "--models", _files.Options.Models!,
                          "--keys", _files.Options.Keys!, "--warm", "0", "--probe-period", "0.5",
-                     })
+                     }.Concat(_flags))
                 start.ArgumentList.Add(a);
             _process = Process.Start(start)!;
             // Drained so that a full pipe never blocks the manager; kept for the checks of what it logs.
@@ -242,6 +244,77 @@ public sealed class CrashConsistencyTests
         {
             manager.Dispose();
             ServerProcesses.KillAll(admissionKey);
+        }
+    }
+
+    /// <summary>
+    /// Servers that join while the manager is killed -9 (a join answered and not yet registered, answered and lost, or
+    /// not yet answered) and one whose host died between its Join and its first heartbeat: after the restart nothing is
+    /// half-made — the half-joined record is forgotten after the TTL, every server that joins (again, as a supervisor
+    /// restarts a failed `serve`) is registered once under an id of its own, and the token still admits joins.
+    /// </summary>
+    [Fact]
+    public async Task AManagerKilledWithJoinsInFlightLeavesNoServerHalfJoinedAndEachJoinsOnce()
+    {
+        await using var files = new TestManager(warm: 0);
+        using var manager = new ManagerProcess(files, FreePort(), "--allocator", "static", "--heartbeat-interval", "0.25", "--heartbeat-ttl", "1");
+        using var channel = GrpcChannel.ForAddress(manager.Address);
+        var pool = new ServerPool.ServerPoolClient(Keyed(channel, OpsKey));
+        var joined = new List<JoinedServer>();
+        try
+        {
+            manager.Start();
+            await WhenServingAsync(pool);
+            string token = (await pool.IssueJoinTokenAsync(new IssueJoinTokenRequest { Description = "crash" })).Secret;
+            var members = new ServerMembership.ServerMembershipClient(Keyed(channel, token));
+            var half = await members.JoinAsync(new JoinRequest { Name = "half", Cores = 1, Memory = (ulong)(256 * MiB), RegionBytes = (ulong)(64 * MiB) });
+            JoinedServerOptions Options(int i) => new()
+            {
+                Managers = { manager.Address }, JoinToken = token, Name = $"host{i}", Listen = { "tcp:127.0.0.1:0" }, RegionSize = 64 * MiB,
+                MemoryLimit = 256 * MiB, MaxThreads = 1, CallTimeout = TimeSpan.FromSeconds(5),
+            };
+            // Killed a few milliseconds into four joins, at another point of each on every run of the test.
+            var joins = Enumerable.Range(0, 4).Select(i => JoinedServer.JoinAsync(Options(i))).ToList();
+            await Task.Delay(Random.Shared.Next(0, 30));
+            manager.Kill();
+            manager.Start();
+            await WhenServingAsync(pool);
+            for (int i = 0; i < joins.Count; i++)
+            {
+                try
+                {
+                    joined.Add(await joins[i]);
+                }
+                catch (RemoteCacheManagerException)
+                {
+                    joined.Add(await JoinedServer.JoinAsync(Options(i)));  // a supervisor restarting a serve that failed to join
+                }
+            }
+
+            // Past the TTL: every live server Ready once, under its own id; the half-joined record gone; nothing else left.
+            await Task.Delay(TimeSpan.FromSeconds(3));
+            var servers = (await pool.ListServersAsync(new ListServersRequest())).Servers.ToList();
+            Assert.DoesNotContain(servers, s => s.ServerId == half.ServerId);
+            Assert.DoesNotContain(servers, s => s.State == ServerState.Joining);
+            var ready = servers.Where(s => s.State == ServerState.Ready).Select(s => s.ServerId).OrderBy(id => id).ToList();
+            Assert.Equal(joined.Select(j => j.ServerId).OrderBy(id => id), ready);
+            Assert.Equal(ready.Count, servers.Where(s => s.State == ServerState.Ready).Select(s => s.Endpoints["tcp"]).Distinct().Count());
+            // A server that joined before the kill and was registered either kept its id (heartbeats resumed with the new
+            // process) or was failed and forgotten; none is left Failed holding nothing.
+            Assert.DoesNotContain(servers, s => s.State == ServerState.Failed && s.CacheId == 0);
+
+            // The token admits joins still, and the servers are allocatable.
+            joined.Add(await JoinedServer.JoinAsync(Options(joins.Count)));
+            ready.Add(joined[^1].ServerId);
+            await using var tenant = new RemoteCacheManagerClient(new RemoteCacheManagerOptions { Address = manager.Address, ApiKey = AliceKey });
+            await using var cache = await tenant.CreateAsync(new ManagedCacheRequest { Capacity = 64 * MiB, Transport = "tcp" });
+            Assert.Contains(cache.Info.Servers.Single().ServerId, ready);
+            await cache.DeleteAsync();
+        }
+        finally
+        {
+            foreach (var j in joined)
+                await j.DisposeAsync();
         }
     }
 }

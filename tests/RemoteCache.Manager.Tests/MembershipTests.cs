@@ -264,6 +264,82 @@ public sealed class MembershipTests
         Assert.Contains("new incarnation", events.Last().ServerFailed.Reason);
     }
 
+    /// <summary>
+    /// A server that leaves (an operator's SIGTERM to <c>serve</c>): its cache moves to another server with its content,
+    /// its clients following, and the server is forgotten; nobody hears ServerFailed. A free server leaves within a heartbeat.
+    /// </summary>
+    [Fact]
+    public async Task AServerThatLeavesHasItsCacheMovedAndIsForgottenWithNoFailure()
+    {
+        await using var manager = await StartAsync(TimeSpan.FromSeconds(2));
+        string token = await TokenAsync(manager);
+        var leaving = await JoinedServer.JoinAsync(Options(manager, token));
+        try
+        {
+            await using var managed = new RemoteCacheManagerClient(new RemoteCacheManagerOptions { Address = manager.Address!, ApiKey = AliceKey });
+            await using var cache = await managed.CreateAsync(new ManagedCacheRequest { Capacity = 128 * MiB, Transport = "tcp", Duration = TimeSpan.FromHours(1) });
+            Assert.Equal(leaving.ServerId, cache.Info.Servers.Single().ServerId);
+            var data = Enumerable.Range(0, 4096).Select(i => (byte)(i * 7)).ToArray();
+            await cache.Client.WriteAsync(64 * MiB, data);
+            var stayingOptions = Options(manager, token);
+            stayingOptions.Name = "host-b";
+            await using var staying = await JoinedServer.JoinAsync(stayingOptions);
+            var seen = new List<ManagedCacheEvent>();
+            using var watching = new CancellationTokenSource(TimeSpan.FromMinutes(1));
+            var watch = Task.Run(async () =>
+            {
+                try
+                {
+                    await foreach (var e in managed.WatchAsync(cache.CacheId, 1, watching.Token))
+                        lock (seen)
+                            seen.Add(e);
+                }
+                catch (OperationCanceledException)
+                {
+                }
+            });
+
+            Assert.True(await leaving.LeaveAsync(TimeSpan.FromSeconds(30)), "the server did not leave");
+            Assert.Equal(staying.ServerId, cache.Info.Servers.Single().ServerId);
+            var back = new byte[data.Length];
+            await cache.Client.ReadAsync(64 * MiB, back);
+            Assert.Equal(data, back);
+            var servers = (await manager.Operator().ListServersAsync(new ListServersRequest())).Servers;
+            Assert.Equal(new[] { staying.ServerId }, servers.Select(s => s.ServerId));
+            await Task.Delay(TimeSpan.FromSeconds(3));  // past the TTL: still no failure of the server that left
+            watching.Cancel();
+            await watch;
+            lock (seen)
+            {
+                Assert.Contains(seen, e => e is ReclaimNoticeEvent r && r.ServerId == leaving.ServerId);
+                Assert.DoesNotContain(seen, e => e is ServerFailedEvent);
+            }
+
+            // Free (the cache deleted), a server leaves within a heartbeat.
+            await cache.DeleteAsync();
+            var clock = Stopwatch.StartNew();
+            Assert.True(await staying.LeaveAsync(TimeSpan.FromSeconds(30)));
+            Assert.True(clock.Elapsed < TimeSpan.FromSeconds(5), $"a free server took {clock.Elapsed.TotalSeconds:0.0} s to leave");
+            Assert.DoesNotContain((await manager.Operator().ListServersAsync(new ListServersRequest())).Servers, s => s.ServerId == staying.ServerId);
+        }
+        finally
+        {
+            await leaving.DisposeAsync();
+        }
+    }
+
+    /// <summary>With no manager answering, leaving gives up after the heartbeat TTL rather than the whole time given.</summary>
+    [Fact]
+    public async Task LeavingWithoutAManagerGivesUpAfterTheTtl()
+    {
+        var manager = await StartAsync(TimeSpan.FromSeconds(1));
+        await using var joined = await JoinedServer.JoinAsync(Options(manager, await TokenAsync(manager)));
+        await manager.DisposeAsync();
+        var clock = Stopwatch.StartNew();
+        Assert.False(await joined.LeaveAsync(TimeSpan.FromSeconds(60)));
+        Assert.True(clock.Elapsed < TimeSpan.FromSeconds(10), $"leaving without a manager took {clock.Elapsed.TotalSeconds:0.0} s");
+    }
+
     [Fact]
     public async Task AServerTheManagerFailedJoinsAgainAsANewIncarnation()
     {

@@ -139,12 +139,21 @@ internal static class JoinCommands
         var spot = new Option<bool>("--spot") { Description = "Lend as a spot VM: memory this host may want back" };
         var commit = new Option<bool>("--commit-memory") { Description = "Commit memory ahead for new caches (remotecache-server --commit-memory)" };
         var verbose = new Option<bool>("--verbose") { Description = "Log every heartbeat's refusal and the server's events" };
+        var leaveTimeout = new Option<double>("--leave-timeout")
+        {
+            Description = "Seconds a stop (SIGTERM, Ctrl-C) waits for the managers to move this server's cache away and forget it; 0: stop at once (the managers fail it after the heartbeat TTL)",
+            HelpName = "SECONDS",
+            DefaultValueFactory = _ => 60,
+        };
         var command = new Command("serve", "Run a cache server that joins the managers by itself with a join token, keeps itself registered with heartbeats, and joins again as a new incarnation if the managers fail it; runs until stopped (SIGTERM, Ctrl-C)")
         {
-            join, tokenFile, listen, lend, reserve, region, threads, name, vmType, labels, spot, commit, verbose,
+            join, tokenFile, listen, lend, reserve, region, threads, name, vmType, labels, spot, commit, verbose, leaveTimeout,
         };
         command.Action = new ServeAction(async (parse, output, ct) =>
         {
+            double leave = parse.GetValue(leaveTimeout);
+            if (!(leave >= 0 && leave <= 3600))
+                throw new UsageException($"--leave-timeout {leave} must be 0 to 3600 seconds");
             var options = new JoinedServerOptions
             {
                 Managers = Addresses(parse.GetValue(join)!),
@@ -182,6 +191,13 @@ internal static class JoinCommands
             }
             catch (OperationCanceledException)
             {
+            }
+            if (leave > 0)
+            {
+                await output.WriteLineAsync("leaving").ConfigureAwait(false);
+                await output.FlushAsync(CancellationToken.None).ConfigureAwait(false);
+                bool left = await server.LeaveAsync(TimeSpan.FromSeconds(leave), CancellationToken.None).ConfigureAwait(false);
+                await output.WriteLineAsync(left ? "left" : $"did not leave within {leave} s: the managers fail this server after the heartbeat TTL").ConfigureAwait(false);
             }
             await output.WriteLineAsync("stopped").ConfigureAwait(false);
             return ManagerExitCodes.Success;

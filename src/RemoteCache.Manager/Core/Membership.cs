@@ -31,7 +31,13 @@ public sealed record HeartbeatReport(ulong Sequence, DateTimeOffset Sent, IReadO
 
     /// <summary>Caches the server dropped because its host needed the memory sooner than they could move.</summary>
     public IReadOnlyList<ulong> Dropped { get; init; } = Array.Empty<ulong>();
+
+    /// <summary>The server is stopping: move its cache away, then forget it.</summary>
+    public bool Leaving { get; init; }
 }
+
+/// <summary>What a heartbeat leaves: the server's record as it is now, or null when it was leaving and is forgotten.</summary>
+public sealed record HeartbeatOutcome(ServerRecord Server, bool Left);
 
 /// <summary>
 /// Servers that join by themselves: join tokens (issued and revoked by operators, kept as hashes), Join (a new
@@ -248,7 +254,7 @@ public sealed partial class Membership : StateUnit
     /// older incarnation registered at one of them is then failed: it is gone from there). Returns the server as the
     /// manager now holds it.
     /// </summary>
-    public async Task<ServerRecord> HeartbeatAsync(string serverId, ReadOnlyMemory<byte> body, ReadOnlyMemory<byte> mac, Func<ReadOnlyMemory<byte>, HeartbeatReport> parse,
+    public async Task<HeartbeatOutcome> HeartbeatAsync(string serverId, ReadOnlyMemory<byte> body, ReadOnlyMemory<byte> mac, Func<ReadOnlyMemory<byte>, HeartbeatReport> parse,
                                                    string peer, CancellationToken cancellationToken)
     {
         if (body.Length > MaxHeartbeatBytes)
@@ -273,8 +279,37 @@ public sealed partial class Membership : StateUnit
         var beat = new Heartbeat(now, report.Sequence, report.MemoryLimit, report.MemoryLent);
         if (last is null ? !_state.Heartbeats.TryAdd(serverId, beat) : !_state.Heartbeats.TryUpdate(serverId, beat, last))
             throw Refused(serverId, peer, RefusalKind.Unauthenticated, $"the heartbeat of {serverId} with sequence {report.Sequence} arrived twice at once: one of them is a replay");
-        return await HarvestAsync(server, report, now, cancellationToken).ConfigureAwait(false);
+        if (report.Leaving)
+            return await LeaveAsync(server, cancellationToken).ConfigureAwait(false);
+        return new HeartbeatOutcome(await HarvestAsync(server, report, now, cancellationToken).ConfigureAwait(false), false);
     }
+
+    // A server that is stopping: its cache moves away (a deadline sized to move it, as for a host's give-back), and once
+    // it holds none it is forgotten: no ServerFailed for anyone, no record left behind.
+    private async Task<HeartbeatOutcome> LeaveAsync(ServerRecord server, CancellationToken cancellationToken)
+    {
+        string id = server.ServerId;
+        if (server.CacheId == 0)
+        {
+            if (await ForgetAsync(id, server.Status, cancellationToken).ConfigureAwait(false))
+            {
+                _state.Heartbeats.TryRemove(id, out _);
+                _logger.LogInformation("Server {ServerId} left (it holds no cache): forgotten", id);
+                return new HeartbeatOutcome(server, true);
+            }
+        }
+        else if (server.Status is ServerStatus.Ready or ServerStatus.Draining && View.Caches.TryGetValue(server.CacheId, out var cache))
+        {
+            var notice = MoveNotice(cache);
+            _logger.LogInformation("Server {ServerId} is leaving: reclaiming cache {CacheId} with {Notice} s of notice", id, server.CacheId, notice.TotalSeconds);
+            await _pool.ReclaimServerAsync(id, notice, cancellationToken, byHost: true).ConfigureAwait(false);
+        }
+        return new HeartbeatOutcome(View.Servers.TryGetValue(id, out var now) ? now : server, false);
+    }
+
+    // A deadline sized to move a cache, with room for a loaded client (four times the catalogue's rate, and 5 s).
+    private TimeSpan MoveNotice(CacheRecord cache) =>
+        TimeSpan.FromSeconds(cache.RegionsPerServer * (double)cache.RegionBytes / _catalogue.SpotPolicy.MigrationBytesPerSecond) * 4 + TimeSpan.FromSeconds(5);
 
     // What the server's host said it needs: a cache it dropped is failed; memory to give back reclaims its cache (a
     // deadline sized to move it, never after the host's) or keeps caches off it while it is free; memory to spare again
@@ -293,11 +328,10 @@ public sealed partial class Membership : StateUnit
         if (report.GiveBack > 0 && server.CacheId != 0 && server.Status is ServerStatus.Ready or ServerStatus.Draining &&
             View.Caches.TryGetValue(server.CacheId, out var cache))
         {
-            // A deadline sized to move the cache, with room for a loaded client (four times the catalogue's rate, and 5 s):
-            // not the host's estimate, which is when the server itself drops the cache if the host needs the memory by
-            // then. A shorter deadline would only lose caches the host could still have waited for.
-            var move = TimeSpan.FromSeconds(cache.RegionsPerServer * (double)cache.RegionBytes / _catalogue.SpotPolicy.MigrationBytesPerSecond);
-            var notice = move * 4 + TimeSpan.FromSeconds(5);
+            // A deadline sized to move the cache, not the host's estimate, which is when the server itself drops the cache
+            // if the host needs the memory by then. A shorter deadline would only lose caches the host could still have
+            // waited for.
+            var notice = MoveNotice(cache);
             _logger.LogWarning("Server {ServerId}'s host needs {Bytes} bytes back (by {By:O} at the latest): reclaiming cache {CacheId} with {Notice} s of notice", id,
                                report.GiveBack, report.GiveBackBy, server.CacheId, notice.TotalSeconds);
             await _pool.ReclaimServerAsync(id, notice, cancellationToken, byHost: true).ConfigureAwait(false);
@@ -453,16 +487,17 @@ public sealed partial class Membership : StateUnit
         }
     }
 
-    private async Task ForgetAsync(string serverId, ServerStatus status, CancellationToken cancellationToken)
+    private async Task<bool> ForgetAsync(string serverId, ServerStatus status, CancellationToken cancellationToken)
     {
         await _state.EnterAsync(cancellationToken).ConfigureAwait(false);
         try
         {
             if (!_servers.TryGetValue(serverId, out var server) || server.Status != status || server.CacheId != 0)
-                return;
+                return false;
             var change = new StoreChange();
             change.DeleteServers.Add(serverId);
             await CommitAsync(change, cancellationToken).ConfigureAwait(false);
+            return true;
         }
         finally
         {

@@ -42,9 +42,9 @@ public sealed class ServerMembershipService : ServerMembership.ServerMembershipB
 
     public override Task<HeartbeatResponse> Heartbeat(HeartbeatRequest request, ServerCallContext context) => Guard(async () =>
     {
-        var server = await _membership.HeartbeatAsync(request.ServerId, request.Body.Memory, request.Mac.Memory, Parse, context.Peer, context.CancellationToken)
-                                      .ConfigureAwait(false);
-        return new HeartbeatResponse { State = (ServerState)(int)server.Status, CacheId = server.CacheId };
+        var (server, left) = await _membership.HeartbeatAsync(request.ServerId, request.Body.Memory, request.Mac.Memory, Parse, context.Peer, context.CancellationToken)
+                                              .ConfigureAwait(false);
+        return new HeartbeatResponse { State = (ServerState)(int)server.Status, CacheId = server.CacheId, Left = left };
     });
 
     private static HeartbeatReport Parse(ReadOnlyMemory<byte> bytes)
@@ -88,7 +88,7 @@ public sealed class ServerMembershipService : ServerMembership.ServerMembershipB
         return new HeartbeatReport(body.Sequence, sent, new Dictionary<string, string>(body.Endpoints), (long)Math.Min(body.MemoryLimit, long.MaxValue),
                                    (long)Math.Min(body.MemoryLent, long.MaxValue))
         {
-            GiveBack = (long)Math.Min(body.GiveBack, long.MaxValue), GiveBackBy = by, Dropped = body.Dropped.ToList(),
+            GiveBack = (long)Math.Min(body.GiveBack, long.MaxValue), GiveBackBy = by, Dropped = body.Dropped.ToList(), Leaving = body.Leaving,
         };
     }
 }
