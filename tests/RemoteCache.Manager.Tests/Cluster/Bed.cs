@@ -101,7 +101,15 @@ public sealed class Bed : IAsyncDisposable
     /// A new host: namespace <c>RUNID-NAME</c>, <c>eth0</c> with the next address of the subnet (from .2 on, in the order
     /// hosts are added), <c>lo</c> up.
     /// </summary>
-    public async Task<BedHost> AddHostAsync(string name)
+    /// <summary>Where the bed's memory cgroups go (cgroup v1's memory controller, as this kernel mounts it).</summary>
+    public const string MemoryCgroupRoot = "/sys/fs/cgroup/memory";
+
+    /// <param name="name">The host's name.</param>
+    /// <param name="memoryLimit">
+    /// Bytes: the host is also a memory cgroup (v1) of this limit, named as its namespace, and every process it starts
+    /// runs in it, seeing it as a host's processes see theirs (<see cref="BedHost.MemoryCgroup"/>). Null: no cgroup.
+    /// </param>
+    public async Task<BedHost> AddHostAsync(string name, long? memoryLimit = null)
     {
         int index;
         lock (_hosts)
@@ -109,9 +117,15 @@ public sealed class Bed : IAsyncDisposable
         if (index > 254)
             throw new InvalidOperationException("a bed has at most 253 hosts");
         string ns = $"{RunId}-{name}", hostLink = $"{RunId}v{index}", peer = $"{RunId}p{index}";
-        var host = new BedHost(this, name, ns, hostLink, IPAddress.Parse($"{Subnet}.{index}"));
+        string? cgroup = memoryLimit is null ? null : Path.Combine(MemoryCgroupRoot, ns);
+        var host = new BedHost(this, name, ns, hostLink, IPAddress.Parse($"{Subnet}.{index}"), cgroup);
         lock (_hosts)
             _hosts.Add(host);  // before anything exists, so that a failure half-way is still cleaned up
+        if (cgroup is not null)
+        {
+            System.IO.Directory.CreateDirectory(cgroup);
+            await File.WriteAllTextAsync(Path.Combine(cgroup, "memory.limit_in_bytes"), memoryLimit!.Value.ToString(CultureInfo.InvariantCulture)).ConfigureAwait(false);
+        }
         await Ip.RunAsync("netns", "add", ns).ConfigureAwait(false);
         await Ip.RunAsync("link", "add", hostLink, "type", "veth", "peer", "name", peer).ConfigureAwait(false);
         await Ip.RunAsync("link", "set", peer, "netns", ns).ConfigureAwait(false);
@@ -200,6 +214,15 @@ public sealed class Bed : IAsyncDisposable
             await Ip.SignalAsync("KILL", ParsePids(pids)).ConfigureAwait(false);
             await Ip.RunAsync(new[] { "netns", "del", ns }, check: false).ConfigureAwait(false);
             removed.Add(ns);
+        }
+        if (System.IO.Directory.Exists(MemoryCgroupRoot))
+        {
+            foreach (string cgroup in System.IO.Directory.GetDirectories(MemoryCgroupRoot, NamePrefix + "*").Where(d => IsLeftover(Path.GetFileName(d))))
+            {
+                await Ip.SignalAsync("KILL", ParsePids(await File.ReadAllTextAsync(Path.Combine(cgroup, "cgroup.procs")).ConfigureAwait(false))).ConfigureAwait(false);
+                if (await BedHost.RemoveCgroupAsync(cgroup).ConfigureAwait(false))
+                    removed.Add(cgroup);
+            }
         }
         // Veth ends before bridges (either order works; this one leaves no port on a deleted bridge in between).
         var (_, links) = await Ip.RunAsync(new[] { "-o", "link", "show" }, check: false).ConfigureAwait(false);

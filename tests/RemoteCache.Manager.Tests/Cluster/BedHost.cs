@@ -17,13 +17,36 @@ public sealed class BedHost
     private readonly Bed _bed;
     private readonly List<BedProcess> _processes = new();
 
-    internal BedHost(Bed bed, string name, string ns, string hostLink, IPAddress address)
+    internal BedHost(Bed bed, string name, string ns, string hostLink, IPAddress address, string? memoryCgroup)
     {
         _bed = bed;
         Name = name;
         Namespace = ns;
         HostLink = hostLink;
         Address = address;
+        MemoryCgroup = memoryCgroup;
+    }
+
+    /// <summary>
+    /// The host's memory cgroup (a directory of cgroup v1's memory hierarchy), when it was made with a memory limit: every
+    /// process it starts runs in it. Null otherwise.
+    /// </summary>
+    public string? MemoryCgroup { get; }
+
+    /// <summary>A counter of its memory cgroup (<c>memory.usage_in_bytes</c>, ...): its first number.</summary>
+    public long CgroupValue(string file) =>
+        long.Parse(File.ReadAllText(Path.Combine(MemoryCgroup ?? throw new InvalidOperationException($"host {Name} has no memory cgroup"), file)).Split('\n')[0].Trim(),
+                   CultureInfo.InvariantCulture);
+
+    /// <summary>How many of its processes the kernel's OOM killer took (<c>memory.oom_control</c>'s oom_kill).</summary>
+    public int OomKills
+    {
+        get
+        {
+            string control = File.ReadAllText(Path.Combine(MemoryCgroup ?? throw new InvalidOperationException($"host {Name} has no memory cgroup"), "memory.oom_control"));
+            var line = control.Split('\n').Single(l => l.StartsWith("oom_kill ", StringComparison.Ordinal));
+            return int.Parse(line["oom_kill ".Length..], CultureInfo.InvariantCulture);
+        }
     }
 
     /// <summary>The bed's name for it ("etcd1", "mgr1", "srv3", "cli1").</summary>
@@ -139,7 +162,28 @@ public sealed class BedHost
         // checks for leftovers right after would see the veth still there.
         await Ip.RunAsync(new[] { "link", "del", HostLink }, check: false).ConfigureAwait(false);
         await Ip.RunAsync(new[] { "netns", "del", Namespace }, check: false).ConfigureAwait(false);
+        if (MemoryCgroup is not null)
+            await RemoveCgroupAsync(MemoryCgroup).ConfigureAwait(false);
         Removed = true;
+    }
+
+    /// <summary>Removes a memory cgroup once the processes in it are gone (they leave it as they exit); false if it stayed.</summary>
+    internal static async Task<bool> RemoveCgroupAsync(string cgroup)
+    {
+        for (int i = 0; i < 100; i++)
+        {
+            try
+            {
+                if (Directory.Exists(cgroup))
+                    Directory.Delete(cgroup);
+                return true;
+            }
+            catch (IOException)
+            {
+                await Task.Delay(100).ConfigureAwait(false);  // a process still exiting
+            }
+        }
+        return false;
     }
 
     internal async Task DisposeProcessesAsync()

@@ -55,7 +55,18 @@ public sealed class BedProcess : IAsyncDisposable
         {
             RedirectStandardOutput = true, RedirectStandardError = true, RedirectStandardInput = true, UseShellExecute = false,
         };
-        foreach (string a in new[] { "netns", "exec", host.Namespace, program }.Concat(args))
+        // In a host with a memory cgroup, a shell puts itself there before the program replaces it (cgroup v1 does not move
+        // what a process has charged, so it must be in before it allocates), having mounted the memory controller again:
+        // `ip netns exec` gives the process a sysfs of its own, without the cgroup file systems a host has.
+        var command = host.MemoryCgroup is null
+            ? new[] { program }
+            : new[]
+            {
+                "sh", "-c",
+                $"mount -t tmpfs cgroup /sys/fs/cgroup && mkdir /sys/fs/cgroup/memory && mount -t cgroup -o memory memory /sys/fs/cgroup/memory && echo $$ > {host.MemoryCgroup}/cgroup.procs && exec \"$0\" \"$@\"",
+                program,
+            };
+        foreach (string a in new[] { "netns", "exec", host.Namespace }.Concat(command).Concat(args))
             start.ArgumentList.Add(a);
         foreach (var (key, value) in environment ?? new Dictionary<string, string>())
             start.Environment[key] = value;

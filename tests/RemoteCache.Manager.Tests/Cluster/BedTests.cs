@@ -19,18 +19,21 @@ public sealed class BedTests
         await Ip.RunAsync("netns", "add", leftover + "-x");
         await Ip.RunAsync("link", "add", leftover + "br", "type", "bridge");
         await Ip.RunAsync("link", "add", stranger, "type", "bridge");
+        string leftoverCgroup = System.IO.Path.Combine(Bed.MemoryCgroupRoot, leftover + "-x");
+        System.IO.Directory.CreateDirectory(leftoverCgroup);
 
         string runId, ns;
         await using (var bed = await Bed.CreateAsync())
         {
             runId = bed.RunId;
             Assert.DoesNotContain(await Names(), n => n.StartsWith(leftover, StringComparison.Ordinal));
+            Assert.False(System.IO.Directory.Exists(leftoverCgroup), "a crashed run's memory cgroup was left");
             bool strangerStayed = (await Names()).Contains(stranger);
             await Ip.RunAsync("link", "del", stranger);
             Assert.True(strangerStayed, $"{stranger} is not a bed's name, yet it was removed");
             var files = ManagerFiles.Create(bed);
             var server = await BedServer.StartAsync(bed, files, "srv1");
-            var other = await bed.AddHostAsync("cli1");
+            var other = await bed.AddHostAsync("cli1", 256L << 20);
             ns = server.Host.Namespace;
             Assert.Equal(bed.Subnet + ".2", server.Host.Address.ToString());
             Assert.True(bed.RunId.Length + "v254".Length <= 15, "interface names fit in 15 characters");
@@ -38,6 +41,12 @@ public sealed class BedTests
             // From the root namespace (through the bridge) and from another host.
             Assert.Empty(await server.ListCachesAsync());
             Assert.Equal(0, await InHost(other, $"exec 3<>/dev/tcp/{server.Host.Address}/{BedServer.Port}"));
+
+            // A host with a memory limit is a memory cgroup: its processes run in it, and see it at the usual path.
+            Assert.Equal(0, await InHost(other, $"grep -qx $$ {other.MemoryCgroup}/cgroup.procs && test \"$(cat /sys/fs/cgroup/memory/{System.IO.Path.GetFileName(other.MemoryCgroup)}/memory.limit_in_bytes)\" = {256L << 20}"));
+            Assert.Equal(256L << 20, other.CgroupValue("memory.limit_in_bytes"));
+            Assert.Equal(0, other.OomKills);
+            Assert.Null(server.Host.MemoryCgroup);
 
             // Cut from the namespace's side: silence (a timeout), not a refusal; restored, it answers again.
             await server.Host.CutLinkAsync();
@@ -72,6 +81,7 @@ public sealed class BedTests
         }
         var after = await Names();
         Assert.DoesNotContain(after, n => n.StartsWith(runId, StringComparison.Ordinal));
+        Assert.Empty(System.IO.Directory.GetDirectories(Bed.MemoryCgroupRoot, runId + "*"));
     }
 
     // Every namespace and root-namespace link name.

@@ -127,7 +127,7 @@ public sealed class MembershipScenarios
     }
 
     /// <summary>
-    /// A host takes its memory back: srv1 is a memory cgroup of 1 GiB running two servers (<c>remotecache serve --lend auto
+    /// A host takes its memory back: every host of the servers and of YCSB is a memory cgroup (the bed's), srv1 one of 1 GiB running two servers (<c>remotecache serve --lend auto
     /// --reserve 384M</c>: each lends what the host leaves), one holding a managed cache under a verified load, the other
     /// the cache of a FasterKV under YCSB (the tiered device over tcp, files under it) on a client host of its own; a
     /// producer service in the same cgroup, timing its own requests, grows its working set in steps of 128 MiB. When what
@@ -139,7 +139,6 @@ public sealed class MembershipScenarios
     public async Task AHostTakesItsMemoryBackAndTheCachesOnItMoveOrAreReportedLostNeverAProcessKilled()
     {
         var bed = await ClusterBed.StartAsync(managers: 0, servers: 0, register: false);
-        string cgroup = Path.Combine("/sys/fs/cgroup/memory", bed.Bed.RunId + "-srv1");
         try
         {
             var manager = await bed.AddManagerAsync(new[] { "--heartbeat-interval", "0.25", "--heartbeat-ttl", "3" });
@@ -148,20 +147,14 @@ public sealed class MembershipScenarios
             string tokenFile = Path.Combine(bed.Bed.Directory, "join.token");
             File.WriteAllText(tokenFile, token + "\n");
             File.SetUnixFileMode(tokenFile, UnixFileMode.UserRead | UnixFileMode.UserWrite);
-            Directory.CreateDirectory(cgroup);
-            File.WriteAllText(Path.Combine(cgroup, "memory.limit_in_bytes"), (1L << 30).ToString(System.Globalization.CultureInfo.InvariantCulture));
-            // ip netns exec mounts a sysfs of the namespace's own, without the cgroup file systems: mounted again here (in
-            // the mount namespace ip gave the process), as a host has them, so that the server reads its cgroup as it would.
-            string InCgroup(string command) =>
-                "mount -t tmpfs cgroup /sys/fs/cgroup && mkdir /sys/fs/cgroup/memory && mount -t cgroup -o memory memory /sys/fs/cgroup/memory && " +
-                $"echo $$ > {cgroup}/cgroup.procs && exec {command}";
             string Serve(BedHost host, int port, string lend) =>
-                $"dotnet {Path.Combine(AppContext.BaseDirectory, "RemoteCache.Cli.dll")} serve --join {manager.Origin} --join-token {tokenFile} " +
+                $"{Path.Combine(AppContext.BaseDirectory, "RemoteCache.Cli.dll")} serve --join {manager.Origin} --join-token {tokenFile} " +
                 $"--listen tcp:{host.Address}:{port} --threads 1 --name {host.Name} {lend}";
             var environment = new Dictionary<string, string> { ["DOTNET_NOLOGO"] = "1" };
 
-            var producerHost = await bed.Bed.AddHostAsync("srv1");
-            var lenders = new[] { 7300, 7301 }.Select(port => producerHost.Start($"serve{port}", "sh", new[] { "-c", InCgroup(Serve(producerHost, port, "--lend auto --reserve 384M --verbose")) }, environment)).ToList();
+            // Every server host is a memory cgroup of 1 GiB; srv1 is the one whose own processes will want it back.
+            var producerHost = await bed.Bed.AddHostAsync("srv1", 1L << 30);
+            var lenders = new[] { 7300, 7301 }.Select(port => producerHost.Start($"serve{port}", "dotnet", Serve(producerHost, port, "--lend auto --reserve 384M --verbose").Split(' '), environment)).ToList();
             foreach (var lender in lenders)
             {
                 await lender.WaitForOutputAsync("ready", Settle);
@@ -179,20 +172,20 @@ public sealed class MembershipScenarios
             // The servers the caches can move to.
             foreach (string name in new[] { "srv2", "srv3" })
             {
-                var spareHost = await bed.Bed.AddHostAsync(name);
-                var spare = spareHost.Start("serve", "dotnet", Serve(spareHost, 7300, "--lend 256M").Split(' ').Skip(1), environment);
+                var spareHost = await bed.Bed.AddHostAsync(name, 1L << 30);
+                var spare = spareHost.Start("serve", "dotnet", Serve(spareHost, 7300, "--lend 256M").Split(' '), environment);
                 await spare.WaitForOutputAsync("ready", Settle);
             }
 
             // The producer: a service timing its own requests, growing its working set by 128 MiB every 2 s of requests.
             string script = Path.Combine(AppContext.BaseDirectory, "producer.py");
-            var producer = producerHost.Start("producer", "sh", new[] { "-c", InCgroup($"python3 -u {script} 128,256,384,512,640 2 1") });
+            var producer = producerHost.Start("producer", "python3", new[] { "-u", script, "128,256,384,512,640", "2", "1" });
             await producer.WaitForOutputAsync("ready", Settle);
             foreach (int step in new[] { 128, 256, 384, 512, 640 })
             {
                 await producer.WaitForOutputAsync($"step {step} ", Settle);
                 var view = (await ServersAsync(manager)).Where(s => srv1Ids.Contains(s.ServerId));
-                long usage = long.Parse(File.ReadAllText(Path.Combine(cgroup, "memory.usage_in_bytes")).Trim(), System.Globalization.CultureInfo.InvariantCulture);
+                long usage = producerHost.CgroupValue("memory.usage_in_bytes");
                 Log($"producer at {step} MiB ({producer.LastLine($"step {step} ")}): cgroup usage {usage >> 20} MiB; " +
                     string.Join(", ", view.Select(s => $"{s.ServerId} {s.State} lent {s.MemoryLent >> 20} MiB")) +
                     $"; plain cache on {string.Join(",", cache.Info.Servers.Select(x => x.ServerId))}, load {load.Summary}");
@@ -203,7 +196,7 @@ public sealed class MembershipScenarios
             Log($"ycsb: {ycsb.Process.Tail()}");
             Assert.True(ycsb.Process.ExitCode == 0, $"YCSB on FasterKV ended with {ycsb.Process.ExitCode?.ToString(System.Globalization.CultureInfo.InvariantCulture) ?? "nothing (still running)"}");
             Assert.False(producer.HasExited, "the producer was killed");
-            Assert.Contains("oom_kill 0", File.ReadAllText(Path.Combine(cgroup, "memory.oom_control")));
+            Assert.Equal(0, producerHost.OomKills);
             Assert.All(lenders, l => Assert.False(l.HasExited, $"a server on srv1 was killed: {l.Tail()}"));
             // Moved, or reported lost and replaced: either way no cache is on srv1, and the manager places nothing there
             // while the producer holds the memory.
@@ -226,8 +219,6 @@ public sealed class MembershipScenarios
         finally
         {
             await bed.DisposeAsync();
-            if (Directory.Exists(cgroup))
-                Directory.Delete(cgroup);
         }
     }
 
@@ -259,7 +250,7 @@ public sealed class MembershipScenarios
         File.WriteAllText(keyFile, BobKey + "\n");
         File.SetUnixFileMode(keyFile, UnixFileMode.UserRead | UnixFileMode.UserWrite);
         string dir = Path.Combine(bed.Bed.Directory, "ycsb");
-        var host = await bed.Bed.AddHostAsync("ycsb");
+        var host = await bed.Bed.AddHostAsync("ycsb", 2L << 30);
         var process = host.Start("ycsb", "dotnet", new[]
         {
             tool, "--manager", manager.Origin, "--api-key-file", keyFile, "--transport", "tcp", "--devices", "remotecache", "--workload", "readonly",
