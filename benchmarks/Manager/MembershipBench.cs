@@ -62,12 +62,7 @@ internal static class MembershipBench
             o.HeartbeatTtl = ttl;
             o.HeartbeatInterval = ttl / 4;
         });
-        using var channel = GrpcChannel.ForAddress(manager.Address);
-        var ops = new ServerPool.ServerPoolClient(channel.CreateCallInvoker().Intercept(m =>
-        {
-            m.Add("authorization", "Bearer " + Program.Manager.OperatorKey);
-            return m;
-        }));
+        var ops = manager.Operator;
         string token = (await ops.IssueJoinTokenAsync(new IssueJoinTokenRequest { Description = "bench" }, cancellationToken: ct)).Secret;
         await using var managed = manager.ManagedClient();
         var joins = new List<double>();

@@ -372,6 +372,9 @@ public static class Program
 
         public CacheManager.CacheManagerClient Client { get; private set; } = null!;
 
+        /// <summary>The pool's calls with <see cref="OperatorKey"/> (join tokens, servers).</summary>
+        public ServerPool.ServerPoolClient Operator { get; private set; } = null!;
+
         public RemoteCacheManagerClient ManagedClient() => new(new RemoteCacheManagerOptions { Address = _address, ApiKey = Key });
 
         /// <summary>The operator's key of <see cref="StartAsync"/>'s manager.</summary>
@@ -396,11 +399,13 @@ public static class Program
             await manager._app.StartAsync();
             manager._address = RemoteCache.Manager.Program.ListenAddress(manager._app);
             manager._channel = GrpcChannel.ForAddress(manager._address);
-            manager.Client = new CacheManager.CacheManagerClient(manager._channel.CreateCallInvoker().Intercept(m =>
+            CallInvoker Keyed(string key) => manager._channel.CreateCallInvoker().Intercept(m =>
             {
-                m.Add("authorization", "Bearer " + Key);
+                m.Add("authorization", "Bearer " + key);
                 return m;
-            }));
+            });
+            manager.Client = new CacheManager.CacheManagerClient(Keyed(Key));
+            manager.Operator = new ServerPool.ServerPoolClient(Keyed(OperatorKey));
             return manager;
         }
 
