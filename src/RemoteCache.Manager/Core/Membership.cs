@@ -36,7 +36,7 @@ public sealed record HeartbeatReport(ulong Sequence, DateTimeOffset Sent, IReadO
     public bool Leaving { get; init; }
 }
 
-/// <summary>What a heartbeat leaves: the server's record as it is now, or null when it was leaving and is forgotten.</summary>
+/// <summary>What a heartbeat leaves: the server's record as the manager holds it (as it was, when it just left), and whether it was leaving and is now forgotten.</summary>
 public sealed record HeartbeatOutcome(ServerRecord Server, bool Left);
 
 /// <summary>
