@@ -127,7 +127,7 @@ void Channel::send_open(const Knobs& k) {
     if (broken_ != RC_OK) return;
   }
   ++next_seq_;
-  batches_.push(Batch{writer_.count(), now_ns() + k.timeout_ns});
+  batches_.push(Batch{writer_.count(), coarse_now_ns() + k.timeout_ns});
   writer_.reset();
 }
 
@@ -178,9 +178,10 @@ std::size_t Channel::progress(const Knobs& k) {
   }
   if (flush_wanted_ && writer_.count() > 0 && batches_.size() < k.depth) send_open(k);
 
-  // Deadlines and liveness: only when something is overdue or waiting.
+  // Deadlines and liveness: only when something is overdue or waiting. The coarse clock: this runs on
+  // every empty poll, and a timeout or a probe a tick late does not matter.
   if (done == 0 && !idle()) {
-    const uint64_t now = now_ns();
+    const uint64_t now = coarse_now_ns();
     const uint64_t oldest = !batches_.empty() ? batches_.front().deadline
                             : !one_sided_.empty() ? one_sided_.front().deadline
                                                   : UINT64_MAX;

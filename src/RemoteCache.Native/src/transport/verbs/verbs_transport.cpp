@@ -604,7 +604,10 @@ class VerbsClientConnection final : public ClientConnection {
   }
 
   Status poll_response(std::span<const std::byte>& frame) override {
-    qp_->reap();
+    // Reaps only while a response is awaited or the connection broke (a server's parting Notice is
+    // then looked for): otherwise the caller's poll_completions has just reaped, and under emulated
+    // RDMA a second ibv_poll_cq per poll is a measurable share of a one-sided read's turnaround.
+    if (qp_->arrivals_.empty() && (sent_ != released_ || qp_->broken_)) qp_->reap();
     if (qp_->arrivals_.empty()) {
       return qp_->broken_ ? fail(RC_E_DISCONNECTED, "verbs: the connection is broken") : RC_E_BUSY;
     }
