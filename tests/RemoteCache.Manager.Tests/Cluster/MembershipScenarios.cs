@@ -189,6 +189,12 @@ public sealed class MembershipScenarios
                 Log($"producer at {step} MiB ({producer.LastLine($"step {step} ")}): cgroup usage {usage >> 20} MiB; " +
                     string.Join(", ", view.Select(s => $"{s.ServerId} {s.State} lent {s.MemoryLent >> 20} MiB")) +
                     $"; plain cache on {string.Join(",", cache.Info.Servers.Select(x => x.ServerId))}, load {load.Summary}");
+                // Before the host wants its memory: the manager's view is each server's own report, the caches they hold.
+                if (step == 128)
+                {
+                    Assert.Contains(view, s => s.ServerId == srv1Ids[0] && s.State == ServerState.Ready && s.MemoryLent >= 128 * MiB);
+                    Assert.Contains(view, s => s.ServerId == srv1Ids[1] && s.State == ServerState.Ready && s.MemoryLent > 0);
+                }
             }
             // YCSB ran through the steps: every value it read was the one it wrote, whether its cache moved or was lost (then
             // its reads fell through to the files).
@@ -206,6 +212,14 @@ public sealed class MembershipScenarios
             foreach (var kept in (await ServersAsync(manager)).Where(s => srv1Ids.Contains(s.ServerId)))
                 Assert.True(kept.State is ServerState.Reclaiming or ServerState.Draining, $"{kept.ServerId} is {kept.State}");
             Assert.All(lenders, l => Assert.False(l.Printed("joined again"), "a server on srv1 joined again: " + l.LastLine("joined again")));
+            // What the manager says srv1's servers lend is what they say: nothing, once the host took its memory back.
+            const string gaveBack = "Gave the host its memory back";
+            var given = lenders.Select(l => l.Lines("").LastOrDefault(line => line.Contains(gaveBack, StringComparison.Ordinal))).OfType<string>().ToList();
+            Assert.NotEmpty(given);
+            Assert.All(given, line => Assert.Matches(@"\(lending 0 of \d+ bytes\)", line));
+            var lentAfter = await EventuallyAsync(async () => (await ServersAsync(manager)).Where(s => srv1Ids.Contains(s.ServerId)).ToList(),
+                                                  list => list.Count == srv1Ids.Length && list.All(s => s.MemoryLent == 0));
+            Log("after: " + string.Join(", ", lentAfter.Select(s => $"{s.ServerId} {s.State} lent {s.MemoryLent} bytes")));
             await load.WaitForOperationsAsync(200, Settle);
             await load.StopAsync();
             Log(load.Summary);
