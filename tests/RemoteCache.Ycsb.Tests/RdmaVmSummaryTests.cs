@@ -142,7 +142,7 @@ public sealed class RdmaVmSummaryTests
                 var ofVerbs = servers.GetProperty("read_of_verbs");
                 Assert.Equal(0.75, ofVerbs.GetProperty("value").GetDouble(), 6);
                 Assert.False(ofVerbs.GetProperty("met").GetBoolean());
-                Assert.Contains("RC/SMB at 512 B, depth 1 by round: 14.3  7.0  10.7", output);
+                Assert.Contains("3 at depth 1; RC/SMB at 512 B by round: 14.3  7.0  10.7", output);
                 var first = servers.GetProperty("rows")[0];
                 Assert.Equal(3, first.GetProperty("round").GetInt32());
                 Assert.Equal(3, first.GetProperty("rounds").GetArrayLength());

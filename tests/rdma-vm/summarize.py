@@ -550,8 +550,8 @@ def main():
                                                 ">= " + format(SMB_READ_OF_VERBS_TARGET, "g"),
                                                 "n/a" if smb_read_of_verbs_met is None else ("yes" if smb_read_of_verbs_met else "NO")))
     if len(smb_read["rounds"]) > 1:
-        out.append("    (each row: the median of %d interleaved rounds; RC/SMB at %d B, depth %d by round: %s)" % (
-            len(smb_read["rounds"]), SMB_READ_TARGET[0][0], SMB_READ_TARGET[0][1],
+        out.append("    (a row: the median of its interleaved rounds, %d at depth %d; RC/SMB at %d B by round: %s)" % (
+            len(smb_read["rounds"]), SMB_READ_TARGET[0][1], SMB_READ_TARGET[0][0],
             "  ".join(fmt(r["smb_iops_ratio"], ".1f") for r in smb_read["rounds"])))
     model = parse_model(sections.get("verbs_model"))
     if model is not None:
