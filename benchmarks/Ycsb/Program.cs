@@ -279,7 +279,10 @@ public static class Program
                 double target = targets[ratio.Other];
                 bool ok = ratio.Median >= target;
                 all &= ok || group.Key.Distribution != "uniform";
-                string rounds = ratio.PerRound.Length > 1 ? $" [[rounds {string.Join(", ", ratio.PerRound.Select(v => Invariant($"{v:0.00}")))}]]" : "";
+                string rounds = ratio.PerRound.Length > 1
+                    ? Invariant($" [[{ratio.Min:0.00}–{ratio.Max:0.00}; rounds {string.Join(", ", ratio.PerRound.Select(v => Invariant($"{v:0.00}")))}]]") +
+                      (ratio.Disagree ? Invariant($" [yellow]rounds disagree by {ratio.Spread:0.00}x (> {Summary.DisagreementLimit}x)[/]") : "")
+                    : "";
                 parts.Add(Invariant($"{ratio.Median:0.00}x {ratio.Other}{rounds} (target ≥ {target}x: {(ok ? "[green]met[/]" : "[red]missed[/]")})"));
             }
             AnsiConsole.MarkupLine($"remotecache, {group.Key.Distribution}, {group.Key.Threads} thread(s): {string.Join(", ", parts)}");
@@ -306,7 +309,8 @@ public static class Program
             ssd_check = ssd,
             medians = medians.Select(Row),
             ratios = Summary.Ratios(results, "remotecache", new[] { "ssd", "smb", "memory" })
-                            .Select(x => new { x.Distribution, x.Threads, x.Other, median = x.Median, per_round = x.PerRound }),
+                            .Select(x => new { x.Distribution, x.Threads, x.Other, median = x.Median, min = x.Min, max = x.Max, spread = x.Spread,
+                                               rounds_disagree = x.Disagree, per_round = x.PerRound }),
             results = results.Select(Row),
         };
         File.WriteAllText(Path.Combine(output, "results.json"), JsonSerializer.Serialize(json, new JsonSerializerOptions { WriteIndented = true }));

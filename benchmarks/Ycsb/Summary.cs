@@ -11,8 +11,24 @@ namespace RemoteCache.Benchmarks.Ycsb;
 /// </summary>
 public static class Summary
 {
+    /// <summary>Rounds whose ratios differ by more than this factor (largest over smallest) disagree: the run says so.</summary>
+    public const double DisagreementLimit = 1.5;
+
     /// <summary>A comparison of RemoteCache against another device in one (distribution, threads) group.</summary>
-    public sealed record Ratio(string Distribution, int Threads, string Other, double Median, double[] PerRound);
+    public sealed record Ratio(string Distribution, int Threads, string Other, double Median, double[] PerRound)
+    {
+        /// <summary>The lowest round's ratio.</summary>
+        public double Min => PerRound.Min();
+
+        /// <summary>The highest round's ratio.</summary>
+        public double Max => PerRound.Max();
+
+        /// <summary>The highest round's ratio over the lowest's (1 with one round).</summary>
+        public double Spread => Min > 0 ? Max / Min : double.PositiveInfinity;
+
+        /// <summary>Whether the rounds disagree by more than <see cref="DisagreementLimit"/>.</summary>
+        public bool Disagree => Spread > DisagreementLimit;
+    }
 
     /// <summary>The median round of each (device, distribution, threads), in the order the results came.</summary>
     public static List<RunResult> Medians(IEnumerable<RunResult> results) =>

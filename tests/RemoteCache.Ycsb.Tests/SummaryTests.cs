@@ -40,6 +40,27 @@ public sealed class SummaryTests
     }
 
     [Fact]
+    public void RatiosCarryTheirSpreadAndSayWhenRoundsDisagree()
+    {
+        var rows = new[]
+        {
+            Row("memory", 1, 1000), Row("remotecache", 1, 700),
+            Row("memory", 2, 1000), Row("remotecache", 2, 400),
+            Row("memory", 3, 1000), Row("remotecache", 3, 600),
+            Row("ssd", 1, 50), Row("ssd", 2, 30), Row("ssd", 3, 40),
+        };
+        var ratios = Summary.Ratios(rows, "remotecache", new[] { "memory", "ssd" });
+        var memory = ratios.Single(r => r.Other == "memory");
+        Assert.Equal(0.4, memory.Min, 6);
+        Assert.Equal(0.7, memory.Max, 6);
+        Assert.Equal(1.75, memory.Spread, 6);
+        Assert.True(memory.Disagree);  // 0.7 / 0.4 > 1.5
+        var ssd = ratios.Single(r => r.Other == "ssd");
+        Assert.Equal(15.0 / (400.0 / 30), ssd.Spread, 6);
+        Assert.False(ssd.Disagree);
+    }
+
+    [Fact]
     public void MedianOfAnEvenCountIsAMeasuredValue()
     {
         Assert.Equal(2.0, Summary.Median(new[] { 4.0, 1.0, 2.0, 3.0 }));
