@@ -32,6 +32,7 @@ public static class Chart
     private static readonly Dictionary<string, Color> KnownColors = new()
     {
         ["memory"] = new Color(148, 103, 189, 255),
+        ["ram-inline"] = new Color(127, 127, 127, 255),
         ["remotecache"] = new Color(214, 39, 40, 255),
         ["ssd"] = new Color(31, 119, 180, 255),
         ["smb"] = new Color(255, 127, 14, 255),
@@ -40,7 +41,7 @@ public static class Chart
 
     private static readonly Color[] OtherColors =
     {
-        new(140, 86, 75, 255), new(227, 119, 194, 255), new(23, 190, 207, 255), new(188, 189, 34, 255), new(127, 127, 127, 255),
+        new(140, 86, 75, 255), new(227, 119, 194, 255), new(23, 190, 207, 255), new(188, 189, 34, 255),
     };
 
     private static readonly MarkerShape[] Shapes =

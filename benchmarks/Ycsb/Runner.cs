@@ -133,6 +133,7 @@ public sealed class Runner<TValue, TValues> where TValue : unmanaged where TValu
             "ssd" => new DirectFileDevice(Path.Combine(dir, "hlog")),
             "smb" => new SmbFileDevice($"{_env.Samba().ShareUrl}/{device}-{System.Environment.ProcessId}", SambaServer.User, _env.Samba().Password),
             "faster-local" => Devices.CreateLogDevice(Path.Combine(dir, "hlog.log"), deleteOnClose: true),
+            "ram-inline" => new RamDevice(device, inline: true),
             _ => throw new ArgumentException($"unknown device '{device}'"),
         };
         var kv = new FasterKV<long, TValue>(

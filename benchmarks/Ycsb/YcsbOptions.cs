@@ -13,7 +13,7 @@ public sealed class YcsbOptions
     public int ValueBytes = 8;
     public double MemoryFraction = 8;             // log bytes / FASTER memory
     public int[] Threads = { 1, 2 };
-    public string[] Devices = { "memory", "remotecache", "ssd", "smb" };
+    public string[] Devices = { "memory", "ram-inline", "remotecache", "ssd", "smb" };
     public Workload Workload = Workload.Parse("readonly");
     public Distribution[]? ExplicitDistributions;  // --distributions; otherwise the workload's own
     public long? OperationCount;                  // YCSB's operationcount; the record count when not given
@@ -51,7 +51,10 @@ public sealed class YcsbOptions
           --value-size 8|1024  value bytes (keys are 8 B)
           --memory-fraction F  FASTER log memory = log size / F (default 8)
           --threads 1,2        thread counts to sweep
-          --devices LIST       memory,remotecache,ssd,smb (also: faster-local, FASTER's own Linux device)
+          --devices LIST       memory,ram-inline,remotecache,ssd,smb (default); ram-inline is process memory
+                               read and completed inside ReadAsync under the same FASTER memory as the
+                               others: the floor of FASTER's pending reads, what no device can beat
+                               (also: faster-local, FASTER's own Linux device)
           --workload W         A-F (YCSB's core workloads: their mixes and request distributions, zipfian
                                for A-C, E, F and latest for D) or readonly (default: 100 % reads, Redy §8.3,
                                run under uniform and zipfian keys)

@@ -24,8 +24,8 @@ public sealed class MainJobTests
             });
             Assert.Equal(0, exit);  // non-zero: a wrong read, or a device failed or hung
             var rows = File.ReadAllLines(Path.Combine(output, "results.csv")).Skip(1).ToArray();
-            Assert.Equal(16, rows.Length);  // 4 devices x 2 distributions x 2 rounds
-            foreach (var device in new[] { "memory", "remotecache", "ssd", "smb" })
+            Assert.Equal(20, rows.Length);  // 5 devices x 2 distributions x 2 rounds
+            foreach (var device in new[] { "memory", "ram-inline", "remotecache", "ssd", "smb" })
             {
                 Assert.Equal(4, rows.Count(r => r.StartsWith(device + ",", StringComparison.Ordinal)));
                 Assert.Equal(2, rows.Count(r => r.StartsWith(device + ",", StringComparison.Ordinal) && r.Split(',')[14] == "2"));
@@ -37,6 +37,11 @@ public sealed class MainJobTests
             Assert.Contains("\"results\"", json);
             Assert.Contains("\"medians\"", json);
             Assert.Contains("\"ratios\"", json);
+            using var parsed = System.Text.Json.JsonDocument.Parse(json);
+            var others = parsed.RootElement.GetProperty("ratios").EnumerateArray().Select(r => r.GetProperty("Other").GetString()).Distinct().ToList();
+            Assert.Equal(new[] { "ssd", "smb", "memory", "ram-inline" }, others);
+            Assert.All(parsed.RootElement.GetProperty("ratios").EnumerateArray(),
+                       r => Assert.True(r.GetProperty("min").GetDouble() <= r.GetProperty("median").GetDouble() && r.GetProperty("median").GetDouble() <= r.GetProperty("max").GetDouble()));
         }
         finally
         {

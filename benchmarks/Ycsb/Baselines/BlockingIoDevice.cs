@@ -117,7 +117,8 @@ public abstract class BlockingIoDevice : StorageDeviceBase
         if (_stopping)
             return;
         _stopping = true;
-        _ready.Release(_threads.Length);
+        if (_threads.Length > 0)
+            _ready.Release(_threads.Length);
         foreach (var t in _threads)
             if (t.IsAlive)
                 t.Join();

@@ -5,18 +5,47 @@ using System.Runtime.InteropServices;
 namespace RemoteCache.Benchmarks.Ycsb.Baselines;
 
 /// <summary>
-/// The in-memory baseline's device: FASTER's memory holds the whole loaded log, and what inserts push out of it lands
-/// here, in process memory allocated segment by segment as the log grows (so a record evicted by inserts stays
-/// readable, where FASTER's NullDevice would lose it).
+/// Process memory as FASTER's device, allocated segment by segment as the log grows. Two uses: the in-memory
+/// baseline's device (FASTER's memory holds the whole loaded log, and what inserts push out of it lands here, so a
+/// record evicted by inserts stays readable, where FASTER's NullDevice would lose it: I/O on worker threads); and, with
+/// <c>inline</c>, the floor of FASTER's pending-read path (the <c>ram-inline</c> device: a log as large as the others'
+/// under the same memory, each read a copy done and completed inside ReadAsync, so that what it costs beyond
+/// all-in-memory is FASTER's own pending machinery and nothing of a device).
 /// </summary>
 public sealed unsafe class RamDevice : BlockingIoDevice
 {
     private readonly ConcurrentDictionary<int, IntPtr> _segments = new();
+    private readonly bool _inline;
     private long _segmentBytes;
 
-    public RamDevice(string name) : base($"ram:{name}", workers: 2)
+    public RamDevice(string name, bool inline = false) : base($"ram:{name}", workers: inline ? 0 : 2)
     {
+        _inline = inline;
         StartWorkers();
+    }
+
+    /// <inheritdoc/>
+    public override void ReadAsync(int segmentId, ulong sourceAddress, IntPtr destinationAddress, uint readLength,
+                                   FASTER.core.DeviceIOCompletionCallback callback, object context)
+    {
+        if (!_inline)
+        {
+            base.ReadAsync(segmentId, sourceAddress, destinationAddress, readLength, callback, context);
+            return;
+        }
+        callback(0, Read(0, segmentId, sourceAddress, destinationAddress, readLength), context);
+    }
+
+    /// <inheritdoc/>
+    public override void WriteAsync(IntPtr sourceAddress, int segmentId, ulong destinationAddress, uint numBytesToWrite,
+                                    FASTER.core.DeviceIOCompletionCallback callback, object context)
+    {
+        if (!_inline)
+        {
+            base.WriteAsync(sourceAddress, segmentId, destinationAddress, numBytesToWrite, callback, context);
+            return;
+        }
+        callback(0, Write(0, segmentId, destinationAddress, sourceAddress, numBytesToWrite), context);
     }
 
     public override void Initialize(long segmentSize, FASTER.core.LightEpoch? epoch = null, bool omitSegmentIdFromFilename = false)
