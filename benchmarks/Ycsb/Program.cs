@@ -268,7 +268,7 @@ public static class Program
 
     /// <summary>
     /// The targets: RemoteCache ≥ 8x SSD and SMB, ≥ 0.3x memory (Redy: 0.28x), ≥ 0.9x FASTER's floor (ram-inline: what
-    /// FASTER's pending reads cost with a device that costs nothing); the median of the rounds' ratios.
+    /// FASTER's pending reads cost with a device that costs a copy); the median of the rounds' ratios.
     /// </summary>
     private static bool PrintRatios(List<RunResult> results)
     {

@@ -52,8 +52,8 @@ public sealed class YcsbOptions
           --memory-fraction F  FASTER log memory = log size / F (default 8)
           --threads 1,2        thread counts to sweep
           --devices LIST       memory,ram-inline,remotecache,ssd,smb (default); ram-inline is process memory
-                               read and completed inside ReadAsync under the same FASTER memory as the
-                               others: the floor of FASTER's pending reads, what no device can beat
+                               copied and completed inside ReadAsync under the same FASTER memory as the
+                               others: what FASTER's pending reads cost with a device that costs a copy
                                (also: faster-local, FASTER's own Linux device)
           --workload W         A-F (YCSB's core workloads: their mixes and request distributions, zipfian
                                for A-C, E, F and latest for D) or readonly (default: 100 % reads, Redy §8.3,

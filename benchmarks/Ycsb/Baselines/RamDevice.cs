@@ -10,7 +10,7 @@ namespace RemoteCache.Benchmarks.Ycsb.Baselines;
 /// record evicted by inserts stays readable, where FASTER's NullDevice would lose it: I/O on worker threads); and, with
 /// <c>inline</c>, the floor of FASTER's pending-read path (the <c>ram-inline</c> device: a log as large as the others'
 /// under the same memory, each read a copy done and completed inside ReadAsync, so that what it costs beyond
-/// all-in-memory is FASTER's own pending machinery and nothing of a device).
+/// all-in-memory is FASTER's own pending machinery and one copy per read).
 /// </summary>
 public sealed unsafe class RamDevice : BlockingIoDevice
 {
