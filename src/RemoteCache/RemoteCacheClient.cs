@@ -66,6 +66,7 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
             throw;
         }
         _lanes = lanes.ToArray();
+        _laneHolders = _lanes.Select(_ => new List<Thread>()).ToArray();
         _instruments = instruments;
         instruments.Register(this, Metrics.CacheTag);
         _poller = new Thread(PollerLoop) { IsBackground = true, Name = $"RemoteCache poller ({Name})" };
@@ -651,6 +652,9 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
     /// </summary>
     public int OutstandingOnCallersLane => PickLane().Outstanding;
 
+    /// <summary>The index of the calling thread's lane (tests).</summary>
+    internal int CallersLane => Array.IndexOf(_lanes, PickLane());
+
     // ---- internals --------------------------------------------------------------------------------
 
     private void CheckRange(long address, long length)
@@ -660,17 +664,29 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
             throw Errors.For(RemoteCacheStatus.OutOfRange, Name, address, length, $"the cache holds {Capacity} bytes");
     }
 
-    // Threads get consecutive ordinals on first use, so that a few busy threads land on different lanes
-    // (managed thread ids of threads started together can share a residue).
-    [ThreadStatic] private static int t_ordinal;
-    private static int s_ordinals;
+    // A thread keeps the lane it is given on its first use (its operations stay in order on one native session), and
+    // is given the lane the fewest live threads hold, so that busy threads land on lanes of their own. Lanes handed out
+    // in turn from a process-wide count put two FASTER threads on one lane whenever some other thread took a turn
+    // between them: 0.64x the throughput of separate lanes, in about half of the two-thread runs.
+    private readonly ThreadLocal<Lane?> _laneOfThread = new();
+    private readonly List<Thread>[] _laneHolders;
 
-    private Lane PickLane()
+    private Lane PickLane() => _laneOfThread.Value ??= AssignLane();
+
+    private Lane AssignLane()
     {
-        int ordinal = t_ordinal;
-        if (ordinal == 0)
-            t_ordinal = ordinal = Interlocked.Increment(ref s_ordinals);
-        return _lanes[(uint)ordinal % (uint)_lanes.Length];
+        lock (_laneHolders)
+        {
+            int best = 0;
+            for (int i = 0; i < _laneHolders.Length; i++)
+            {
+                _laneHolders[i].RemoveAll(static t => !t.IsAlive);
+                if (_laneHolders[i].Count < _laneHolders[best].Count)
+                    best = i;
+            }
+            _laneHolders[best].Add(Thread.CurrentThread);
+            return _lanes[best];
+        }
     }
 
     internal void NotifyOutstanding() => _work.Set();

@@ -276,3 +276,46 @@ public sealed class LowLevelTests
         NativeMemory.Free(memory);
     }
 }
+
+/// <summary>Which lane a thread is given: the one the fewest live threads hold, kept for the thread's life.</summary>
+public sealed class LaneAssignmentTests
+{
+    [Fact]
+    public async Task TwoLiveThreadsGetLanesOfTheirOwnWhateverThreadsCameAndWentBefore()
+    {
+        var options = Options(1, name: "lane-assignment");
+        options.Lanes = 2;
+        await WithClient("shm", options, TimeSpan.FromSeconds(30), "lane assignment", client =>
+        {
+            int LaneOn()
+            {
+                int lane = -1;
+                var thread = new Thread(() => lane = client.CallersLane);
+                thread.Start();
+                thread.Join();
+                return lane;
+            }
+
+            // A thread that stays alive holds its lane.
+            int first = -1;
+            using var holding = new ManualResetEventSlim();
+            using var release = new ManualResetEventSlim();
+            var holder = new Thread(() =>
+            {
+                first = client.CallersLane;
+                Assert.Equal(first, client.CallersLane);  // kept
+                holding.Set();
+                release.Wait();
+            });
+            holder.Start();
+            holding.Wait();
+            // Threads that came and went in between, one or two of them: each new thread gets the other lane (an odd
+            // count of them made lanes handed out in turn put the next thread beside the holder).
+            for (int i = 0; i < 3; i++)
+                Assert.Equal(1 - first, LaneOn());
+            release.Set();
+            holder.Join();
+            return Task.CompletedTask;
+        });
+    }
+}
