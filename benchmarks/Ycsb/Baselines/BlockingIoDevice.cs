@@ -22,7 +22,7 @@ public abstract class BlockingIoDevice : StorageDeviceBase
         : base(name, sectorSize, Devices.CAPACITY_UNSPECIFIED)
     {
         Workers = workers;
-        ThrottleLimit = 4 * workers;
+        ThrottleLimit = workers == 0 ? int.MaxValue : 4 * workers;  // inline requests are never waiting
         _threads = new Thread[workers];
         for (int i = 0; i < workers; i++)
         {
@@ -31,7 +31,7 @@ public abstract class BlockingIoDevice : StorageDeviceBase
         }
     }
 
-    /// <summary>Worker threads (requests in flight at most).</summary>
+    /// <summary>Worker threads (requests in flight at most); 0: each request runs and completes inside the call.</summary>
     public int Workers { get; }
 
     /// <summary>Starts the workers; derived constructors call it once their state is ready.</summary>
@@ -68,9 +68,15 @@ public abstract class BlockingIoDevice : StorageDeviceBase
     /// <inheritdoc/>
     public override void RemoveSegmentAsync(int segment, AsyncCallback callback, IAsyncResult result) => callback(result);
 
+    // With no workers a request runs inside the call, on the caller's thread, and completes there.
     private void Enqueue(Request request)
     {
         Interlocked.Increment(ref _inFlight);
+        if (_threads.Length == 0)
+        {
+            Execute(0, request);
+            return;
+        }
         lock (_queue)
             _queue.Enqueue(request);
         _ready.Release();
@@ -90,25 +96,30 @@ public abstract class BlockingIoDevice : StorageDeviceBase
                         return;
                     r = _queue.Dequeue();
                 }
-                uint error = 0, bytes = 0;
-                try
-                {
-                    bytes = r.Write ? Write(worker, r.Segment, r.Offset, r.Buffer, r.Length)
-                                    : Read(worker, r.Segment, r.Offset, r.Buffer, r.Length);
-                }
-                catch (Exception e)
-                {
-                    error = e is System.IO.IOException io && io.HResult != 0 ? (uint)io.HResult : 1;
-                    Console.Error.WriteLine($"{FileName}: {(r.Write ? "write" : "read")} of segment {r.Segment} at {r.Offset} failed: {e.Message}");
-                }
-                Interlocked.Decrement(ref _inFlight);
-                r.Callback(error, bytes, r.Context);
+                Execute(worker, r);
             }
         }
         finally
         {
             CloseWorker(worker);
         }
+    }
+
+    private void Execute(int worker, in Request r)
+    {
+        uint error = 0, bytes = 0;
+        try
+        {
+            bytes = r.Write ? Write(worker, r.Segment, r.Offset, r.Buffer, r.Length)
+                            : Read(worker, r.Segment, r.Offset, r.Buffer, r.Length);
+        }
+        catch (Exception e)
+        {
+            error = e is System.IO.IOException io && io.HResult != 0 ? (uint)io.HResult : 1;
+            Console.Error.WriteLine($"{FileName}: {(r.Write ? "write" : "read")} of segment {r.Segment} at {r.Offset} failed: {e.Message}");
+        }
+        Interlocked.Decrement(ref _inFlight);
+        r.Callback(error, bytes, r.Context);
     }
 
     /// <inheritdoc/>

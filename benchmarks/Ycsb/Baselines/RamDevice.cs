@@ -15,37 +15,11 @@ namespace RemoteCache.Benchmarks.Ycsb.Baselines;
 public sealed unsafe class RamDevice : BlockingIoDevice
 {
     private readonly ConcurrentDictionary<int, IntPtr> _segments = new();
-    private readonly bool _inline;
     private long _segmentBytes;
 
     public RamDevice(string name, bool inline = false) : base($"ram:{name}", workers: inline ? 0 : 2)
     {
-        _inline = inline;
         StartWorkers();
-    }
-
-    /// <inheritdoc/>
-    public override void ReadAsync(int segmentId, ulong sourceAddress, IntPtr destinationAddress, uint readLength,
-                                   FASTER.core.DeviceIOCompletionCallback callback, object context)
-    {
-        if (!_inline)
-        {
-            base.ReadAsync(segmentId, sourceAddress, destinationAddress, readLength, callback, context);
-            return;
-        }
-        callback(0, Read(0, segmentId, sourceAddress, destinationAddress, readLength), context);
-    }
-
-    /// <inheritdoc/>
-    public override void WriteAsync(IntPtr sourceAddress, int segmentId, ulong destinationAddress, uint numBytesToWrite,
-                                    FASTER.core.DeviceIOCompletionCallback callback, object context)
-    {
-        if (!_inline)
-        {
-            base.WriteAsync(sourceAddress, segmentId, destinationAddress, numBytesToWrite, callback, context);
-            return;
-        }
-        callback(0, Write(0, segmentId, destinationAddress, sourceAddress, numBytesToWrite), context);
     }
 
     public override void Initialize(long segmentSize, FASTER.core.LightEpoch? epoch = null, bool omitSegmentIdFromFilename = false)
