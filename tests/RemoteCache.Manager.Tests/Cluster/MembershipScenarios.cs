@@ -273,10 +273,10 @@ public sealed class MembershipScenarios
         }, new Dictionary<string, string> { ["DOTNET_NOLOGO"] = "1" });
         await process.WaitForOutputAsync("remotecache device: cache ", TimeSpan.FromSeconds(120));
         await process.WaitForOutputAsync("remotecache: readonly uniform, 1 thread", TimeSpan.FromSeconds(120));
-        // The tool's console wraps its lines: the placement is read across them.
-        string printed = string.Join("\n", process.Lines(""));
-        var server = System.Text.RegularExpressions.Regex.Match(printed, @"remotecache device: cache .*? server\(s\)\s+(\S+),", System.Text.RegularExpressions.RegexOptions.Singleline);
-        return new Ycsb(process, server.Success ? server.Groups[1].Value : printed);
+        // Where the cache went, from the manager (the tool's console wraps its lines wherever the cache id's length puts them).
+        var caches = (await manager.Tenant(BobKey).ListCachesAsync(new ListCachesRequest(), deadline: DateTime.UtcNow.AddSeconds(10))).Caches;
+        Assert.True(caches.Count == 1, $"YCSB's tenant holds {caches.Count} caches, not 1: {process.Tail()}");
+        return new Ycsb(process, caches.Single().Servers.Single().ServerId);
     }
 
     private static async Task<IReadOnlyList<Server>> ServersAsync(BedManager manager) =>
