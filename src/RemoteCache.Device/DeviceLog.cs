@@ -1,6 +1,12 @@
 using Microsoft.Extensions.Logging;
 
+// Shared by the FASTER devices (this project) and the Tsavorite ones (RemoteCache.Garnet, GARNET defined), each binding it
+// to its store in StoreBinding.cs.
+#if GARNET
+namespace RemoteCache.Garnet;
+#else
 namespace RemoteCache.Device;
+#endif
 
 /// <summary>The devices' log events (structured: every field is a named property). Event ids are stable.</summary>
 internal static partial class DeviceLog

@@ -2,7 +2,13 @@ using System;
 using System.Collections.Generic;
 using System.Threading;
 
+// Shared by the FASTER devices (this project) and the Tsavorite ones (RemoteCache.Garnet, GARNET defined), each binding it
+// to its store in StoreBinding.cs.
+#if GARNET
+namespace RemoteCache.Garnet;
+#else
 namespace RemoteCache.Device;
+#endif
 
 /// <summary>
 /// Where an unsegmented <see cref="RemoteCacheDevice"/> keeps what FASTER wrote: the cache is a ring filled in write

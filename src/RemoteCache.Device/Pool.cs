@@ -1,7 +1,13 @@
 using System;
 using System.Collections.Generic;
 
+// Shared by the FASTER devices (this project) and the Tsavorite ones (RemoteCache.Garnet, GARNET defined), each binding it
+// to its store in StoreBinding.cs.
+#if GARNET
+namespace RemoteCache.Garnet;
+#else
 namespace RemoteCache.Device;
+#endif
 
 /// <summary>
 /// A thread-safe object pool for the devices' per-operation state, so that steady-state I/O allocates nothing.

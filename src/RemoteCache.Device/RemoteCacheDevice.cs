@@ -1,11 +1,16 @@
 using System;
 using System.Threading;
-using FASTER.core;
 using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Logging.Abstractions;
 using RemoteCache.Slo;
 
+// Shared by the FASTER devices (this project) and the Tsavorite ones (RemoteCache.Garnet, GARNET defined), each binding it
+// to its store in StoreBinding.cs.
+#if GARNET
+namespace RemoteCache.Garnet;
+#else
 namespace RemoteCache.Device;
+#endif
 
 /// <summary>
 /// A FASTER log device whose storage is a RemoteCache. For a segmented log (FASTER's main log) the cache's address
@@ -37,7 +42,7 @@ namespace RemoteCache.Device;
 /// without storing. <see cref="IDevice.RemoveSegment"/> forgets a segment's objects. Nothing written is readable
 /// through a new device: a process that recovers starts with an empty cache, and reads go to the next tier.</para>
 /// </remarks>
-public sealed class RemoteCacheDevice : StorageDeviceBase
+public sealed partial class RemoteCacheDevice : StorageDeviceBase
 {
     /// <summary>Error code of a read of a range this device does not hold; a tiered device reads the next tier.</summary>
     public const uint NotResident = 0x2000_0100;
@@ -225,7 +230,7 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
         {
             if (_ownsCache)
                 Dispose();  // FASTER drops a device whose Initialize threw: release the cache it owns now
-            throw new FasterException(
+            throw StoreBinding.Refusal(
                 $"RemoteCacheDevice: cache '{_cache.Name}' holds {Capacity} bytes, which is not a whole number of " +
                 $"FASTER segments of {segmentSize} bytes; choose LogSettings.SegmentSizeBits so that a segment divides " +
                 "the cache (a cache of a power-of-two size and a smaller segment)");
@@ -261,7 +266,7 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
         var slot = Enter(segmentId);
         if (slot is null)
         {
-            callback(NotResident, 0, context);
+            callback.Complete(NotResident, 0, context);
             return;
         }
         Submit(slot, write: false, slot.Base + (long)sourceAddress, destinationAddress, (uint)length, callback, context);
@@ -278,7 +283,7 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
         }
         if (segmentId < 0 || destinationAddress + numBytesToWrite > (ulong)segmentSize)
         {
-            callback(ErrorCodeOf(RemoteCacheStatus.OutOfRange), 0, context);
+            callback.Complete(ErrorCodeOf(RemoteCacheStatus.OutOfRange), 0, context);
             return;
         }
         var write = new PendingWrite(sourceAddress, destinationAddress, numBytesToWrite, callback, context);
@@ -368,7 +373,7 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
         }
         if (_slots.Length == 0)
         {
-            write.Callback(ErrorCodeOf(RemoteCacheStatus.InvalidArgument), 0, write.Context);  // not initialized by FASTER
+            write.Callback.Complete(ErrorCodeOf(RemoteCacheStatus.InvalidArgument), 0, write.Context);  // not initialized by FASTER
             return;
         }
         slot = _slots[segment % _slots.Length];
@@ -401,7 +406,7 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
             }
         }
         if (tooOld)
-            write.Callback(0, write.Length, write.Context);  // below the ring, as below StartSegment: not kept
+            write.Callback.Complete(0, write.Length, write.Context);  // below the ring, as below StartSegment: not kept
         else if (!switching)
             StartWrite(segment, write);
         else if (slot.Users.Sum() == 0)
@@ -433,7 +438,7 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
         if (slot.Pending is null)
             return;
         foreach (var write in slot.Pending)
-            write.Callback(0, write.Length, write.Context);
+            write.Callback.Complete(0, write.Length, write.Context);
         slot.Pending = null;
     }
 
@@ -500,7 +505,7 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
         io.Clear();
         device._pool.Return(io);
         device.Leave(slot);
-        callback(status == RemoteCacheStatus.Ok ? 0 : ErrorCodeOf(status), status == RemoteCacheStatus.Ok ? length : 0, userContext!);
+        callback.Complete(status == RemoteCacheStatus.Ok ? 0 : ErrorCodeOf(status), status == RemoteCacheStatus.Ok ? length : 0, userContext!);
     }
 
     // ---- unsegmented logs ---------------------------------------------------------------------------
@@ -511,7 +516,7 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
         var extent = Addressable(offset, length) ? _ring!.Place(segment, (long)offset, length) : null;
         if (extent is null)
         {
-            callback(0, length, context);  // not kept: reads of it go to the next tier
+            callback.Complete(0, length, context);  // not kept: reads of it go to the next tier
             return;
         }
         var io = _ringPool.Rent();
@@ -539,7 +544,7 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
         int count = Addressable(offset, length) ? _ring!.Locate(segment, (long)offset, length, parts, out oldest) : 0;
         if (count == 0)
         {
-            callback(NotResident, 0, context);
+            callback.Complete(NotResident, 0, context);
             return;
         }
         var io = _ringPool.Rent();
@@ -629,7 +634,7 @@ public sealed class RemoteCacheDevice : StorageDeviceBase
             Context = null;
             Status = (int)RemoteCacheStatus.Ok;
             device._ringPool.Return(this);
-            callback(error, error == 0 ? length : 0, context!);
+            callback.Complete(error, error == 0 ? length : 0, context!);
         }
     }
 }

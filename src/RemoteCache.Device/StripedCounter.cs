@@ -1,7 +1,13 @@
 using System;
 using System.Threading;
 
+// Shared by the FASTER devices (this project) and the Tsavorite ones (RemoteCache.Garnet, GARNET defined), each binding it
+// to its store in StoreBinding.cs.
+#if GARNET
+namespace RemoteCache.Garnet;
+#else
 namespace RemoteCache.Device;
+#endif
 
 /// <summary>
 /// A count that many threads change often and that is read rarely: each thread adds to its own stripe (its own

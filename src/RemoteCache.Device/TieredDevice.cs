@@ -5,11 +5,16 @@ using System.Linq;
 using System.Runtime.InteropServices;
 using System.Threading;
 using System.Threading.Tasks;
-using FASTER.core;
 using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Logging.Abstractions;
 
+// Shared by the FASTER devices (this project) and the Tsavorite ones (RemoteCache.Garnet, GARNET defined), each binding it
+// to its store in StoreBinding.cs.
+#if GARNET
+namespace RemoteCache.Garnet;
+#else
 namespace RemoteCache.Device;
+#endif
 
 /// <summary>
 /// A FASTER log device made of tiers, fastest first (typically a <see cref="RemoteCacheDevice"/> over an SSD
@@ -35,16 +40,13 @@ namespace RemoteCache.Device;
 /// <see cref="Initialize"/> that throws (FASTER drops a device whose Initialize threw, and the caller of a constructor
 /// that threw has no device to dispose), so that a cache tier's memory goes back to its server.</para>
 /// </remarks>
-public sealed class TieredDevice : StorageDeviceBase
+public sealed partial class TieredDevice : StorageDeviceBase
 {
     // A warm copy moves this much per read and write (at most a segment), through a buffer aligned for direct I/O.
     private const int WarmChunk = 1 << 20;
     private const int WarmAlignment = 4096;
     private const int WarmPasses = 3;
     private static readonly TimeSpan WarmRetryDelay = TimeSpan.FromMilliseconds(50);
-
-    private static readonly DeviceIOCompletionCallback s_onRead = OnTierRead;
-    private static readonly DeviceIOCompletionCallback s_onWrite = OnTierWrite;
 
     private readonly Tier[] _tiers;
     private readonly int _commitPoint;
@@ -141,12 +143,15 @@ public sealed class TieredDevice : StorageDeviceBase
     }
 
     /// <inheritdoc/>
-    public override bool TryComplete()
+    public override bool TryComplete() => Harvest(static device => device.TryComplete());
+
+    // Every live tier harvests its completions, as `how` asks it to.
+    private bool Harvest(Func<IDevice, bool> how)
     {
         bool any = false;
         foreach (var tier in _tiers)
             if (!tier.Failed)
-                any |= tier.Device.TryComplete();
+                any |= how(tier.Device);
         return any;
     }
 
@@ -224,7 +229,7 @@ public sealed class TieredDevice : StorageDeviceBase
         var userContext = op.Context;
         op.Clear();
         device._reads.Return(op);
-        callback(errorCode, numBytes, userContext!);
+        callback.Complete(errorCode, numBytes, userContext!);
     }
 
     // ---- writes -----------------------------------------------------------------------------------
@@ -492,7 +497,7 @@ public sealed class TieredDevice : StorageDeviceBase
     private static Task<(uint Error, uint Bytes)> IoAsync(Action<DeviceIOCompletionCallback> start)
     {
         var done = new TaskCompletionSource<(uint, uint)>(TaskCreationOptions.RunContinuationsAsynchronously);
-        start((error, bytes, _) => done.TrySetResult((error, bytes)));
+        start(Completing(done));
         return done.Task;
     }
 
@@ -613,7 +618,7 @@ public sealed class TieredDevice : StorageDeviceBase
             Callback = null;
             Context = null;
             device._writes.Return(this);
-            callback(status, numBytes, context!);
+            callback.Complete(status, numBytes, context!);
         }
     }
 

@@ -1,7 +1,13 @@
 using System.Collections.Concurrent;
 using System.Collections.Generic;
 
+// Shared by the FASTER devices (this project) and the Tsavorite ones (RemoteCache.Garnet, GARNET defined), each binding it
+// to its store in StoreBinding.cs.
+#if GARNET
+namespace RemoteCache.Garnet;
+#else
 namespace RemoteCache.Device;
+#endif
 
 /// <summary>
 /// Which byte ranges of which segments a tier has finished writing (in this process): a read may use the tier
