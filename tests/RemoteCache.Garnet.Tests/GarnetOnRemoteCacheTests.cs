@@ -18,6 +18,7 @@ namespace RemoteCache.Garnet.Tests;
 public sealed class GarnetOnRemoteCacheTests : IDisposable
 {
     private const int Keys = 20_000;
+    private const int Hashes = 20;
     private readonly string _directory = Directory.CreateTempSubdirectory("rc-garnet-").FullName;
     private readonly ITestOutputHelper _output;
 
@@ -29,42 +30,114 @@ public sealed class GarnetOnRemoteCacheTests : IDisposable
     public async Task StringsAndHashesPastGarnetsMemoryAreReadBackFromTheCacheTier()
     {
         using var server = ServerProcess.Start("shm", memoryLimit: "256M");
-        var creator = new RemoteCacheDeviceFactoryCreator(
-            new LocalStorageNamedDeviceFactoryCreator(deviceType: DeviceType.RandomAccess),
-            file => RemoteCacheClient.Open(new[] { server.Endpoint }, new RemoteCacheOptions
-            {
-                RegionsPerServer = 8,  // 8 MiB: the whole log, in segments of 1 MiB (4 MiB for the object log)
-                Name = "garnet-" + file.fileName,
-                OperationTimeout = TimeSpan.FromSeconds(5),
-                Exclusive = true,
-            }));
+        var creator = Creator(server);
         int port = FreePort();
         using (var garnet = new GarnetServer(Options(port, creator)))
         {
             garnet.Start();
-            await using var redis = await ConnectionMultiplexer.ConnectAsync($"127.0.0.1:{port}");
+            await using var redis = await ConnectAsync(port);
             var db = redis.GetDatabase();
-            // ~140 B a record, 20 000 of them: about 11 times the 256 KiB of log Garnet keeps in memory.
-            foreach (var batch in Enumerable.Range(0, Keys).Chunk(1000))
-                await Task.WhenAll(batch.Select(i => db.StringSetAsync(Key(i), Value(i))));
-            for (int h = 0; h < 20; h++)
-                await db.HashSetAsync($"hash:{h}", Enumerable.Range(0, 100).Select(f => new HashEntry($"f{f}", $"{h}/{f}")).ToArray());
-
-            foreach (var batch in Enumerable.Range(0, Keys).Chunk(1000))
-            {
-                var values = await Task.WhenAll(batch.Select(i => db.StringGetAsync(Key(i))));
-                for (int j = 0; j < batch.Length; j++)
-                    Assert.True(values[j] == Value(batch[j]), $"{Key(batch[j])}: read {values[j]}, wrote {Value(batch[j])}");
-            }
-            for (int h = 0; h < 20; h++)
-                Assert.Equal($"{h}/57", (string?)await db.HashGetAsync($"hash:{h}", "f57"));
+            await LoadAsync(db);
+            await VerifyAsync(db);
 
             // The main log's device: most GETs went to it, and the cache tier served them.
-            var log = creator.Devices.Single(d => d.Tiers[0].FileName == "remotecache:garnet-hlog");
+            var log = MainLog(creator);
             _output.WriteLine($"{log.FileName}: reads served by the cache {log.ReadsServedBy(0)}, by the files {log.ReadsServedBy(1)}");
             Assert.True(log.ReadsServedBy(0) >= Keys / 2, $"{log.ReadsServedBy(0)} reads served by the cache tier, {log.ReadsServedBy(1)} by the files");
             Assert.Empty(log.FailedTiers);
         }
+    }
+
+    [Fact]
+    public async Task ACacheServerKilledTakesTheTierOutAndReadsComeFromTheFiles()
+    {
+        var server = ServerProcess.Start("shm", memoryLimit: "256M");
+        var creator = Creator(server);
+        int port = FreePort();
+        try
+        {
+            using var garnet = new GarnetServer(Options(port, creator));
+            garnet.Start();
+            await using var redis = await ConnectAsync(port);
+            var db = redis.GetDatabase();
+            await LoadAsync(db);
+            server.KillHard();
+            await VerifyAsync(db);
+            var log = MainLog(creator);
+            _output.WriteLine($"{log.FileName}: reads served by the cache {log.ReadsServedBy(0)}, by the files {log.ReadsServedBy(1)}, tier failures {log.TierFailures}");
+            Assert.Equal(new[] { 0 }, log.FailedTiers);
+            Assert.True(log.ReadsServedBy(1) >= Keys / 2, $"{log.ReadsServedBy(1)} reads served by the files after the cache's server died");
+        }
+        finally
+        {
+            server.Dispose();
+        }
+    }
+
+    [Fact]
+    public async Task ARecoveredGarnetReadsWhatItSavedWithAFreshCacheTier()
+    {
+        using var server = ServerProcess.Start("shm", memoryLimit: "256M");
+        int port = FreePort();
+        using (var garnet = new GarnetServer(Options(port, Creator(server))))
+        {
+            garnet.Start();
+            await using var redis = await ConnectAsync(port);
+            await LoadAsync(redis.GetDatabase());
+            Assert.Equal("OK", (string?)await redis.GetServer($"127.0.0.1:{port}").ExecuteAsync("SAVE"));  // a checkpoint, done when it answers
+        }
+        var creator = Creator(server);
+        var options = Options(port, creator);
+        options.Recover = true;
+        using (var garnet = new GarnetServer(options))
+        {
+            garnet.Start();
+            await using var redis = await ConnectAsync(port);
+            await VerifyAsync(redis.GetDatabase());
+            // The new caches start empty: what Garnet recovered is read from its files, never from a cache that does not hold it.
+            var log = creator.Devices.Last(d => d.Tiers[0].FileName == "remotecache:garnet-hlog");
+            Assert.True(log.ReadsServedBy(1) > 0, "no read came from the files after recovery");
+            Assert.Empty(log.FailedTiers);
+        }
+    }
+
+    // Garnet's own files (the local device it uses on Linux) under a cache of 8 MiB per log: the whole test log, in segments of 1 MiB (4 MiB for the object log).
+    private static RemoteCacheDeviceFactoryCreator Creator(ServerProcess server) => new(
+        new LocalStorageNamedDeviceFactoryCreator(deviceType: DeviceType.RandomAccess),
+        file => RemoteCacheClient.Open(new[] { server.Endpoint }, new RemoteCacheOptions
+        {
+            RegionsPerServer = 8,
+            Name = "garnet-" + file.fileName,
+            OperationTimeout = TimeSpan.FromSeconds(2),
+            Exclusive = true,
+        }));
+
+    // A GET that waits for a dead cache server waits up to the cache's operation timeout, then reads the files.
+    private static Task<ConnectionMultiplexer> ConnectAsync(int port) =>
+        ConnectionMultiplexer.ConnectAsync($"127.0.0.1:{port},asyncTimeout=20000,syncTimeout=20000");
+
+    private static TieredDevice MainLog(RemoteCacheDeviceFactoryCreator creator) =>
+        creator.Devices.Single(d => d.Tiers[0].FileName == "remotecache:garnet-hlog");
+
+    // ~140 B a record, 20 000 of them: about 11 times the 256 KiB of log Garnet keeps in memory; and 20 hashes of 100 fields.
+    private static async Task LoadAsync(IDatabase db)
+    {
+        foreach (var batch in Enumerable.Range(0, Keys).Chunk(1000))
+            await Task.WhenAll(batch.Select(i => db.StringSetAsync(Key(i), Value(i))));
+        for (int h = 0; h < Hashes; h++)
+            await db.HashSetAsync($"hash:{h}", Enumerable.Range(0, 100).Select(f => new HashEntry($"f{f}", $"{h}/{f}")).ToArray());
+    }
+
+    private static async Task VerifyAsync(IDatabase db)
+    {
+        foreach (var batch in Enumerable.Range(0, Keys).Chunk(1000))
+        {
+            var values = await Task.WhenAll(batch.Select(i => db.StringGetAsync(Key(i))));
+            for (int j = 0; j < batch.Length; j++)
+                Assert.True(values[j] == Value(batch[j]), $"{Key(batch[j])}: read {values[j]}, wrote {Value(batch[j])}");
+        }
+        for (int h = 0; h < Hashes; h++)
+            Assert.Equal($"{h}/57", (string?)await db.HashGetAsync($"hash:{h}", "f57"));
     }
 
     private GarnetServerOptions Options(int port, INamedDeviceFactoryCreator creator) => new()
