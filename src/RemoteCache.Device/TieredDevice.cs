@@ -319,9 +319,14 @@ public sealed partial class TieredDevice : StorageDeviceBase
     /// <inheritdoc/>
     public override void Dispose()
     {
-        if (Interlocked.Exchange(ref _disposed, 1) == 0)
-            DisposeAll(_tiers.Select(t => t.Device));
+        if (Interlocked.Exchange(ref _disposed, 1) != 0)
+            return;
+        DisposeAll(_tiers.Select(t => t.Device));
+        Disposed?.Invoke(this);
     }
+
+    /// <summary>Raised once, after <see cref="Dispose"/> disposed the tiers (whoever rented their caches can free them).</summary>
+    public event Action<TieredDevice>? Disposed;
 
     private static void DisposeAll(IEnumerable<IDevice?> devices)
     {

@@ -1,6 +1,7 @@
 using System;
 using System.Collections.Generic;
 using System.Linq;
+using System.Threading.Tasks;
 using Microsoft.Extensions.Logging;
 
 namespace RemoteCache.Garnet;
@@ -13,8 +14,8 @@ namespace RemoteCache.Garnet;
 /// </summary>
 /// <remarks>
 /// Garnet asks for each log once per database it creates (twice for database 0 when it recovers: the first is disposed
-/// before use), and a device disposed takes its cache with it, so <c>cacheFor</c> is asked for a new cache each time.
-/// A server with more than one database (<c>MaxDatabases</c> &gt; 1) names every database's logs alike: give it one.
+/// before use), so a cache is rented for each device asked for and given back when Garnet disposes the device. A
+/// server with more than one database (<c>MaxDatabases</c> &gt; 1) names every database's logs alike: give it one.
 /// </remarks>
 public sealed class RemoteCacheDeviceFactoryCreator : INamedDeviceFactoryCreator
 {
@@ -25,22 +26,78 @@ public sealed class RemoteCacheDeviceFactoryCreator : INamedDeviceFactoryCreator
     public static readonly IReadOnlyList<string> RemoteLogs = new[] { "hlog", "hlog_objs" };
 
     private readonly INamedDeviceFactoryCreator _local;
-    private readonly Func<FileDescriptor, RemoteCacheClient> _cacheFor;
+    private readonly Func<FileDescriptor, RentedCache?> _rent;
     private readonly ILoggerFactory? _loggers;
     private readonly List<TieredDevice> _devices = new();
+    private readonly List<Task> _releases = new();
 
-    /// <summary>Creates the factory creator.</summary>
+    /// <summary>Creates the factory creator over caches the caller opens.</summary>
     /// <param name="local">The factory Garnet would use otherwise (its files): every device not placed on remote memory, and the commit point under those that are.</param>
     /// <param name="cacheFor">
-    /// A new cache for one log (its descriptor names which), opened with <see cref="RemoteCacheOptions.Exclusive"/>; the
-    /// device owns it from then on. What it throws reaches Garnet's constructor, which then does not start.
+    /// A new cache for one log (its descriptor names which), opened with <see cref="RemoteCacheOptions.Exclusive"/>, which
+    /// the device owns from then on; or null to leave that log on <paramref name="local"/>. What it throws reaches
+    /// Garnet's constructor, which then does not start.
     /// </param>
     /// <param name="loggers">Where the devices log their set-up, refusals and tier failures.</param>
-    public RemoteCacheDeviceFactoryCreator(INamedDeviceFactoryCreator local, Func<FileDescriptor, RemoteCacheClient> cacheFor, ILoggerFactory? loggers = null)
+    /// <param name="cacheOnly">
+    /// The logs placed on remote memory get no files under them: the cache is their only copy (their commit point), so
+    /// whatever it loses (its server lost) the log loses, and Garnet cannot recover them from a checkpoint.
+    /// </param>
+    public RemoteCacheDeviceFactoryCreator(INamedDeviceFactoryCreator local, Func<FileDescriptor, RemoteCacheClient?> cacheFor,
+                                           ILoggerFactory? loggers = null, bool cacheOnly = false)
+        : this(local, WithoutRelease(cacheFor ?? throw new ArgumentNullException(nameof(cacheFor))), loggers, cacheOnly)
+    {
+    }
+
+    private RemoteCacheDeviceFactoryCreator(INamedDeviceFactoryCreator local, Func<FileDescriptor, RentedCache?> rent, ILoggerFactory? loggers, bool cacheOnly)
     {
         _local = local ?? throw new ArgumentNullException(nameof(local));
-        _cacheFor = cacheFor ?? throw new ArgumentNullException(nameof(cacheFor));
+        _rent = rent;
         _loggers = loggers;
+        CacheOnly = cacheOnly;
+    }
+
+    /// <summary>
+    /// A factory creator whose caches the manager places: one per log, created from <paramref name="requestFor"/>'s request
+    /// (made exclusive and named after the log) when Garnet asks for the log's device, and deleted when Garnet disposes it.
+    /// </summary>
+    /// <param name="local">The factory Garnet would use otherwise (see the constructor).</param>
+    /// <param name="manager">The managers, reached with the tenant's key; it must outlive the devices.</param>
+    /// <param name="requestFor">The cache to ask for, per log (capacity: a whole number of the log's segments); null leaves the log on <paramref name="local"/>.</param>
+    /// <param name="loggers">Where the devices log.</param>
+    /// <param name="cacheOnly">No files under the logs placed on remote memory (see the constructor).</param>
+    /// <remarks>A creation the manager refuses throws its <see cref="RemoteCacheManagerException"/> into Garnet's constructor.</remarks>
+    public static RemoteCacheDeviceFactoryCreator ThroughManager(INamedDeviceFactoryCreator local, RemoteCacheManagerClient manager,
+                                                                 Func<FileDescriptor, ManagedCacheRequest?> requestFor, ILoggerFactory? loggers = null,
+                                                                 bool cacheOnly = false)
+    {
+        ArgumentNullException.ThrowIfNull(manager);
+        ArgumentNullException.ThrowIfNull(requestFor);
+        return new RemoteCacheDeviceFactoryCreator(local, file =>
+        {
+            if (requestFor(file) is not { } request)
+                return null;
+            request.Exclusive = true;  // a log's cache belongs to its device alone
+            request.Name ??= $"garnet-{file.fileName}";
+            // Garnet creates its devices inside GarnetServer's constructor: synchronously.
+            var cache = manager.CreateAsync(request).GetAwaiter().GetResult();
+            return new RentedCache(cache.Client, async () =>
+            {
+                // The device disposed the data client it owned; the cache is freed by id.
+                await manager.DeleteAsync(cache.CacheId).ConfigureAwait(false);
+                await cache.DisposeAsync().ConfigureAwait(false);
+            });
+        }, loggers, cacheOnly);
+    }
+
+    /// <summary>Whether the logs placed on remote memory have no files under them (the cache is their only copy).</summary>
+    public bool CacheOnly { get; }
+
+    /// <summary>Completes when every cache given back so far (a device Garnet disposed) is deleted, or failed to be.</summary>
+    public Task WhenReleasedAsync()
+    {
+        lock (_releases)
+            return Task.WhenAll(_releases);
     }
 
     /// <summary>The tiered devices created so far (disposed ones included), oldest first.</summary>
@@ -62,24 +119,58 @@ public sealed class RemoteCacheDeviceFactoryCreator : INamedDeviceFactoryCreator
 
     private IDevice Get(INamedDeviceFactory local, FileDescriptor file)
     {
-        var next = local.Get(file);
         if (!IsRemoteLog(file))
-            return next;
-        RemoteCacheDevice cacheTier;
+            return local.Get(file);
+        RentedCache? rented = _rent(file);
+        if (rented is null)
+            return local.Get(file);
+        IDevice? next = null;
+        TieredDevice device;
         try
         {
-            cacheTier = new RemoteCacheDevice(_cacheFor(file), ownsCache: true, logger: _loggers?.CreateLogger<RemoteCacheDevice>());
+            var cacheTier = new RemoteCacheDevice(rented.Value.Client, ownsCache: true, logger: _loggers?.CreateLogger<RemoteCacheDevice>());
+            next = CacheOnly ? null : local.Get(file);
+            var tiers = next is null ? new IDevice[] { cacheTier } : new IDevice[] { cacheTier, next };
+            device = new TieredDevice(tiers.Length - 1, tiers, _loggers?.CreateLogger<TieredDevice>());
         }
         catch
         {
-            next.Dispose();
+            next?.Dispose();
+            if (rented.Value.Release is { } giveBack)
+                Release(giveBack, file);
             throw;
         }
-        var device = new TieredDevice(1, new IDevice[] { cacheTier, next }, _loggers?.CreateLogger<TieredDevice>());
+        if (rented.Value.Release is { } release)
+            device.Disposed += _ => Release(release, file);
         lock (_devices)
             _devices.Add(device);
         return device;
     }
+
+    // Garnet disposes devices on its own threads, some inside its constructor: the cache goes back in the background, and a
+    // failure to give it back is logged (the manager frees it when its lease ends).
+    private void Release(Func<Task> release, FileDescriptor file)
+    {
+        var releasing = Task.Run(async () =>
+        {
+            try
+            {
+                await release().ConfigureAwait(false);
+            }
+            catch (Exception e)
+            {
+                _loggers?.CreateLogger<RemoteCacheDeviceFactoryCreator>().LogWarning(e,
+                    "The cache of Garnet's {Directory}/{Log} was not given back; the manager frees it when its lease ends", file.directoryName, file.fileName);
+            }
+        });
+        lock (_releases)
+            _releases.Add(releasing);
+    }
+
+    private static Func<FileDescriptor, RentedCache?> WithoutRelease(Func<FileDescriptor, RemoteCacheClient?> cacheFor) =>
+        file => cacheFor(file) is { } cache ? new RentedCache(cache, null) : null;
+
+    private readonly record struct RentedCache(RemoteCacheClient Client, Func<Task>? Release);
 
     private sealed class Factory : INamedDeviceFactory
     {

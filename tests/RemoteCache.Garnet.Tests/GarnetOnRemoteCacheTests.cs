@@ -17,8 +17,6 @@ namespace RemoteCache.Garnet.Tests;
 /// <summary>An embedded Garnet whose log tier is a RemoteCache in front of its files, read back through a RESP client.</summary>
 public sealed class GarnetOnRemoteCacheTests : IDisposable
 {
-    private const int Keys = 20_000;
-    private const int Hashes = 20;
     private readonly string _directory = Directory.CreateTempSubdirectory("rc-garnet-").FullName;
     private readonly ITestOutputHelper _output;
 
@@ -31,19 +29,19 @@ public sealed class GarnetOnRemoteCacheTests : IDisposable
     {
         using var server = ServerProcess.Start("shm", memoryLimit: "256M");
         var creator = Creator(server);
-        int port = FreePort();
+        int port = Workload.FreePort();
         using (var garnet = new GarnetServer(Options(port, creator)))
         {
             garnet.Start();
-            await using var redis = await ConnectAsync(port);
+            await using var redis = await Workload.ConnectAsync(port);
             var db = redis.GetDatabase();
-            await LoadAsync(db);
-            await VerifyAsync(db);
+            await Workload.LoadAsync(db);
+            await Workload.VerifyAsync(db);
 
             // The main log's device: most GETs went to it, and the cache tier served them.
             var log = MainLog(creator);
             _output.WriteLine($"{log.FileName}: reads served by the cache {log.ReadsServedBy(0)}, by the files {log.ReadsServedBy(1)}");
-            Assert.True(log.ReadsServedBy(0) >= Keys / 2, $"{log.ReadsServedBy(0)} reads served by the cache tier, {log.ReadsServedBy(1)} by the files");
+            Assert.True(log.ReadsServedBy(0) >= Workload.Keys / 2, $"{log.ReadsServedBy(0)} reads served by the cache tier, {log.ReadsServedBy(1)} by the files");
             Assert.Empty(log.FailedTiers);
         }
     }
@@ -53,20 +51,20 @@ public sealed class GarnetOnRemoteCacheTests : IDisposable
     {
         var server = ServerProcess.Start("shm", memoryLimit: "256M");
         var creator = Creator(server);
-        int port = FreePort();
+        int port = Workload.FreePort();
         try
         {
             using var garnet = new GarnetServer(Options(port, creator));
             garnet.Start();
-            await using var redis = await ConnectAsync(port);
+            await using var redis = await Workload.ConnectAsync(port);
             var db = redis.GetDatabase();
-            await LoadAsync(db);
+            await Workload.LoadAsync(db);
             server.KillHard();
-            await VerifyAsync(db);
+            await Workload.VerifyAsync(db);
             var log = MainLog(creator);
             _output.WriteLine($"{log.FileName}: reads served by the cache {log.ReadsServedBy(0)}, by the files {log.ReadsServedBy(1)}, tier failures {log.TierFailures}");
             Assert.Equal(new[] { 0 }, log.FailedTiers);
-            Assert.True(log.ReadsServedBy(1) >= Keys / 2, $"{log.ReadsServedBy(1)} reads served by the files after the cache's server died");
+            Assert.True(log.ReadsServedBy(1) >= Workload.Keys / 2, $"{log.ReadsServedBy(1)} reads served by the files after the cache's server died");
         }
         finally
         {
@@ -78,12 +76,12 @@ public sealed class GarnetOnRemoteCacheTests : IDisposable
     public async Task ARecoveredGarnetReadsWhatItSavedWithAFreshCacheTier()
     {
         using var server = ServerProcess.Start("shm", memoryLimit: "256M");
-        int port = FreePort();
+        int port = Workload.FreePort();
         using (var garnet = new GarnetServer(Options(port, Creator(server))))
         {
             garnet.Start();
-            await using var redis = await ConnectAsync(port);
-            await LoadAsync(redis.GetDatabase());
+            await using var redis = await Workload.ConnectAsync(port);
+            await Workload.LoadAsync(redis.GetDatabase());
             Assert.Equal("OK", (string?)await redis.GetServer($"127.0.0.1:{port}").ExecuteAsync("SAVE"));  // a checkpoint, done when it answers
         }
         var creator = Creator(server);
@@ -92,8 +90,8 @@ public sealed class GarnetOnRemoteCacheTests : IDisposable
         using (var garnet = new GarnetServer(options))
         {
             garnet.Start();
-            await using var redis = await ConnectAsync(port);
-            await VerifyAsync(redis.GetDatabase());
+            await using var redis = await Workload.ConnectAsync(port);
+            await Workload.VerifyAsync(redis.GetDatabase());
             // The new caches start empty: what Garnet recovered is read from its files, never from a cache that does not hold it.
             var log = creator.Devices.Last(d => d.Tiers[0].FileName == "remotecache:garnet-hlog");
             Assert.True(log.ReadsServedBy(1) > 0, "no read came from the files after recovery");
@@ -112,33 +110,8 @@ public sealed class GarnetOnRemoteCacheTests : IDisposable
             Exclusive = true,
         }));
 
-    // A GET that waits for a dead cache server waits up to the cache's operation timeout, then reads the files.
-    private static Task<ConnectionMultiplexer> ConnectAsync(int port) =>
-        ConnectionMultiplexer.ConnectAsync($"127.0.0.1:{port},asyncTimeout=20000,syncTimeout=20000");
-
     private static TieredDevice MainLog(RemoteCacheDeviceFactoryCreator creator) =>
         creator.Devices.Single(d => d.Tiers[0].FileName == "remotecache:garnet-hlog");
-
-    // ~140 B a record, 20 000 of them: about 11 times the 256 KiB of log Garnet keeps in memory; and 20 hashes of 100 fields.
-    private static async Task LoadAsync(IDatabase db)
-    {
-        foreach (var batch in Enumerable.Range(0, Keys).Chunk(1000))
-            await Task.WhenAll(batch.Select(i => db.StringSetAsync(Key(i), Value(i))));
-        for (int h = 0; h < Hashes; h++)
-            await db.HashSetAsync($"hash:{h}", Enumerable.Range(0, 100).Select(f => new HashEntry($"f{f}", $"{h}/{f}")).ToArray());
-    }
-
-    private static async Task VerifyAsync(IDatabase db)
-    {
-        foreach (var batch in Enumerable.Range(0, Keys).Chunk(1000))
-        {
-            var values = await Task.WhenAll(batch.Select(i => db.StringGetAsync(Key(i))));
-            for (int j = 0; j < batch.Length; j++)
-                Assert.True(values[j] == Value(batch[j]), $"{Key(batch[j])}: read {values[j]}, wrote {Value(batch[j])}");
-        }
-        for (int h = 0; h < Hashes; h++)
-            Assert.Equal($"{h}/57", (string?)await db.HashGetAsync($"hash:{h}", "f57"));
-    }
 
     private GarnetServerOptions Options(int port, INamedDeviceFactoryCreator creator) => new()
     {
@@ -155,15 +128,4 @@ public sealed class GarnetOnRemoteCacheTests : IDisposable
         QuietMode = true,
         DeviceFactoryCreator = creator,
     };
-
-    private static string Key(int i) => $"key:{i:D6}";
-
-    private static string Value(int i) => $"{i:D6}:" + new string((char)('a' + i % 26), 93);
-
-    private static int FreePort()
-    {
-        using var listener = new TcpListener(IPAddress.Loopback, 0);
-        listener.Start();
-        return ((IPEndPoint)listener.LocalEndpoint).Port;
-    }
 }
