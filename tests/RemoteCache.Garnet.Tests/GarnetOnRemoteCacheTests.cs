@@ -3,9 +3,11 @@ using System.IO;
 using System.Linq;
 using System.Net;
 using System.Net.Sockets;
+using System.Threading;
 using System.Threading.Tasks;
 using Garnet;
 using Garnet.server;
+using RemoteCache.Manager.Tests;
 using RemoteCache.Tests;
 using StackExchange.Redis;
 using Tsavorite.core;
@@ -73,6 +75,81 @@ public sealed class GarnetOnRemoteCacheTests : IDisposable
     }
 
     [Fact]
+    public async Task ACacheServerKilledUnderLoadIsReplacedAndTheTierTakenBackWithNoWrongValue()
+    {
+        await using var manager = new TestManager();
+        await manager.StartAsync();
+        await using var alice = manager.ManagedClient();
+        var creator = RemoteCacheDeviceFactoryCreator.ThroughManager(
+            new LocalStorageNamedDeviceFactoryCreator(deviceType: DeviceType.RandomAccess), alice,
+            file => new ManagedCacheRequest { Capacity = 64 * TestManager.MiB, Transport = "shm" });
+        int port = Workload.FreePort();
+        using (var garnet = new GarnetServer(Options(port, creator)))
+        {
+            garnet.Start();
+            await using var redis = await Workload.ConnectAsync(port);
+            var db = redis.GetDatabase();
+            await Workload.LoadAsync(db);
+            var log = MainLog(creator);
+
+            // Clients that overwrite and read back keys of their own, checking every GET against their last acknowledged SET.
+            using var stop = new CancellationTokenSource();
+            var written = new System.Collections.Concurrent.ConcurrentDictionary<int, string>();
+            var clients = Enumerable.Range(0, 2).Select(c => Task.Run(() => VerifiedClientAsync(db, c, 2, written, stop.Token))).ToArray();
+            await Task.Delay(500);
+            string victim = (await alice.ListAsync()).Single(c => c.Name == "garnet-hlog").Servers.Single().ServerId;
+            Assert.True(TestManager.StopServer(victim), $"no process for {victim}");
+            // The tier is taken out (reads fall through to the files), the manager replaces the server, the device takes
+            // the tier back and warms it from the files.
+            var deadline = DateTime.UtcNow.AddSeconds(60);
+            while (!(log.TierFailures > 0 && log.FailedTiers.Count == 0 && log.BytesWarmed > 0) && DateTime.UtcNow < deadline)
+                await Task.Delay(100);
+            // Back in service: the tier serves reads again.
+            long servedBack = log.ReadsServedBy(0);
+            await Task.Delay(2000);
+            stop.Cancel();
+            long checkedGets = (await Task.WhenAll(clients)).Sum();
+            _output.WriteLine($"{checkedGets} GETs checked; tier failures {log.TierFailures}, failed tiers [{string.Join(",", log.FailedTiers)}], " +
+                              $"warmed {log.BytesWarmed} bytes, served by the cache {log.ReadsServedBy(0)} ({servedBack} when it came back), by the files {log.ReadsServedBy(1)}");
+            Assert.True(log.TierFailures > 0, "the dead server's cache tier never failed an operation");
+            Assert.Empty(log.FailedTiers);
+            Assert.True(log.BytesWarmed > 0, "the tier taken back was not warmed from the files");
+            Assert.NotEqual(victim, (await alice.ListAsync()).Single(c => c.Name == "garnet-hlog").Servers.Single().ServerId);
+            Assert.True(log.ReadsServedBy(0) > servedBack, "the tier taken back served no read");
+            Assert.True(checkedGets > 200, $"only {checkedGets} GETs checked");
+            await Workload.VerifyAsync(db, written);
+        }
+        await creator.WhenReleasedAsync();
+        Assert.Empty(await alice.ListAsync());
+    }
+
+    // SETs key c, c + n, c + 2n … to new versions (recorded in `written` once acknowledged) and GETs each back: a wrong value
+    // fails the test. Returns the GETs checked.
+    private static async Task<long> VerifiedClientAsync(IDatabase db, int c, int n, System.Collections.Concurrent.ConcurrentDictionary<int, string> written,
+                                                        CancellationToken stop)
+    {
+        var random = new Random(c);
+        long checkedGets = 0;
+        for (int version = 1; !stop.IsCancellationRequested; version++)
+        {
+            int key = c + n * random.Next(Workload.Keys / n);
+            string value = $"{Workload.Value(key)}:v{version}";
+            Assert.True(await db.StringSetAsync(Workload.Key(key), value));
+            written[key] = value;
+            int other = c + n * random.Next(Workload.Keys / n);
+            var read = await db.StringGetAsync(Workload.Key(key));
+            Assert.True(read == value, $"{Workload.Key(key)}: read {read}, last wrote {value}");
+            checkedGets++;
+            // And a key this client has not touched lately, most likely on the log's device.
+            var old = await db.StringGetAsync(Workload.Key(other));
+            string expected = written.TryGetValue(other, out var last) ? last : Workload.Value(other);
+            Assert.True(old == expected, $"{Workload.Key(other)}: read {old}, last wrote {expected}");
+            checkedGets++;
+        }
+        return checkedGets;
+    }
+
+    [Fact]
     public async Task ARecoveredGarnetReadsWhatItSavedWithAFreshCacheTier()
     {
         using var server = ServerProcess.Start("shm", memoryLimit: "256M");
@@ -93,7 +170,7 @@ public sealed class GarnetOnRemoteCacheTests : IDisposable
             await using var redis = await Workload.ConnectAsync(port);
             await Workload.VerifyAsync(redis.GetDatabase());
             // The new caches start empty: what Garnet recovered is read from its files, never from a cache that does not hold it.
-            var log = creator.Devices.Last(d => d.Tiers[0].FileName == "remotecache:garnet-hlog");
+            var log = MainLog(creator);
             Assert.True(log.ReadsServedBy(1) > 0, "no read came from the files after recovery");
             Assert.Empty(log.FailedTiers);
         }
@@ -110,8 +187,9 @@ public sealed class GarnetOnRemoteCacheTests : IDisposable
             Exclusive = true,
         }));
 
+    // The main log's device (the last one Garnet asked for: a recovering Garnet asks twice).
     private static TieredDevice MainLog(RemoteCacheDeviceFactoryCreator creator) =>
-        creator.Devices.Single(d => d.Tiers[0].FileName == "remotecache:garnet-hlog");
+        creator.Devices.Last(d => d.FileName.EndsWith("/Store/hlog", StringComparison.Ordinal));
 
     private GarnetServerOptions Options(int port, INamedDeviceFactoryCreator creator) => new()
     {
