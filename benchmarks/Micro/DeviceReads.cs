@@ -13,7 +13,8 @@ namespace RemoteCache.Benchmarks.Micro;
 /// <summary>
 /// Random reads through FASTER's device interface (IDevice.ReadAsync + TryComplete, as FASTER's log issues them):
 /// RemoteCacheDevice over an embedded cache server (shm and tcp) against FASTER's local-storage device
-/// (Devices.CreateLogDevice, file buffering disabled as FASTER defaults) on this machine's disk, in one run.
+/// (Devices.CreateLogDevice, file buffering disabled as FASTER defaults) on this machine's disk, in one run; and the
+/// same device built for Tsavorite (RemoteCache.Garnet's, Garnet's store) through Tsavorite's interface over shm.
 /// </summary>
 /// <remarks>
 /// Each invocation issues <see cref="Window"/> reads at random sector-aligned addresses of a 128 MiB log and
@@ -27,7 +28,7 @@ public class DeviceReads
     private const long LogBytes = 128L << 20;           // 4 segments, all of them held by the cache
     private static readonly long HangTicks = Stopwatch.Frequency * 30;
 
-    [Params("remotecache-shm", "remotecache-tcp", "local-storage")]
+    [Params("remotecache-shm", "remotecache-tcp", "local-storage", "remotecache-shm-garnet")]
     public string Device { get; set; } = "remotecache-shm";
 
     [Params(512, 4096)]
@@ -35,17 +36,21 @@ public class DeviceReads
 
     private RemoteCacheServer? _server;
     private IDevice? _device;
+    private Tsavorite.core.IDevice? _garnetDevice;  // the Tsavorite build of the device, for remotecache-shm-garnet
     private string? _dir;
     private IntPtr _buffers;
     private ulong _rng = 0x9E3779B97F4A7C15ul;
     private static int s_completed;
     private static int s_failed;
-    private static readonly DeviceIOCompletionCallback s_onDone = (error, _, _) =>
+    private static readonly DeviceIOCompletionCallback s_onDone = (error, _, _) => Done(error);
+    private static readonly Tsavorite.core.DeviceIOCompletionCallback s_onGarnetDone = (error, _, _, _) => Done(error);
+
+    private static void Done(uint error)
     {
         if (error != 0)
             Interlocked.Increment(ref s_failed);
         Interlocked.Increment(ref s_completed);
-    };
+    }
 
     [GlobalSetup]
     public unsafe void Setup()
@@ -54,7 +59,7 @@ public class DeviceReads
         Directory.CreateDirectory(_dir);
         if (Device.StartsWith("remotecache-", StringComparison.Ordinal))
         {
-            string listen = Device == "remotecache-shm" ? "shm:" + Path.Combine(_dir, "server.sock") : "tcp:127.0.0.1:0";
+            string listen = Device != "remotecache-tcp" ? "shm:" + Path.Combine(_dir, "server.sock") : "tcp:127.0.0.1:0";
             _server = RemoteCacheServer.Start(new RemoteCacheServerOptions { Listen = new[] { listen }, RegionSize = 1L << SegmentBits, MemoryLimit = 2L << 30, MaxThreads = 1 });
             var cache = RemoteCacheClient.Open(_server.Endpoints, new RemoteCacheOptions
             {
@@ -63,7 +68,10 @@ public class DeviceReads
                 Exclusive = true,       // RemoteCacheDevice requires it: the cache is one log's
                 SessionCapacity = 4096, // as measured before the C# default became the header's 1024: up to 4 x Window reads in flight
             });
-            _device = new RemoteCacheDevice(cache, throttleLimit: 4 * Window, ownsCache: true);
+            if (Device == "remotecache-shm-garnet")
+                _garnetDevice = new RemoteCache.Garnet.RemoteCacheDevice(cache, throttleLimit: 4 * Window, ownsCache: true);
+            else
+                _device = new RemoteCacheDevice(cache, throttleLimit: 4 * Window, ownsCache: true);
         }
         else if (Device == "local-storage")
         {
@@ -73,7 +81,8 @@ public class DeviceReads
         {
             throw new ArgumentException($"unknown device '{Device}'");
         }
-        _device.Initialize(1L << SegmentBits, new LightEpoch());
+        _device?.Initialize(1L << SegmentBits, new LightEpoch());
+        _garnetDevice?.Initialize(1L << SegmentBits, new Tsavorite.core.LightEpoch());
         _buffers = (IntPtr)NativeMemory.AlignedAlloc((nuint)(Window * Size), 4096);
         Fill();
         if (Device == "local-storage")
@@ -94,7 +103,10 @@ public class DeviceReads
             {
                 new Span<byte>(chunk, Chunk).Fill((byte)(at >> 20));
                 s_completed = 0;
-                _device!.WriteAsync((IntPtr)chunk, (ulong)at, Chunk, s_onDone, null!);
+                if (_garnetDevice is { } garnet)
+                    garnet.WriteAsync((IntPtr)chunk, (ulong)at, Chunk, s_onGarnetDone, null!);
+                else
+                    _device!.WriteAsync((IntPtr)chunk, (ulong)at, Chunk, s_onDone, null!);
                 Wait(1);
             }
         }
@@ -111,6 +123,8 @@ public class DeviceReads
     {
         _device?.Dispose();
         _device = null;
+        _garnetDevice?.Dispose();
+        _garnetDevice = null;
         _server?.Dispose();
         _server = null;
         if (_buffers != IntPtr.Zero)
@@ -123,7 +137,8 @@ public class DeviceReads
     [Benchmark(OperationsPerInvoke = Window)]
     public void RandomReads()
     {
-        var device = _device!;
+        var device = _device;
+        var garnet = _garnetDevice;
         Volatile.Write(ref s_completed, 0);
         long sectors = LogBytes / Size;
         for (int i = 0; i < Window; i++)
@@ -134,7 +149,10 @@ public class DeviceReads
             s ^= s >> 27;
             _rng = s;
             ulong address = (s * 0x2545F4914F6CDD1Dul) % (ulong)sectors * (ulong)Size;
-            device.ReadAsync(address, _buffers + i * Size, (uint)Size, s_onDone, null!);
+            if (device is not null)
+                device.ReadAsync(address, _buffers + i * Size, (uint)Size, s_onDone, null!);
+            else
+                garnet!.ReadAsync(address, _buffers + i * Size, (uint)Size, s_onGarnetDone, null!);
         }
         Wait(Window);
         if (Volatile.Read(ref s_failed) != 0)
@@ -147,7 +165,7 @@ public class DeviceReads
         var spin = new SpinWait();
         while (Volatile.Read(ref s_completed) < count)
         {
-            if (_device!.TryComplete())
+            if (_device?.TryComplete() ?? _garnetDevice!.TryComplete())
                 continue;
             spin.SpinOnce(sleep1Threshold: -1);
             if (Stopwatch.GetTimestamp() - start > HangTicks)

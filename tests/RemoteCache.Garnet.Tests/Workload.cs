@@ -57,6 +57,14 @@ internal static class Workload
 
     public static string Value(int i) => $"{i:D6}:" + new string((char)('a' + i % 26), 93);
 
+    /// <summary>remotecache-garnet's Garnet options for a small Garnet: 256 KiB of log in memory, segments of 1 MiB (4 MiB for objects), its files under <paramref name="directory"/>.</summary>
+    public static IEnumerable<string> GarnetArgs(string directory, int port) => new[]
+    {
+        "--port", port.ToString(System.Globalization.CultureInfo.InvariantCulture), "--bind", "127.0.0.1",
+        "--logdir", System.IO.Path.Combine(directory, "log"), "--checkpointdir", System.IO.Path.Combine(directory, "checkpoints"),
+        "--memory", "256k", "--page", "64k", "--segment", "1m", "--object-log-segment", "4m", "--index", "1m",
+    };
+
     public static int FreePort()
     {
         using var listener = new TcpListener(IPAddress.Loopback, 0);

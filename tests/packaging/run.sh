@@ -2,12 +2,15 @@
 # The NuGet packages as a user gets them (scripts/test.sh runs this as the `packaging` suite):
 #   1. `dotnet pack RemoteCache.sln -c Release` into a temporary folder: exactly RemoteCache, RemoteCache.Device,
 #      the remotecache tool (RemoteCache.Cli), the manager's contract (RemoteCache.Manager.Contract), the managed
-#      client (RemoteCache.Manager.Client) and the remotecache-manager tool (RemoteCache.Manager) (.nupkg + .snupkg)
+#      client (RemoteCache.Manager.Client), the remotecache-manager tool (RemoteCache.Manager), Garnet's device factory
+#      (RemoteCache.Garnet) and the remotecache-garnet tool (RemoteCache.Garnet.Host) (.nupkg + .snupkg)
 #      come out; the packable projects rebuilt from scratch pack to the same bytes (deterministic builds);
 #   2. the listings: RemoteCache holds lib/<framework>/RemoteCache.dll for each of its frameworks and runtimes/linux-x64/native/libremotecache.so,
 #      remotecache-server, remotecache-capability and remotecache-admin (ELF files) and not remotecache-bench or
 #      remotecache-abi;
 #      RemoteCache.Device holds its assembly and depends on RemoteCache (same version) and Microsoft.FASTER.Core;
+#      RemoteCache.Garnet holds its net10.0 assembly (Garnet targets .NET 10 only) and depends on RemoteCache,
+#      RemoteCache.Manager.Client (same version) and Microsoft.Garnet;
 #      the symbol packages hold the PDBs; with a git remote (origin), the nuspecs must name it and the PDBs carry
 #      SourceLink (without one, neither can, and a note says so);
 #   3. a consumer project (tests/packaging/consumer) copied outside the repository, so that none of its
@@ -137,7 +140,8 @@ frameworks = sys.argv[4].split(";")
 if len(frameworks) < 2:
     sys.exit(f"packaging: the libraries target {frameworks}; expected net8.0 and net10.0")
 errors = []
-expected = {f"{i}.{version}.{ext}" for i in ("RemoteCache", "RemoteCache.Device", "RemoteCache.Cli", "RemoteCache.Manager.Contract", "RemoteCache.Manager.Client", "RemoteCache.Manager") for ext in ("nupkg", "snupkg")}
+expected = {f"{i}.{version}.{ext}" for i in ("RemoteCache", "RemoteCache.Device", "RemoteCache.Cli", "RemoteCache.Manager.Contract", "RemoteCache.Manager.Client", "RemoteCache.Manager",
+                                            "RemoteCache.Garnet", "RemoteCache.Garnet.Host") for ext in ("nupkg", "snupkg")}
 present = set(os.listdir(feed))
 if present != expected:
     errors.append(f"the pack produced {sorted(present)}; expected exactly {sorted(expected)}")
@@ -147,9 +151,10 @@ def nuspec(z, pid):
     ns = {"n": root.tag[1:].split("}")[0]} if root.tag.startswith("{") else {"n": ""}
     return root, ns
 
-def check(pid, required, forbidden, deps, assemblies="lib/{tfm}", max_installed=None):
-    """required and assemblies may name {tfm}: such a file must be there for every framework."""
-    required = [r.format(tfm=f) for r in required for f in (frameworks if "{tfm}" in r else [None])]
+def check(pid, required, forbidden, deps, assemblies="lib/{tfm}", max_installed=None, tfms=None):
+    """required and assemblies may name {tfm}: such a file must be there for every framework (of tfms, if given)."""
+    tfms = tfms or frameworks
+    required = [r.format(tfm=f) for r in required for f in (tfms if "{tfm}" in r else [None])]
     path = os.path.join(feed, f"{pid}.{version}.nupkg")
     if not os.path.exists(path):
         return
@@ -202,7 +207,7 @@ def check(pid, required, forbidden, deps, assemblies="lib/{tfm}", max_installed=
     spath = os.path.join(feed, f"{pid}.{version}.snupkg")
     if os.path.exists(spath):
         with zipfile.ZipFile(spath) as z:
-            for tfm in frameworks:
+            for tfm in tfms:
                 pdb = f"{assemblies.format(tfm=tfm)}/{pid}.pdb"
                 if pdb not in z.namelist():
                     errors.append(f"{pid}: the symbol package has no {pdb} ({z.namelist()})")
@@ -231,6 +236,13 @@ check("RemoteCache.Manager",
       [tool + "RemoteCache.Manager.dll", tool + "DotnetToolSettings.xml", tool + "RemoteCache.Manager.Contract.dll",
        tool + native + "remotecache-server", tool + "remotecache-models/shm-8.json", tool + "remotecache-models/tcp-8.json"],
       [], {}, assemblies="tools/{tfm}/any")
+newest = [frameworks[-1]]  # Microsoft.Garnet targets the newest .NET only
+check("RemoteCache.Garnet", ["lib/{tfm}/RemoteCache.Garnet.dll"], ["lib/net8.0/RemoteCache.Garnet.dll"],
+      {"RemoteCache": version, "RemoteCache.Manager.Client": version, "Microsoft.Garnet": None}, tfms=newest)
+check("RemoteCache.Garnet.Host",
+      [tool + "RemoteCache.Garnet.Host.dll", tool + "DotnetToolSettings.xml", tool + "RemoteCache.Garnet.dll", tool + "Garnet.host.dll",
+       tool + native + "libremotecache.so"],
+      [], {}, assemblies="tools/{tfm}/any", tfms=newest)
 if not remote:
     print("packaging: note: the repository has no git remote, so the packages name no repository url and the PDBs "
           "carry no SourceLink")
@@ -439,6 +451,7 @@ XML
   dotnet build -nologo -v:q >/dev/null
   "$READ_HOME/.dotnet/tools/remotecache" --help >/dev/null
   "$READ_HOME/.dotnet/tools/remotecache-manager" --help >/dev/null
+  "$READ_HOME/.dotnet/tools/remotecache-garnet" --help >/dev/null
 )
 output="$(dirname "$(find "$APP/bin/Debug" -name ReadmeApp.dll | head -1)")"
 for f in runtimes/linux-x64/native/libremotecache.so runtimes/linux-x64/native/remotecache-server remotecache-models/shm-512.json; do
