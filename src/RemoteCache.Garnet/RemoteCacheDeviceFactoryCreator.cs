@@ -121,27 +121,43 @@ public sealed class RemoteCacheDeviceFactoryCreator : INamedDeviceFactoryCreator
     {
         if (!IsRemoteLog(file))
             return local.Get(file);
-        RentedCache? rented = _rent(file);
-        if (rented is null)
+        if (_rent(file) is not { } rented)
             return local.Get(file);
-        IDevice? next = null;
+        // Whatever fails below, nothing is left behind: the cache client, the local device and the rented cache.
+        IDevice? next;
+        try
+        {
+            next = CacheOnly ? null : local.Get(file);
+        }
+        catch
+        {
+            rented.Client.Dispose();
+            GiveBack(rented, file);
+            throw;
+        }
+        RemoteCacheDevice cacheTier;
+        try
+        {
+            cacheTier = new RemoteCacheDevice(rented.Client, ownsCache: true, logger: _loggers?.CreateLogger<RemoteCacheDevice>());
+        }
+        catch
+        {
+            next?.Dispose();  // the device's constructor disposed the client it was to own
+            GiveBack(rented, file);
+            throw;
+        }
+        var tiers = next is null ? new IDevice[] { cacheTier } : new IDevice[] { cacheTier, next };
         TieredDevice device;
         try
         {
-            var cacheTier = new RemoteCacheDevice(rented.Value.Client, ownsCache: true, logger: _loggers?.CreateLogger<RemoteCacheDevice>());
-            next = CacheOnly ? null : local.Get(file);
-            var tiers = next is null ? new IDevice[] { cacheTier } : new IDevice[] { cacheTier, next };
             device = new TieredDevice(tiers.Length - 1, tiers, _loggers?.CreateLogger<TieredDevice>());
         }
         catch
         {
-            next?.Dispose();
-            if (rented.Value.Release is { } giveBack)
-                Release(giveBack, file);
+            GiveBack(rented, file);  // the tiered device's constructor disposed its tiers
             throw;
         }
-        if (rented.Value.Release is { } release)
-            device.Disposed += _ => Release(release, file);
+        device.Disposed += _ => GiveBack(rented, file);
         lock (_devices)
             _devices.Add(device);
         return device;
@@ -149,8 +165,10 @@ public sealed class RemoteCacheDeviceFactoryCreator : INamedDeviceFactoryCreator
 
     // Garnet disposes devices on its own threads, some inside its constructor: the cache goes back in the background, and a
     // failure to give it back is logged (the manager frees it when its lease ends).
-    private void Release(Func<Task> release, FileDescriptor file)
+    private void GiveBack(RentedCache rented, FileDescriptor file)
     {
+        if (rented.Release is not { } release)
+            return;
         var releasing = Task.Run(async () =>
         {
             try
