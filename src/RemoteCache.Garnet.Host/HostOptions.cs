@@ -71,7 +71,7 @@ internal sealed class HostOptions
     public static HostOptions From(ParseResult parse)
     {
         var managers = List(parse.GetValue(s_managers)).Select(m => Uri.TryCreate(m, UriKind.Absolute, out var uri) && m.Length <= MaxUriLength
-            ? uri : throw new ArgumentException($"--rc-manager '{Prefix(m)}' is not an absolute URL")).ToList();
+            ? uri : throw new ArgumentException($"--rc-manager '{Shorten(m)}' is not an absolute URL")).ToList();
         var servers = List(parse.GetValue(s_servers));
         if ((managers.Count > 0) == (servers.Count > 0))
             throw new ArgumentException("give the caches' managers (--rc-manager URL) or their servers (--rc-servers ENDPOINT,…), one of the two");
@@ -103,11 +103,11 @@ internal sealed class HostOptions
     }
 
     /// <summary>The manager's cache for one of Garnet's logs: null leaves the log on Garnet's files.</summary>
-    public ManagedCacheRequest? Request(FileDescriptor file, GarnetServerOptions garnet) =>
+    public ManagedCacheRequest? Request(FileDescriptor file) =>
         Capacity(file) is > 0 and var capacity ? new ManagedCacheRequest { Capacity = capacity, Slo = Slo, Transport = Transport } : null;
 
     /// <summary>A cache opened directly on <see cref="Servers"/> for one of Garnet's logs: null leaves the log on Garnet's files.</summary>
-    public RemoteCacheClient? OpenDirect(FileDescriptor file, GarnetServerOptions garnet, ILoggerFactory loggers)
+    public RemoteCacheClient? OpenDirect(FileDescriptor file, ILoggerFactory loggers)
     {
         long capacity = Capacity(file);
         if (capacity == 0)
@@ -133,7 +133,7 @@ internal sealed class HostOptions
     private static long Size(string text, string option, bool allowZero)
     {
         if (text.Length > 32 || !ServerOptions.TryParseSize(text, out long bytes) || bytes < 0 || (bytes == 0 && !allowZero))
-            throw new ArgumentException($"{option} '{Prefix(text)}' is not a size Garnet's way ({(allowZero ? "0, " : "")}64m, 1g, 4096)");
+            throw new ArgumentException($"{option} '{Shorten(text)}' is not a size Garnet's way ({(allowZero ? "0, " : "")}64m, 1g, 4096)");
         return bytes;
     }
 
@@ -156,5 +156,6 @@ internal sealed class HostOptions
         }
     }
 
-    private static string Prefix(string s) => s.Length <= 40 ? s : s[..40] + "…";
+    /// <summary>What a refusal quotes of an argument: at most its first 40 characters.</summary>
+    internal static string Shorten(string s) => s.Length <= 40 ? s : s[..40] + "…";
 }

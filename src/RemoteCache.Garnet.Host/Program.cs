@@ -74,8 +74,8 @@ public static class Program
             : null;
         var local = garnet.DeviceFactoryCreator ?? throw new InvalidOperationException("Garnet's options have no device factory for its files");
         var creator = manager is not null
-            ? RemoteCacheDeviceFactoryCreator.ThroughManager(local, manager, file => options.Request(file, garnet), loggers, options.CacheOnly)
-            : new RemoteCacheDeviceFactoryCreator(local, file => options.OpenDirect(file, garnet, loggers), loggers, options.CacheOnly);
+            ? RemoteCacheDeviceFactoryCreator.ThroughManager(local, manager, options.Request, loggers, options.CacheOnly)
+            : new RemoteCacheDeviceFactoryCreator(local, file => options.OpenDirect(file, loggers), loggers, options.CacheOnly);
         garnet.DeviceFactoryCreator = creator;
 
         GarnetServer server;
@@ -166,5 +166,5 @@ public static class Program
 
     private static Exception Unwrap(Exception e) => e is AggregateException { InnerException: { } inner } ? Unwrap(inner) : e.InnerException is { } i && e is System.Reflection.TargetInvocationException ? Unwrap(i) : e;
 
-    private static string Quote(string s) => s.Length <= 40 ? $"'{s}'" : $"'{s[..40]}…'";
+    private static string Quote(string s) => $"'{HostOptions.Shorten(s)}'";
 }
