@@ -100,7 +100,7 @@ public sealed class MembershipScenarios
             // Back: it hears it was failed, drops what it held and joins again under a new id.
             await victim.RestoreLinkAsync();
             var rejoined = await EventuallyAsync(async () => (await ServersAsync(leader)).Where(s => s.Labels["zone"] == victim.Name && s.ServerId != victimId && s.State == ServerState.Ready).ToList(),
-                                                 list => list.Count == 1);
+                                                 list => list.Count == 1, Describe);
             Log($"{victim.Name} joined again as {rejoined.Single().ServerId}");
 
             // The leader killed: heartbeats go to the other manager; no server is failed for it.
@@ -218,8 +218,10 @@ public sealed class MembershipScenarios
             Assert.NotEmpty(given);
             Assert.All(given, line => Assert.Matches(@"\(lending 0 of \d+ bytes\)", line));
             var lentAfter = await EventuallyAsync(async () => (await ServersAsync(manager)).Where(s => srv1Ids.Contains(s.ServerId)).ToList(),
-                                                  list => list.Count == srv1Ids.Length && list.All(s => s.MemoryLent == 0));
-            Log("after: " + string.Join(", ", lentAfter.Select(s => $"{s.ServerId} {s.State} lent {s.MemoryLent} bytes")));
+                                                  list => list.Count == srv1Ids.Length && list.All(s => s.MemoryLent == 0),
+                                                  list => $"{Describe(list)}; the servers said: " +
+                                                          string.Join("\n---\n", lenders.Select(l => l.Tail(8))));
+            Log("after: " + Describe(lentAfter));
             await load.WaitForOperationsAsync(200, Settle);
             await load.StopAsync();
             Log(load.Summary);
@@ -279,17 +281,21 @@ public sealed class MembershipScenarios
         return new Ycsb(process, caches.Single().Servers.Single().ServerId);
     }
 
+    private static string Describe(IEnumerable<Server> servers) =>
+        string.Join(", ", servers.Select(s => $"{s.ServerId} {s.State} lent {s.MemoryLent} bytes")) is { Length: > 0 } listed ? listed : "no such server";
+
     private static async Task<IReadOnlyList<Server>> ServersAsync(BedManager manager) =>
         (await manager.Operator().ListServersAsync(new ListServersRequest(), deadline: DateTime.UtcNow.AddSeconds(10))).Servers;
 
-    private static async Task<T> EventuallyAsync<T>(Func<Task<T>> read, Func<T, bool> done)
+    // The refusal says what was last read (CI keeps only a failed test's message): describe renders it.
+    private static async Task<T> EventuallyAsync<T>(Func<Task<T>> read, Func<T, bool> done, Func<T, string> describe)
     {
         var deadline = DateTime.UtcNow + Settle;
         while (true)
         {
             var value = await read();
             if (done(value) || DateTime.UtcNow > deadline)
-                return done(value) ? value : throw new TimeoutException($"not so after {Settle.TotalSeconds} s");
+                return done(value) ? value : throw new TimeoutException($"not so after {Settle.TotalSeconds} s: {describe(value)}");
             await Task.Delay(100);
         }
     }
