@@ -59,7 +59,8 @@ public class DeviceReads
         Directory.CreateDirectory(_dir);
         if (Device.StartsWith("remotecache-", StringComparison.Ordinal))
         {
-            string listen = Device != "remotecache-tcp" ? "shm:" + Path.Combine(_dir, "server.sock") : "tcp:127.0.0.1:0";
+            // The socket beside the log would pass the 100 characters a socket path may have under a deep checkout.
+            string listen = Device != "remotecache-tcp" ? "shm:" + Path.Combine(Path.GetTempPath(), $"rc-device-reads-{Environment.ProcessId}-{Size}.sock") : "tcp:127.0.0.1:0";
             _server = RemoteCacheServer.Start(new RemoteCacheServerOptions { Listen = new[] { listen }, RegionSize = 1L << SegmentBits, MemoryLimit = 2L << 30, MaxThreads = 1 });
             var cache = RemoteCacheClient.Open(_server.Endpoints, new RemoteCacheOptions
             {

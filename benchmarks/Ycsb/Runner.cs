@@ -23,9 +23,34 @@ public sealed record RunResult(string Device, string Workload, string Distributi
     /// <summary>Managed bytes the process allocated per operation during the phase (FASTER's pending reads allocate).</summary>
     public double AllocatedPerOp { get; init; }
 
+    /// <summary>This process's CPU time per operation during the phase (Garnet's runs: its server and its clients; 0: not measured).</summary>
+    public double CpuUsPerOp { get; init; }
+
     /// <summary>The phase's operation latencies (for the latency CDFs); not serialized with the row.</summary>
     [System.Text.Json.Serialization.JsonIgnore]
     public Histogram? Latency { get; init; }
+}
+
+/// <summary>A device's loaded store in a run (FASTER's or Garnet's): phases run on it round after round, until it is disposed.</summary>
+public interface IBenchStore : IDisposable
+{
+    string Device { get; }
+}
+
+/// <summary>What the rounds (<see cref="Program"/>) need of a store's runner: load a device's store, run a timed phase on it.</summary>
+public interface IStoreRunner<TStore> where TStore : IBenchStore
+{
+    TStore Open(string device);
+
+    RunResult RunPhase(TStore store, Distribution distribution, int threads, int round);
+}
+
+/// <summary>Shared pieces the device configurations use: the cache server, the Samba server, the data folder.</summary>
+public sealed class RunEnvironment
+{
+    public required string DataDir;
+    public required Func<long, RemoteCacheClient> OpenCache;  // a cache of at least that many bytes
+    public required Func<SambaServer> Samba;
 }
 
 /// <summary>What the runner reports while it works (the live display).</summary>
@@ -40,49 +65,25 @@ public interface IProgressSink
 /// warm-up (not measured) and a timed run per (distribution, thread count). Each thread has its own session and
 /// keeps up to <see cref="YcsbOptions.Depth"/> operations pending on the device, as FASTER's own benchmark does.
 /// </summary>
-public sealed class Runner<TValue, TValues> where TValue : unmanaged where TValues : IValues<TValue>
+public sealed class Runner<TValue, TValues> : IStoreRunner<Runner<TValue, TValues>.Store> where TValue : unmanaged where TValues : IValues<TValue>
 {
     private readonly YcsbOptions _o;
-    private readonly Environment _env;
+    private readonly RunEnvironment _env;
     private readonly IProgressSink _progress;
 
-    public Runner(YcsbOptions options, Environment env, IProgressSink progress)
+    public Runner(YcsbOptions options, RunEnvironment env, IProgressSink progress)
     {
         _o = options;
         _env = env;
         _progress = progress;
     }
 
-    /// <summary>Shared pieces the device configurations use: the cache server, the Samba server, the data folder.</summary>
-    public sealed class Environment
-    {
-        public required string DataDir;
-        public required Func<long, RemoteCacheClient> OpenCache;  // a cache of at least that many bytes
-        public required Func<SambaServer> Samba;
-    }
-
     public static long RecordBytes => 8 + 8 + ((TValues.Bytes + 7) & ~7);
 
-    public LogShape Shape(bool everythingInMemory)
-    {
-        long logBytes = _o.Records * RecordBytes;
-        int memoryBits = everythingInMemory
-            ? Math.Max(20, (int)Math.Ceiling(Math.Log2(logBytes * 1.5)))
-            : Math.Max(16, (int)Math.Floor(Math.Log2((double)logBytes / _o.MemoryFraction)));  // at least F times smaller
-        int pageBits = Math.Clamp(memoryBits - 6, 12, 22);
-        int segmentBits = Math.Clamp(memoryBits + 1, 20, 28);
-        return new LogShape(pageBits, memoryBits, segmentBits, logBytes);
-    }
-
-    /// <summary>The cache holds the whole log (as Redy's remote tier holds the working set), in whole segments.</summary>
-    public static long CacheBytes(LogShape shape)
-    {
-        long segment = 1L << shape.SegmentBits;
-        return (shape.LogBytes * 5 / 4 + segment - 1) / segment * segment + segment;
-    }
+    public LogShape Shape(bool everythingInMemory) => LogShape.For(_o.Records * RecordBytes, everythingInMemory ? null : _o.MemoryFraction);
 
     /// <summary>A device's loaded store: phases run on it round after round, until it is disposed.</summary>
-    public sealed class Store : IDisposable
+    public sealed class Store : IBenchStore
     {
         internal Store(string device, FasterKV<long, TValue> kv, IDevice log, TieredDevice? tiered, string dir, string note, long records)
         {
@@ -128,7 +129,7 @@ public sealed class Runner<TValue, TValues> where TValue : unmanaged where TValu
         IDevice log = device switch
         {
             "memory" => new RamDevice(device),
-            "remotecache" => tiered = new TieredDevice(new RemoteCacheDevice(_env.OpenCache(CacheBytes(shape)), ownsCache: true),
+            "remotecache" => tiered = new TieredDevice(new RemoteCacheDevice(_env.OpenCache(shape.CacheBytes), ownsCache: true),
                                                         new DirectFileDevice(Path.Combine(dir, "hlog"))),
             "ssd" => new DirectFileDevice(Path.Combine(dir, "hlog")),
             "smb" => new SmbFileDevice($"{_env.Samba().ShareUrl}/{device}-{System.Environment.ProcessId}", SambaServer.User, _env.Samba().Password),
@@ -415,4 +416,30 @@ public sealed class Runner<TValue, TValues> where TValue : unmanaged where TValu
 }
 
 /// <summary>The FASTER log geometry of a run: page, memory and segment sizes as bit counts.</summary>
-public sealed record LogShape(int PageBits, int MemoryBits, int SegmentBits, long LogBytes);
+/// <summary>A log's size and the store's memory, page and segment sizes for it (FASTER's and Garnet's runs size theirs alike).</summary>
+public sealed record LogShape(int PageBits, int MemoryBits, int SegmentBits, long LogBytes)
+{
+    /// <summary>The store's log memory: 2^MemoryBits (FASTER's must be a power of two), or set closer (Garnet's need not).</summary>
+    public long MemoryBytes { get; init; } = 1L << MemoryBits;
+
+    /// <summary>Memory at least <paramref name="memoryFraction"/> times smaller than the log, or (null) holding all of it.</summary>
+    public static LogShape For(long logBytes, double? memoryFraction)
+    {
+        int memoryBits = memoryFraction is { } fraction
+            ? Math.Max(16, (int)Math.Floor(Math.Log2(logBytes / fraction)))
+            : Math.Max(20, (int)Math.Ceiling(Math.Log2(logBytes * 1.5)));
+        int pageBits = Math.Clamp(memoryBits - 6, 12, 22);
+        int segmentBits = Math.Clamp(memoryBits + 1, 20, 28);
+        return new LogShape(pageBits, memoryBits, segmentBits, logBytes);
+    }
+
+    /// <summary>The cache holds the whole log (as Redy's remote tier holds the working set), in whole segments.</summary>
+    public long CacheBytes
+    {
+        get
+        {
+            long segment = 1L << SegmentBits;
+            return (LogBytes * 5 / 4 + segment - 1) / segment * segment + segment;
+        }
+    }
+}

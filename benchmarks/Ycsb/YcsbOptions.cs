@@ -9,6 +9,7 @@ namespace RemoteCache.Benchmarks.Ycsb;
 /// flags do not need it).</summary>
 public sealed class YcsbOptions
 {
+    public string Store = "faster";               // faster, or garnet (GarnetRunner: GETs over RESP)
     public long Records = 2_800_000;              // 8 B values: ~67 MB of log, 8x the 8 MiB memory budget
     public int ValueBytes = 8;
     public double MemoryFraction = 8;             // log bytes / FASTER memory
@@ -36,6 +37,9 @@ public sealed class YcsbOptions
     public bool Dynamics;                         // the extended mode: timelines across a reclaim and a killed server
     public TimeSpan DynamicsDuration = TimeSpan.FromSeconds(20);
 
+    /// <summary>Garnet's runs' value size unless --value-size says otherwise (../shared/FACTS.md's reference runs used 64 B).</summary>
+    public const int GarnetValueBytes = 64;
+
     /// <summary>The request distributions the run phases use: the workload's own unless --distributions says otherwise.</summary>
     public Distribution[] Distributions => ExplicitDistributions ?? Workload.Distributions;
 
@@ -47,8 +51,13 @@ public sealed class YcsbOptions
 
     public const string Usage = """
         usage: RemoteCache.Benchmarks.Ycsb [flags]
+          --store S            faster (default) or garnet: Garnet embedded per device (memory, remotecache: its
+                               log tier a RemoteCache over its files, ssd: its own storage tier on files), loaded
+                               over RESP and read with GETs pipelined --depth deep per client thread, every value
+                               checked; the readonly workload only; default devices memory,remotecache,ssd,
+                               default value size 64 B
           --records N          records loaded (default 2800000; with 8 B values a 67 MB log)
-          --value-size 8|1024  value bytes (keys are 8 B)
+          --value-size B       value bytes: FASTER 8|1024 (keys are 8 B); Garnet 8-4096 (keys are 10 B strings)
           --memory-fraction F  FASTER log memory = log size / F (default 8)
           --threads 1,2        thread counts to sweep
           --devices LIST       memory,ram-inline,remotecache,ssd,smb (default); ram-inline is process memory
@@ -111,6 +120,7 @@ public sealed class YcsbOptions
             string Value() => i + 1 < args.Length ? args[++i] : throw new ArgumentException($"{args[i]} needs a value");
             switch (args[i])
             {
+                case "--store": o.Store = Value(); break;
                 case "--records": o.Records = long.Parse(Value(), CultureInfo.InvariantCulture); break;
                 case "--value-size": o.ValueBytes = int.Parse(Value(), CultureInfo.InvariantCulture); break;
                 case "--memory-fraction": o.MemoryFraction = double.Parse(Value(), CultureInfo.InvariantCulture); break;
@@ -140,8 +150,27 @@ public sealed class YcsbOptions
                 default: throw new ArgumentException($"unknown flag '{args[i]}'");
             }
         }
-        if (o.ValueBytes is not (8 or 1024))
+        if (o.Store is not ("faster" or "garnet"))
+            throw new ArgumentException($"--store is faster or garnet, not '{o.Store[..Math.Min(32, o.Store.Length)]}'");
+        if (o.Store == "garnet")
+        {
+            if (!args.Contains("--devices"))
+                o.Devices = GarnetRunner.DeviceNames.ToArray();
+            if (!args.Contains("--value-size"))
+                o.ValueBytes = GarnetValueBytes;
+            if (o.Devices.FirstOrDefault(d => !GarnetRunner.DeviceNames.Contains(d)) is { } device)
+                throw new ArgumentException($"--store garnet compares {string.Join(", ", GarnetRunner.DeviceNames)}: not '{device[..Math.Min(32, device.Length)]}'");
+            if (o.ValueBytes is < 8 or > 4096)
+                throw new ArgumentException("--store garnet: --value-size must be 8 to 4096");
+            if (o.Workload.Read != 1)
+                throw new ArgumentException($"--store garnet runs the readonly workload (GETs) only, not {o.Workload.Name}");
+            if (o.Dynamics)
+                throw new ArgumentException("--dynamics runs on FASTER's store: not with --store garnet");
+        }
+        else if (o.ValueBytes is not (8 or 1024))
+        {
             throw new ArgumentException("--value-size must be 8 or 1024");
+        }
         if (o.OperationCount < 0)
             throw new ArgumentException("--operation-count must be >= 0");
         if (o.Theta <= 0 || o.Theta >= 1)

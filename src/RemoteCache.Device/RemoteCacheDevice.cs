@@ -473,9 +473,9 @@ public sealed partial class RemoteCacheDevice : StorageDeviceBase
         try
         {
             if (write)
-                _cache.StartWrite(address, buffer, (int)length, onDone, io);
+                _cache.StartWrite(address, buffer, (int)length, onDone, io, StoreBinding.CallersHarvest);
             else
-                _cache.StartRead(address, buffer, (int)length, onDone, io);
+                _cache.StartRead(address, buffer, (int)length, onDone, io, StoreBinding.CallersHarvest);
         }
         catch (Exception e) when (e is RemoteCacheException or ObjectDisposedException or ArgumentOutOfRangeException)
         {

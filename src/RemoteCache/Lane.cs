@@ -149,10 +149,11 @@ internal sealed unsafe class Lane : IDisposable
 
     /// <summary>
     /// Rents an operation, fills it in and hands it to the native session; while the session or the pool
-    /// is full it harvests completions and retries. On success <paramref name="op"/> is in flight.
+    /// is full it harvests completions and retries. On success <paramref name="op"/> is in flight. A caller that does
+    /// not poll (<paramref name="callerPolls"/> false) tells the client so: the poller never sleeps on its lanes.
     /// </summary>
     public RemoteCacheStatus Submit(bool write, long address, long length, void* buffer, IoCallback? callback, object? context,
-                                    MemoryHandle pin, bool cancellable, out Operation? op)
+                                    MemoryHandle pin, bool cancellable, out Operation? op, bool callerPolls = true)
     {
         for (;;)
         {
@@ -176,6 +177,8 @@ internal sealed unsafe class Lane : IDisposable
                     bool fromCompletion = t_depth > 0;
                     if (!fromCompletion)
                         Activity++;
+                    if (!callerPolls)
+                        Owner.CallersMayBlock();
                     if (status == RemoteCacheStatus.Ok)
                     {
                         op.Start(write, address, length, callback, context, pin, started, cancellable);

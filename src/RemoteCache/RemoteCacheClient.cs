@@ -585,22 +585,33 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
     /// Callbacks must be short and must not block: on the poller, one that waits holds up every completion of the
     /// client (and one that waits for another operation of this client waits forever). They may start new operations.
     /// </remarks>
+    /// <param name="address">Where the read starts in the cache.</param>
+    /// <param name="destination">Unmanaged or pinned memory of at least <paramref name="length"/> bytes.</param>
+    /// <param name="length">Bytes to read.</param>
+    /// <param name="callback">Runs once with the outcome.</param>
+    /// <param name="context">Passed to <paramref name="callback"/>.</param>
+    /// <param name="callerPolls">
+    /// True (FASTER): the calling thread polls for its operations (<see cref="Poll"/>). False: it may block for their
+    /// callbacks without polling (Tsavorite, Garnet's store, polls only while the device throttles). Either way the
+    /// poller keeps off a lane while its callers submit or poll; once a caller has said false, the poller never sleeps
+    /// while it keeps off (a caller that drove a lane a while and then blocks would otherwise wait up to a millisecond).
+    /// </param>
     /// <exception cref="ArgumentOutOfRangeException">The range leaves the cache.</exception>
     /// <exception cref="ObjectDisposedException">The client is disposed.</exception>
-    public void StartRead(long address, IntPtr destination, int length, IoCallback callback, object? context) =>
-        StartRaw(address, destination, length, callback, context, write: false);
+    public void StartRead(long address, IntPtr destination, int length, IoCallback callback, object? context, bool callerPolls = true) =>
+        StartRaw(address, destination, length, callback, context, write: false, callerPolls);
 
     /// <summary>Starts a write from unmanaged or pinned memory; see <see cref="StartRead"/>.</summary>
     /// <exception cref="ArgumentOutOfRangeException">The range leaves the cache.</exception>
     /// <exception cref="ObjectDisposedException">The client is disposed.</exception>
-    public void StartWrite(long address, IntPtr source, int length, IoCallback callback, object? context) =>
-        StartRaw(address, source, length, callback, context, write: true);
+    public void StartWrite(long address, IntPtr source, int length, IoCallback callback, object? context, bool callerPolls = true) =>
+        StartRaw(address, source, length, callback, context, write: true, callerPolls);
 
-    private unsafe void StartRaw(long address, IntPtr buffer, int length, IoCallback callback, object? context, bool write)
+    private unsafe void StartRaw(long address, IntPtr buffer, int length, IoCallback callback, object? context, bool write, bool callerPolls)
     {
         ArgumentNullException.ThrowIfNull(callback);
         CheckRange(address, length);
-        var status = PickLane().Submit(write, address, length, (void*)buffer, callback, context, default, false, out _);
+        var status = PickLane().Submit(write, address, length, (void*)buffer, callback, context, default, false, out _, callerPolls);
         if (status != RemoteCacheStatus.Ok)
             throw Errors.For(status, Name, address, length);
     }
@@ -716,6 +727,16 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
     /// <summary>Wakes the poller for work a caller left it (<see cref="Lane.TakeHandoff"/>).</summary>
     internal void NotifyHandoff() => _handoffs.Set();
 
+    // Set once a caller said it may block without polling (StartRead/StartWrite's callerPolls): the poller then spins
+    // rather than sleeps while it leaves lanes to their callers.
+    private volatile bool _callersMayBlock;
+
+    internal void CallersMayBlock()
+    {
+        if (!_callersMayBlock)
+            _callersMayBlock = true;
+    }
+
     [ThreadStatic] private static RemoteCacheClient? t_pollerOf;
 
     /// <summary>Whether the calling thread is <paramref name="client"/>'s poller.</summary>
@@ -785,6 +806,13 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
                 if (now - deferredSince < SleepWhileDeferredTicks)
                 {
                     spin.SpinOnce(sleep1Threshold: -1);
+                    continue;
+                }
+                if (_callersMayBlock)
+                {
+                    // Callers that may block without polling: look again after a yield (a pass reads the lines their
+                    // submissions write, so not in a tight loop), never after a millisecond's sleep.
+                    Thread.Yield();
                     continue;
                 }
                 _handoffs.Reset();
