@@ -159,7 +159,8 @@ public static class Program
         if (options.CacheSize % segment != 0)
             return $"--rc-cache-size {options.CacheSize} refused: the main log's cache holds whole segments of {segment} bytes (Garnet's --segment); give a multiple";
         long objectSegment = 1L << garnet.SegmentSizeBits(true);
-        if (options.ObjectCacheSize % objectSegment != 0)
+        // With --no-obj there is no object log to cache.
+        if (!garnet.DisableObjects && options.ObjectCacheSize % objectSegment != 0)
             return $"--rc-object-cache-size {options.ObjectCacheSize} refused: the object log's cache holds whole segments of {objectSegment} bytes (Garnet's --object-log-segment); give a multiple, or 0";
         return null;
     }

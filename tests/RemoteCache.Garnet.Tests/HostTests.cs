@@ -41,6 +41,23 @@ public sealed class HostTests : IDisposable
     }
 
     [Fact]
+    public async Task WithoutObjectsOnlyTheMainLogGetsACacheAndItsSizeNeedNotFitTheObjectLog()
+    {
+        using var server = ServerProcess.Start("shm", memoryLimit: "256M");
+        int port = Workload.FreePort();
+        // 6 MiB: whole main-log segments (1 MiB), not whole object-log ones (4 MiB); with --no-obj there is no object log.
+        using var host = ToolProcess.Garnet(_output, Workload.GarnetArgs(_directory, port).Concat(new[] { "--no-obj", "--rc-servers", server.Endpoint, "--rc-cache-size", "6m" }));
+        await host.ReadyAsync();
+        Assert.Contains("Log on remote memory: tiered:remotecache:garnet-hlog;", host.Output);
+        Assert.DoesNotContain("garnet-hlog_objs", host.Output);
+        await using var redis = await Workload.ConnectAsync(port);
+        var db = redis.GetDatabase();
+        Assert.True(await db.StringSetAsync("k", "v"));
+        Assert.Equal("v", (string?)await db.StringGetAsync("k"));
+        Assert.Equal(0, await host.StopAsync());
+    }
+
+    [Fact]
     public async Task CreatesItsCachesThroughTheManagerAndDeletesThemWhenItStops()
     {
         await using var manager = new TestManager();
