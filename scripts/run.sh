@@ -7,7 +7,8 @@
 # writes artifacts/ycsb/results.csv, results.json and the charts chart.png, rounds.png and latency-cdf.png.
 #
 # usage: bash scripts/run.sh [ycsb flags]   (bash scripts/run.sh --help lists them: records, value size,
-#        memory fraction, threads, devices, workload, distributions, duration, ...)
+#        memory fraction, threads, devices, workload, distributions, duration, ...; --store garnet runs Garnet's
+#        GETs instead: its log tier a RemoteCache vs its own SSD tier vs all in memory, docs/garnet.md)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"

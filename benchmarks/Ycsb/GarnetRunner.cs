@@ -176,31 +176,10 @@ public sealed class GarnetRunner : IStoreRunner<GarnetRunner.Store>
         var workers = Enumerable.Range(0, threads)
                                 .Select(t => new Worker(this, store.Clients[t].GetDatabase(), KeyChoosers.For(distribution, _o, inserted), inserted, seed: 1000 * t + (int)distribution))
                                 .ToArray();
-        var stop = 0;
-        var measuring = 0;
-        using var started = new CountdownEvent(threads);
-        var threadList = workers.Select((w, t) => new Thread(() => w.Run(started, ref stop, ref measuring)) { IsBackground = true, Name = $"ycsb garnet {t}" }).ToArray();
-        foreach (var thread in threadList)
-            thread.Start();
-        started.Wait();
         string label = $"garnet {store.Device}: {_o.Workload.Name} {distribution.ToString().ToLowerInvariant()}, {threads} thread{(threads > 1 ? "s" : "")}" +
                        (_o.Rounds > 1 ? $", round {round}/{_o.Rounds}" : "");
-        double total = _o.Warmup.TotalSeconds + _o.Duration.TotalSeconds;
-        _progress.Phase(label, total);
-        var clock = Stopwatch.StartNew();
-        Tick(clock, _o.Warmup.TotalSeconds);
-        long opsBefore = workers.Sum(w => Volatile.Read(ref w.Operations));
-        var cpuBefore = Process.GetCurrentProcess().TotalProcessorTime;
-        var measured = Stopwatch.StartNew();
-        Volatile.Write(ref measuring, 1);
-        Tick(clock, total);
-        Volatile.Write(ref measuring, 0);
-        long ops = workers.Sum(w => Volatile.Read(ref w.Operations)) - opsBefore;
-        double seconds = measured.Elapsed.TotalSeconds;
-        var cpu = Process.GetCurrentProcess().TotalProcessorTime - cpuBefore;
-        Volatile.Write(ref stop, 1);
-        foreach (var thread in threadList)
-            thread.Join();
+        var window = TimedPhase.Run(_o, _progress, label, "ycsb garnet", workers.Select(w => (PhaseWorker)w.Run).ToArray(),
+                                    () => workers.Sum(w => Volatile.Read(ref w.Operations)));
         var latency = new Histogram();
         long errors = 0;
         foreach (var w in workers)
@@ -218,19 +197,11 @@ public sealed class GarnetRunner : IStoreRunner<GarnetRunner.Store>
             Console.Error.WriteLine($"garnet {store.Device}: tier(s) {string.Join(",", log.FailedTiers)} failed during the run");
         }
         return new RunResult(store.Device, _o.Workload.Name, distribution.ToString().ToLowerInvariant(), threads, _o.ValueBytes, _o.Records,
-                             ops, seconds, latency.MeanNs / 1000, latency.Quantile(0.5) / 1000.0, latency.Quantile(0.99) / 1000.0, errors, store.Note)
+                             window.Operations, window.Seconds, latency.MeanNs / 1000, latency.Quantile(0.5) / 1000.0, latency.Quantile(0.99) / 1000.0,
+                             errors, store.Note)
         {
-            Round = round, Latency = latency, CpuUsPerOp = cpu.TotalMicroseconds / Math.Max(1, ops),
+            Round = round, Latency = latency, CpuUsPerOp = window.CpuUsPerOp,
         };
-    }
-
-    private void Tick(Stopwatch clock, double untilSeconds)
-    {
-        while (clock.Elapsed.TotalSeconds < untilSeconds)
-        {
-            Thread.Sleep(50);
-            _progress.Advance(Math.Min(untilSeconds, clock.Elapsed.TotalSeconds));
-        }
     }
 
     private static string Key(long id) => "u" + id.ToString("D9", System.Globalization.CultureInfo.InvariantCulture);

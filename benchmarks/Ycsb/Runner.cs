@@ -190,37 +190,11 @@ public sealed class Runner<TValue, TValues> : IStoreRunner<Runner<TValue, TValue
                                string note, int round)
     {
         var workers = new Worker[threads];
-        var stop = 0;
-        var measuring = 0;
-        using var started = new CountdownEvent(threads);
         for (int t = 0; t < threads; t++)
             workers[t] = new Worker(this, kv, KeyChoosers.For(distribution, _o, inserted), inserted, seed: 1000 * t + (int)distribution);
-        var threadList = new Thread[threads];
-        for (int t = 0; t < threads; t++)
-        {
-            var w = workers[t];
-            threadList[t] = new Thread(() => w.Run(started, ref stop, ref measuring)) { IsBackground = true, Name = $"ycsb {t}" };
-            threadList[t].Start();
-        }
-        started.Wait();
         string label = $"{device}: {_o.Workload.Name} {distribution.ToString().ToLowerInvariant()}, {threads} thread{(threads > 1 ? "s" : "")}" +
                        (_o.Rounds > 1 ? $", round {round}/{_o.Rounds}" : "");
-        double total = _o.Warmup.TotalSeconds + _o.Duration.TotalSeconds;
-        _progress.Phase(label, total);
-        var clock = Stopwatch.StartNew();
-        Tick(clock, _o.Warmup.TotalSeconds);
-        long opsBefore = Sum(workers);
-        long allocatedBefore = GC.GetTotalAllocatedBytes(precise: false);
-        var measured = Stopwatch.StartNew();
-        Volatile.Write(ref measuring, 1);
-        Tick(clock, total);
-        Volatile.Write(ref measuring, 0);
-        long ops = Sum(workers) - opsBefore;
-        double allocatedPerOp = (double)(GC.GetTotalAllocatedBytes(precise: false) - allocatedBefore) / Math.Max(1, ops);
-        double seconds = measured.Elapsed.TotalSeconds;
-        Volatile.Write(ref stop, 1);
-        foreach (var t in threadList)
-            t.Join();
+        var window = TimedPhase.Run(_o, _progress, label, "ycsb", workers.Select(w => (PhaseWorker)w.Run).ToArray(), () => Sum(workers));
         var latency = new Histogram();
         long errors = 0;
         foreach (var w in workers)
@@ -229,8 +203,8 @@ public sealed class Runner<TValue, TValues> : IStoreRunner<Runner<TValue, TValue
             errors += w.Functions.Errors + w.Errors;
         }
         return new RunResult(device, _o.Workload.Name, distribution.ToString().ToLowerInvariant(), threads, TValues.Bytes, _o.Records,
-                             ops, seconds, latency.MeanNs / 1000, latency.Quantile(0.5) / 1000.0, latency.Quantile(0.99) / 1000.0,
-                             errors, note) { Round = round, AllocatedPerOp = allocatedPerOp, Latency = latency };
+                             window.Operations, window.Seconds, latency.MeanNs / 1000, latency.Quantile(0.5) / 1000.0, latency.Quantile(0.99) / 1000.0,
+                             errors, note) { Round = round, AllocatedPerOp = window.AllocatedPerOp, Latency = latency };
     }
 
     /// <summary>
@@ -281,15 +255,6 @@ public sealed class Runner<TValue, TValues> : IStoreRunner<Runner<TValue, TValue
         }
         long errors = workers.Sum(w => w.Functions.Errors + w.Errors);
         return (samples, errors);
-    }
-
-    private void Tick(Stopwatch clock, double until)
-    {
-        while (clock.Elapsed.TotalSeconds < until)
-        {
-            Thread.Sleep(200);
-            _progress.Advance(Math.Min(until, clock.Elapsed.TotalSeconds));
-        }
     }
 
     private static long Sum(Worker[] workers)
