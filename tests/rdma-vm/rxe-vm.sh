@@ -214,10 +214,13 @@ copy_libs() {
     cp -L "$lib" "$ROOT$lib"
     dir=${lib%/*}
     [[ " ${LIB_DIRS[*]-} " == *" $dir "* ]] || LIB_DIRS+=("$dir")
+  # ldd's own complaints ("FILE: /lib/.../libc.so.6: version `GLIBC_2.38' not found", of a library this host's glibc
+  # is too old for, such as Garnet's native device, which nothing here loads) start with a path too: only
+  # "PATH (0x…)" lines are libraries.
   done < <(ldd "$1" 2>/dev/null | awk '
     $2 == "=>" && $3 == "not" { print "NOTFOUND " $1; next }
     $2 == "=>" && $3 ~ /^\// { print $3; next }
-    $1 ~ /^\// { print $1 }')
+    $1 ~ /^\// && $2 ~ /^\(/ { print $1 }')
 }
 
 # add_path PATH: PATH (file or directory tree) at the same absolute path in the guest, plus libraries.

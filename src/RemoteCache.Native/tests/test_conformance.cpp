@@ -1134,7 +1134,11 @@ TEST_P(Conformance, DeadServerFailsOutstandingOperations) {
     const auto killed_at = Clock::now();
     const auto deadline = killed_at + ms(rctest::scaled_ms(5000));
 
-    // New submissions fail synchronously or complete with an error.
+    // New submissions fail synchronously or complete with an error, once the death can have been noticed: shm's
+    // one-sided operations never reach the server, and its client probes the handshake socket every 2 ms of them
+    // (shm_transport.cpp, kProbeEveryNs), so what it posts within that window of the last probe still lands in
+    // the (now orphaned) mapping, as it would have a moment before the kill.
+    std::this_thread::sleep_for(ms(5));
     pl.set_phase(1);
     uint64_t sync_errors = 0;
     for (int i = 0; i < 16; ++i) {
