@@ -35,8 +35,8 @@ public static class Program
             Console.Error.WriteLine($"ycsb: {e.Message}\n{YcsbOptions.Usage}");
             return 2;
         }
-        if (o.Store == "garnet")
-            return Run(o, (_, _) => GarnetRunner.Shape(o, everythingInMemory: false), GarnetRunner.RecordBytes(o),
+        if (o.OnGarnet)
+            return Run(o, GarnetRunner.Shape(o, everythingInMemory: false), GarnetRunner.RecordBytes(o),
                        (env, sink, results, failed, _) => RunRounds(new GarnetRunner(o, env, sink), o, results, failed, _ => { }));
         return o.ValueBytes == 8 ? RunFaster<long, LongValues>(o) : RunFaster<KiloValue, KiloValues>(o);
     }
@@ -44,7 +44,7 @@ public static class Program
     private static int RunFaster<TValue, TValues>(YcsbOptions o) where TValue : unmanaged where TValues : IValues<TValue>
     {
         IReadOnlyList<DynamicsRun>? dynamics = null;
-        int exit = Run(o, (env, sink) => new Runner<TValue, TValues>(o, env, sink).Shape(false), Runner<TValue, TValues>.RecordBytes,
+        int exit = Run(o, Runner<TValue, TValues>.Shape(o, everythingInMemory: false), Runner<TValue, TValues>.RecordBytes,
                        (env, sink, results, failed, controlPlane) =>
                        {
                            var runner = new Runner<TValue, TValues>(o, env, sink);
@@ -63,7 +63,7 @@ public static class Program
     /// <summary>The rounds of one store's runner, given the environment, the live display, the results and failed devices to fill, and the control plane (once started).</summary>
     private delegate void Rounds(RunEnvironment env, IProgressSink sink, List<RunResult> results, List<string> failedDevices, Func<ControlPlane?> controlPlane);
 
-    private static int Run(YcsbOptions o, Func<RunEnvironment, IProgressSink, LogShape> shapeOf, long recordBytes, Rounds rounds)
+    private static int Run(YcsbOptions o, LogShape shape, long recordBytes, Rounds rounds)
     {
         if (Console.IsOutputRedirected)
             AnsiConsole.Profile.Width = 160;  // logs and CI: keep the table's rows on one line
@@ -95,9 +95,9 @@ public static class Program
                 },
                 Samba = () => samba ??= SambaServer.Start(Path.Combine(data, "samba")),
             };
-            Header(o, shapeOf(env, new NullProgress()), recordBytes);
+            Header(o, shape, recordBytes);
             // Garnet's ssd device is its own (RandomAccess, buffered): the O_DIRECT reference is FASTER's.
-            if (o.Fio && o.Devices.Contains("ssd") && o.Store == "faster")
+            if (o.Fio && o.Devices.Contains("ssd") && !o.OnGarnet)
             {
                 ssd = SsdCheck.Run(Path.Combine(data, "ssdcheck"), m => AnsiConsole.MarkupLine($"[yellow]{Markup.Escape(m)}[/]"));
                 if (ssd is not null)
@@ -245,11 +245,11 @@ public static class Program
         AnsiConsole.MarkupLine(
             $"[bold]YCSB {o.Workload.Name}[/] ({Markup.Escape(o.Workload.Description)}): {o.Records:N0} records of {recordBytes} B = {shape.LogBytes / 1e6:0.#} MB of log; " +
             $"{StoreName(o)} memory {shape.MemoryBytes / 1e6:0.##} MB = {(double)shape.LogBytes / shape.MemoryBytes:0.#}x smaller; pages 2^{shape.PageBits}, segments 2^{shape.SegmentBits}; " +
-            $"threads {string.Join(",", o.Threads)}, {o.Depth} {(o.Store == "garnet" ? "GETs pipelined" : "pending")} per thread, {o.Warmup.TotalSeconds:0.#} s warm-up + {o.Duration.TotalSeconds:0.#} s per phase, {o.Rounds} round{(o.Rounds > 1 ? "s" : "")}; " +
+            $"threads {string.Join(",", o.Threads)}, {o.Depth} {(o.OnGarnet ? "GETs pipelined" : "pending")} per thread, {o.Warmup.TotalSeconds:0.#} s warm-up + {o.Duration.TotalSeconds:0.#} s per phase, {o.Rounds} round{(o.Rounds > 1 ? "s" : "")}; " +
             $"devices {string.Join(", ", o.Devices)}; cache over {o.Transport}");
     }
 
-    private static string StoreName(YcsbOptions o) => o.Store == "garnet" ? "Garnet" : "FASTER";
+    private static string StoreName(YcsbOptions o) => o.OnGarnet ? "Garnet" : "FASTER";
 
     private static void WithProgress(Action<IProgressSink> body)
     {
@@ -291,7 +291,7 @@ public static class Program
     /// 0.28x), ≥ 0.9x FASTER's floor (ram-inline: what FASTER's pending reads cost with a device that costs a copy).
     /// Garnet: ≥ 3x its own SSD tier, and 0.6x all in memory as a stretch.
     /// </summary>
-    private static Dictionary<string, double> Targets(YcsbOptions o) => o.Store == "garnet"
+    private static Dictionary<string, double> Targets(YcsbOptions o) => o.OnGarnet
         ? new() { ["ssd"] = 3.0, ["memory"] = 0.6 }
         : new() { ["ssd"] = 8.0, ["smb"] = 8.0, ["memory"] = 0.3, ["ram-inline"] = 0.9 };
 
@@ -354,12 +354,6 @@ public static class Program
     };
 
     private static string Invariant(FormattableString s) => s.ToString(CultureInfo.InvariantCulture);
-
-    private sealed class NullProgress : IProgressSink
-    {
-        public void Phase(string description, double total) { }
-        public void Advance(double done) { }
-    }
 
     private sealed class LineProgress : IProgressSink
     {

@@ -80,7 +80,7 @@ public sealed class Runner<TValue, TValues> : IStoreRunner<Runner<TValue, TValue
 
     public static long RecordBytes => 8 + 8 + ((TValues.Bytes + 7) & ~7);
 
-    public LogShape Shape(bool everythingInMemory) => LogShape.For(_o.Records * RecordBytes, everythingInMemory ? null : _o.MemoryFraction);
+    public static LogShape Shape(YcsbOptions o, bool everythingInMemory) => LogShape.For(o.Records * RecordBytes, everythingInMemory ? null : o.MemoryFraction);
 
     /// <summary>A device's loaded store: phases run on it round after round, until it is disposed.</summary>
     public sealed class Store : IBenchStore
@@ -120,7 +120,7 @@ public sealed class Runner<TValue, TValues> : IStoreRunner<Runner<TValue, TValue
     public Store Open(string device)
     {
         bool inMemory = device == "memory";
-        var shape = Shape(inMemory);
+        var shape = Shape(_o, inMemory);
         string dir = Path.Combine(_env.DataDir, device);
         if (Directory.Exists(dir))
             Directory.Delete(dir, recursive: true);

@@ -9,7 +9,12 @@ namespace RemoteCache.Benchmarks.Ycsb;
 /// flags do not need it).</summary>
 public sealed class YcsbOptions
 {
-    public string Store = "faster";               // faster, or garnet (GarnetRunner: GETs over RESP)
+    public string Store = FasterStore;            // faster, or garnet (GarnetRunner: GETs over RESP)
+    public const string FasterStore = "faster";
+    public const string GarnetStore = "garnet";
+
+    /// <summary>Whether the run is Garnet's (--store garnet) rather than FASTER's.</summary>
+    public bool OnGarnet => Store == GarnetStore;
     public long Records = 2_800_000;              // 8 B values: ~67 MB of log, 8x the 8 MiB memory budget
     public int ValueBytes = 8;
     public double MemoryFraction = 8;             // log bytes / FASTER memory
@@ -150,9 +155,9 @@ public sealed class YcsbOptions
                 default: throw new ArgumentException($"unknown flag '{args[i]}'");
             }
         }
-        if (o.Store is not ("faster" or "garnet"))
+        if (o.Store is not (FasterStore or GarnetStore))
             throw new ArgumentException($"--store is faster or garnet, not '{o.Store[..Math.Min(32, o.Store.Length)]}'");
-        if (o.Store == "garnet")
+        if (o.OnGarnet)
         {
             if (!args.Contains("--devices"))
                 o.Devices = GarnetRunner.DeviceNames.ToArray();
