@@ -14,7 +14,9 @@ namespace RemoteCache.Benchmarks.Micro;
 /// Random reads through FASTER's device interface (IDevice.ReadAsync + TryComplete, as FASTER's log issues them):
 /// RemoteCacheDevice over an embedded cache server (shm and tcp) against FASTER's local-storage device
 /// (Devices.CreateLogDevice, file buffering disabled as FASTER defaults) on this machine's disk, in one run; and the
-/// same device built for Tsavorite (RemoteCache.Garnet's, Garnet's store) through Tsavorite's interface over shm.
+/// same device built for Tsavorite (RemoteCache.Garnet's, Garnet's store) through Tsavorite's interface over shm,
+/// completed by its caller's TryComplete as the others (remotecache-shm-garnet) and, as Tsavorite leaves them, by the
+/// client's poller while the caller waits (remotecache-shm-garnet-poller).
 /// </summary>
 /// <remarks>
 /// Each invocation issues <see cref="Window"/> reads at random sector-aligned addresses of a 128 MiB log and
@@ -28,7 +30,7 @@ public class DeviceReads
     private const long LogBytes = 128L << 20;           // 4 segments, all of them held by the cache
     private static readonly long HangTicks = Stopwatch.Frequency * 30;
 
-    [Params("remotecache-shm", "remotecache-tcp", "local-storage", "remotecache-shm-garnet")]
+    [Params("remotecache-shm", "remotecache-tcp", "local-storage", "remotecache-shm-garnet", "remotecache-shm-garnet-poller")]
     public string Device { get; set; } = "remotecache-shm";
 
     [Params(512, 4096)]
@@ -36,7 +38,8 @@ public class DeviceReads
 
     private RemoteCacheServer? _server;
     private IDevice? _device;
-    private Tsavorite.core.IDevice? _garnetDevice;  // the Tsavorite build of the device, for remotecache-shm-garnet
+    private Tsavorite.core.IDevice? _garnetDevice;  // the Tsavorite build of the device, for remotecache-shm-garnet*
+    private bool _callerHarvests = true;            // false: the client's poller completes the reads (Tsavorite's way)
     private string? _dir;
     private IntPtr _buffers;
     private ulong _rng = 0x9E3779B97F4A7C15ul;
@@ -69,7 +72,8 @@ public class DeviceReads
                 Exclusive = true,       // RemoteCacheDevice requires it: the cache is one log's
                 SessionCapacity = 4096, // as measured before the C# default became the header's 1024: up to 4 x Window reads in flight
             });
-            if (Device == "remotecache-shm-garnet")
+            _callerHarvests = Device != "remotecache-shm-garnet-poller";
+            if (Device.StartsWith("remotecache-shm-garnet", StringComparison.Ordinal))
                 _garnetDevice = new RemoteCache.Garnet.RemoteCacheDevice(cache, throttleLimit: 4 * Window, ownsCache: true);
             else
                 _device = new RemoteCacheDevice(cache, throttleLimit: 4 * Window, ownsCache: true);
@@ -166,7 +170,7 @@ public class DeviceReads
         var spin = new SpinWait();
         while (Volatile.Read(ref s_completed) < count)
         {
-            if (_device?.TryComplete() ?? _garnetDevice!.TryComplete())
+            if (_callerHarvests && (_device?.TryComplete() ?? _garnetDevice!.TryComplete()))
                 continue;
             spin.SpinOnce(sleep1Threshold: -1);
             if (Stopwatch.GetTimestamp() - start > HangTicks)

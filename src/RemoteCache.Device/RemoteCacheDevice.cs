@@ -473,9 +473,9 @@ public sealed partial class RemoteCacheDevice : StorageDeviceBase
         try
         {
             if (write)
-                _cache.StartWrite(address, buffer, (int)length, onDone, io, StoreBinding.CallersHarvest);
+                _cache.StartWrite(address, buffer, (int)length, onDone, io);
             else
-                _cache.StartRead(address, buffer, (int)length, onDone, io, StoreBinding.CallersHarvest);
+                _cache.StartRead(address, buffer, (int)length, onDone, io);
         }
         catch (Exception e) when (e is RemoteCacheException or ObjectDisposedException or ArgumentOutOfRangeException)
         {

@@ -11,9 +11,6 @@ namespace RemoteCache.Device;
 
 internal static class StoreBinding
 {
-    /// <summary>Whether the store's threads harvest their I/O themselves: FASTER's CompletePending calls TryComplete.</summary>
-    public static bool CallersHarvest => true;
-
     /// <summary>Completes a store's I/O.</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public static void Complete(this DeviceIOCompletionCallback callback, uint errorCode, uint numBytes, object context) =>

@@ -10,12 +10,6 @@ namespace RemoteCache.Garnet;
 
 internal static class StoreBinding
 {
-    /// <summary>
-    /// Whether the store's threads harvest their I/O themselves: Tsavorite's pending reads block for their callbacks and
-    /// call TryCompleteMine only while the device throttles, so the client's poller harvests every operation at once.
-    /// </summary>
-    public static bool CallersHarvest => false;
-
     /// <summary>Completes a store's I/O.</summary>
     [MethodImpl(MethodImplOptions.AggressiveInlining)]
     public static void Complete(this DeviceIOCompletionCallback callback, uint errorCode, uint numBytes, object context) =>

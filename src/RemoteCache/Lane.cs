@@ -81,6 +81,12 @@ internal sealed unsafe class Lane : IDisposable
     /// </summary>
     public int Activity;
 
+    /// <summary>
+    /// Bumped by callers' own polls (racily: only its changes count): callers that poll harvest their own completions,
+    /// so the poller may leave them their lane; callers that only submit may block for their callbacks (Tsavorite).
+    /// </summary>
+    public int Polls;
+
     private volatile bool _handoff;
 
     /// <summary>Whether work was left to the poller (and not taken yet).</summary>
@@ -149,11 +155,10 @@ internal sealed unsafe class Lane : IDisposable
 
     /// <summary>
     /// Rents an operation, fills it in and hands it to the native session; while the session or the pool
-    /// is full it harvests completions and retries. On success <paramref name="op"/> is in flight. A caller that does
-    /// not poll (<paramref name="callerPolls"/> false) tells the client so: the poller never sleeps on its lanes.
+    /// is full it harvests completions and retries. On success <paramref name="op"/> is in flight.
     /// </summary>
     public RemoteCacheStatus Submit(bool write, long address, long length, void* buffer, IoCallback? callback, object? context,
-                                    MemoryHandle pin, bool cancellable, out Operation? op, bool callerPolls = true)
+                                    MemoryHandle pin, bool cancellable, out Operation? op)
     {
         for (;;)
         {
@@ -177,8 +182,6 @@ internal sealed unsafe class Lane : IDisposable
                     bool fromCompletion = t_depth > 0;
                     if (!fromCompletion)
                         Activity++;
-                    if (!callerPolls)
-                        Owner.CallersMayBlock();
                     if (status == RemoteCacheStatus.Ok)
                     {
                         op.Start(write, address, length, callback, context, pin, started, cancellable);
@@ -252,6 +255,8 @@ internal sealed unsafe class Lane : IDisposable
         if (t_depth >= MaxDepth)
             return 0;
         int chainedAtEntry = t_chained;
+        if (!byPoller)
+            Polls++;
         int total = DispatchParked();
         if (TryEnter())
         {

@@ -584,34 +584,30 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
     /// <remarks>
     /// Callbacks must be short and must not block: on the poller, one that waits holds up every completion of the
     /// client (and one that waits for another operation of this client waits forever). They may start new operations.
+    /// A thread that polls (<see cref="Poll"/>, as FASTER's CompletePending does) harvests its own completions; one
+    /// that only starts operations and blocks for their callbacks (Tsavorite) has them harvested by the poller at once.
     /// </remarks>
     /// <param name="address">Where the read starts in the cache.</param>
     /// <param name="destination">Unmanaged or pinned memory of at least <paramref name="length"/> bytes.</param>
     /// <param name="length">Bytes to read.</param>
     /// <param name="callback">Runs once with the outcome.</param>
     /// <param name="context">Passed to <paramref name="callback"/>.</param>
-    /// <param name="callerPolls">
-    /// True (FASTER): the calling thread polls for its operations (<see cref="Poll"/>). False: it may block for their
-    /// callbacks without polling (Tsavorite, Garnet's store, polls only while the device throttles). Either way the
-    /// poller keeps off a lane while its callers submit or poll; once a caller has said false, the poller never sleeps
-    /// while it keeps off (a caller that drove a lane a while and then blocks would otherwise wait up to a millisecond).
-    /// </param>
     /// <exception cref="ArgumentOutOfRangeException">The range leaves the cache.</exception>
     /// <exception cref="ObjectDisposedException">The client is disposed.</exception>
-    public void StartRead(long address, IntPtr destination, int length, IoCallback callback, object? context, bool callerPolls = true) =>
-        StartRaw(address, destination, length, callback, context, write: false, callerPolls);
+    public void StartRead(long address, IntPtr destination, int length, IoCallback callback, object? context) =>
+        StartRaw(address, destination, length, callback, context, write: false);
 
     /// <summary>Starts a write from unmanaged or pinned memory; see <see cref="StartRead"/>.</summary>
     /// <exception cref="ArgumentOutOfRangeException">The range leaves the cache.</exception>
     /// <exception cref="ObjectDisposedException">The client is disposed.</exception>
-    public void StartWrite(long address, IntPtr source, int length, IoCallback callback, object? context, bool callerPolls = true) =>
-        StartRaw(address, source, length, callback, context, write: true, callerPolls);
+    public void StartWrite(long address, IntPtr source, int length, IoCallback callback, object? context) =>
+        StartRaw(address, source, length, callback, context, write: true);
 
-    private unsafe void StartRaw(long address, IntPtr buffer, int length, IoCallback callback, object? context, bool write, bool callerPolls)
+    private unsafe void StartRaw(long address, IntPtr buffer, int length, IoCallback callback, object? context, bool write)
     {
         ArgumentNullException.ThrowIfNull(callback);
         CheckRange(address, length);
-        var status = PickLane().Submit(write, address, length, (void*)buffer, callback, context, default, false, out _, callerPolls);
+        var status = PickLane().Submit(write, address, length, (void*)buffer, callback, context, default, false, out _);
         if (status != RemoteCacheStatus.Ok)
             throw Errors.For(status, Name, address, length);
     }
@@ -727,15 +723,10 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
     /// <summary>Wakes the poller for work a caller left it (<see cref="Lane.TakeHandoff"/>).</summary>
     internal void NotifyHandoff() => _handoffs.Set();
 
-    // Set once a caller said it may block without polling (StartRead/StartWrite's callerPolls): the poller then spins
-    // rather than sleeps while it leaves lanes to their callers.
-    private volatile bool _callersMayBlock;
+    private long _deferredSleeps;
 
-    internal void CallersMayBlock()
-    {
-        if (!_callersMayBlock)
-            _callersMayBlock = true;
-    }
+    /// <summary>How often the poller slept while it left lanes to their callers (written by the poller only).</summary>
+    internal long DeferredSleeps => Volatile.Read(ref _deferredSleeps);
 
     [ThreadStatic] private static RemoteCacheClient? t_pollerOf;
 
@@ -746,6 +737,10 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
     // CompletePending(wait: false), a YCSB client) harvests its own completions and fills its own batches. Short,
     // because a caller that polled and then blocked (CompletePending(wait: true)) leaves no other sign.
     private static readonly long QuietTicks = Stopwatch.Frequency / 200_000;  // 5 µs
+
+    // Callers that polled a lane this recently poll it (FASTER's threads call TryComplete after every few operations);
+    // a lane whose callers only submit (Tsavorite's pending reads block for their callbacks) is the poller's at once.
+    private static readonly long CallersPollTicks = Stopwatch.Frequency / 1_000;  // 1 ms
 
     // Without progress for this long, the poller stops spinning and blocks in rc_wait: completions normally come
     // within a few microseconds (tcp on loopback: ~10), a stalled server should not cost a core.
@@ -768,6 +763,8 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
         var lastChange = new long[_lanes.Length];  // when lastActivity last moved
         long lastProgress = Stopwatch.GetTimestamp();
         long deferredSince = 0;  // start of the current run of passes that found only lanes their callers drive
+        var lastPolls = new int[_lanes.Length];
+        var lastPollAt = new long[_lanes.Length];  // when a caller was last seen polling the lane (0: never)
         var spin = new SpinWait();
         int next = 0;
         while (!_stopping)
@@ -783,13 +780,21 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
                     continue;
                 if (!lane.TakeHandoff())
                 {
+                    int polls = Volatile.Read(ref lane.Polls);
+                    if (polls != lastPolls[i])
+                    {
+                        lastPolls[i] = polls;
+                        lastPollAt[i] = now;
+                    }
                     int activity = Volatile.Read(ref lane.Activity);
                     if (activity != lastActivity[i])
                     {
                         lastActivity[i] = activity;
                         lastChange[i] = now;
                     }
-                    if (now - lastChange[i] < QuietTicks)
+                    // Only callers that poll are left their lane: those that submit and block for their callbacks
+                    // (Tsavorite) would wait for the poller to notice they stopped.
+                    if (lastPollAt[i] != 0 && now - lastPollAt[i] < CallersPollTicks && now - lastChange[i] < QuietTicks)
                     {
                         deferred = true;
                         continue;
@@ -808,16 +813,12 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
                     spin.SpinOnce(sleep1Threshold: -1);
                     continue;
                 }
-                if (_callersMayBlock)
-                {
-                    // Callers that may block without polling: look again after a yield (a pass reads the lines their
-                    // submissions write, so not in a tight loop), never after a millisecond's sleep.
-                    Thread.Yield();
-                    continue;
-                }
                 _handoffs.Reset();
                 if (!AnyHandoff())
+                {
+                    _deferredSleeps++;
                     _handoffs.Wait(1);
+                }
                 continue;
             }
             deferredSince = 0;

@@ -67,4 +67,44 @@ public sealed class PollerTests
             }
         });
     }
+
+    // Tsavorite's pattern: a thread starts a batch of reads without polling and blocks for their callbacks. The poller
+    // leaves a lane alone while its callers submit; it may sleep then only if those callers poll, or this thread waits
+    // out its millisecond. Each batch's submissions outlast the poller's 15 µs before it would sleep.
+    [Fact]
+    public async Task CallersThatSubmitAndBlockWithoutPollingNeverWaitForAPollerSleep()
+    {
+        using var server = ServerProcess.Start("shm");
+        await WithTimeout(TimeSpan.FromSeconds(60), "submit and block", () =>
+        {
+            using var client = RemoteCacheClient.Open(new[] { server.Endpoint }, Options(1, CacheConfig.HighThroughput, "submit and block"));
+            const int Batch = 256, Size = 512;
+            IntPtr buffers = System.Runtime.InteropServices.Marshal.AllocHGlobal(Batch * Size);
+            try
+            {
+                using var done = new CountdownEvent(Batch);
+                int failed = 0;
+                IoCallback onDone = (status, _) =>
+                {
+                    if (status != RemoteCacheStatus.Ok)
+                        Interlocked.Increment(ref failed);
+                    done.Signal();
+                };
+                for (int round = 0; round < 200; round++)
+                {
+                    done.Reset();
+                    for (int i = 0; i < Batch; i++)
+                        client.StartRead((round * 7 + i) % 1024 * (long)Size, buffers + i * Size, Size, onDone, null);
+                    Assert.True(done.Wait(TimeSpan.FromSeconds(20)), $"round {round}: {done.CurrentCount} of {Batch} callbacks missing");
+                }
+                Assert.Equal(0, failed);
+                Assert.Equal(0, client.DeferredSleeps);
+            }
+            finally
+            {
+                System.Runtime.InteropServices.Marshal.FreeHGlobal(buffers);
+            }
+            return Task.CompletedTask;
+        });
+    }
 }
