@@ -865,6 +865,9 @@ class VerbsPending final : public PendingConnection {
     status = send_message(*qp, handshake.data(), static_cast<uint32_t>(reply.size() + sizeof ring), hs_mr->lkey);
     if (status != RC_OK) return nullptr;
     if (grant.status != RC_OK) {
+      // Destroying the queue pair at once can flush the refusal unsent (Soft-RoCE did: the client then timed out
+      // waiting for a reply instead of hearing the reason): it goes once the send completed, within the handshake's time.
+      qp->wait_until([&q = *qp] { return q.sq_used_ == 0; }, deadline, &stop);
       status = grant.status;
       return nullptr;
     }
