@@ -752,8 +752,8 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
     // millisecond once (a thread that submits and waits for each read pauses long before this).
     private static readonly long SleepWhileDeferredTicks = Stopwatch.Frequency / 66_667;  // 15 µs
 
-    // Finishes what callers leave behind, at once: a lane with outstanding operations is polled unless a caller
-    // submitted on it or drove it within QuietTicks; work submitted by completions is handed over
+    // Finishes what callers leave behind, at once: a lane with outstanding operations is polled unless its callers poll
+    // it (within CallersPollTicks) and submitted on it or drove it within QuietTicks; work submitted by completions is handed over
     // explicitly (Lane.TakeHandoff). Without progress it backs off to yields, then blocks in rc_wait on a lone
     // waiting lane (a submitter or caller wakes it with rc_wake); it never sleeps while work is waiting.
     private void PollerLoop()
@@ -764,7 +764,7 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
         long lastProgress = Stopwatch.GetTimestamp();
         long deferredSince = 0;  // start of the current run of passes that found only lanes their callers drive
         var lastPolls = new int[_lanes.Length];
-        var lastPollAt = new long[_lanes.Length];  // when a caller was last seen polling the lane (0: never)
+        var lastPollAt = new long[_lanes.Length];  // when a caller was last seen polling the lane (0: never, long ago)
         var spin = new SpinWait();
         int next = 0;
         while (!_stopping)
@@ -794,7 +794,7 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
                     }
                     // Only callers that poll are left their lane: those that submit and block for their callbacks
                     // (Tsavorite) would wait for the poller to notice they stopped.
-                    if (lastPollAt[i] != 0 && now - lastPollAt[i] < CallersPollTicks && now - lastChange[i] < QuietTicks)
+                    if (now - lastPollAt[i] < CallersPollTicks && now - lastChange[i] < QuietTicks)
                     {
                         deferred = true;
                         continue;
