@@ -250,8 +250,15 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
             ConnectTimeoutMs = RemoteCacheOptions.Milliseconds(options.ConnectTimeout),
             Flags = options.Exclusive ? NativeLimits.OpenExclusive : 0,
             Capabilities = capabilities is null ? IntPtr.Zero : (IntPtr)capabilityStrings.Pointers,
+            SealBlockSize = options.EncryptionKey is null ? 0 : (uint)options.EncryptionBlockSize,
         };
-        var status = NativeMethods.CacheOpen(strings.Pointers, (nuint)list.Length, &native, out var cache);
+        RemoteCacheStatus status;
+        CacheHandle cache;
+        fixed (byte* key = options.EncryptionKey)  // the library copies it during the call
+        {
+            native.SealKey = (IntPtr)key;
+            status = NativeMethods.CacheOpen(strings.Pointers, (nuint)list.Length, &native, out cache);
+        }
         if (status != RemoteCacheStatus.Ok)
         {
             cache.Dispose();

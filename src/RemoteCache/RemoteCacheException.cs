@@ -66,6 +66,7 @@ internal static class Errors
         RemoteCacheStatus.Closed => "the cache is closing",
         RemoteCacheStatus.Expired => "the cache's lease ended, or its manager dropped it: its server freed it and its data",
         RemoteCacheStatus.Limit => "a server connection limit is reached",
+        RemoteCacheStatus.Integrity => "a block of the encrypted cache did not authenticate (altered, moved or replayed by its memory host, never written, or sealed under another key)",
         _ => status.ToString(),
     };
 

@@ -46,6 +46,21 @@ public sealed class RemoteCacheOptions
     // Timeouts travel to the native library as 32-bit milliseconds.
     private static readonly TimeSpan s_maxTimeout = TimeSpan.FromMilliseconds(uint.MaxValue);
 
+    /// <summary>Bytes of an <see cref="EncryptionKey"/>: AES-256 (RC_SEAL_KEY_BYTES).</summary>
+    public const int EncryptionKeyBytes = NativeLimits.SealKeyBytes;
+
+    /// <summary>The default <see cref="EncryptionBlockSize"/> (RC_DEFAULT_SEAL_BLOCK).</summary>
+    public const int DefaultEncryptionBlockSize = NativeLimits.DefaultSealBlock;
+
+    /// <summary>The smallest <see cref="EncryptionBlockSize"/> (RC_MIN_SEAL_BLOCK).</summary>
+    public const int MinEncryptionBlockSize = NativeLimits.MinSealBlock;
+
+    /// <summary>The largest <see cref="EncryptionBlockSize"/> (RC_MAX_SEAL_BLOCK).</summary>
+    public const int MaxEncryptionBlockSize = NativeLimits.MaxSealBlock;
+
+    /// <summary>Bytes a server holds per encrypted block besides the block (RC_SEAL_TRAILER_BYTES): its nonce and tag.</summary>
+    public const int EncryptionOverheadBytes = NativeLimits.SealTrailerBytes;
+
     /// <summary>Lanes a client may have at most.</summary>
     public const int MaxLanes = 64;
 
@@ -75,6 +90,23 @@ public sealed class RemoteCacheOptions
     /// ignore them. Null or empty (the default): none. Capabilities are secrets: they never appear in logs.
     /// </summary>
     public IList<string>? Capabilities { get; set; }
+
+    /// <summary>
+    /// An AES-256 key (<see cref="EncryptionKeyBytes"/> bytes): the cache is encrypted and authenticated in this process,
+    /// so its memory hosts see neither the data nor can change it unnoticed (docs/encryption.md). The address space is cut
+    /// into blocks of <see cref="EncryptionBlockSize"/> bytes, each sealed with AES-256-GCM and bound to the cache and its
+    /// place; servers hold <see cref="EncryptionOverheadBytes"/> more per block, and <see cref="RemoteCacheClient.Capacity"/>
+    /// counts whole blocks. Writes must cover whole blocks; a block that does not authenticate fails its read with
+    /// <see cref="RemoteCacheStatus.Integrity"/>. With <see cref="Exclusive"/> the client also detects an older version put
+    /// back. The key is copied at open and never leaves the process. Null (the default): a plain cache.
+    /// </summary>
+    public byte[]? EncryptionKey { get; set; }
+
+    /// <summary>
+    /// Bytes per encrypted block: a power of two from <see cref="MinEncryptionBlockSize"/> to
+    /// <see cref="MaxEncryptionBlockSize"/>, the unit of writes. Default: <see cref="DefaultEncryptionBlockSize"/>.
+    /// </summary>
+    public int EncryptionBlockSize { get; set; } = DefaultEncryptionBlockSize;
 
     /// <summary>Regions requested from each server, 1..<see cref="MaxRegionsPerServer"/> (the region size is the server's).</summary>
     public int RegionsPerServer { get; set; } = 1;
@@ -199,6 +231,10 @@ public sealed class RemoteCacheOptions
             throw Invalid(nameof(ReconnectDelay), $"is {ReconnectDelay}; it must be positive and at most ReconnectMaxDelay ({ReconnectMaxDelay})");
         if (Lanes < 1 || Lanes > MaxLanes)
             throw Invalid(nameof(Lanes), $"is {Lanes}; it must be 1..{MaxLanes}");
+        if (EncryptionKey is { } key && key.Length != EncryptionKeyBytes)
+            throw Invalid(nameof(EncryptionKey), $"has {key.Length} bytes; an AES-256 key has {EncryptionKeyBytes}");
+        if (EncryptionBlockSize < MinEncryptionBlockSize || EncryptionBlockSize > MaxEncryptionBlockSize || !int.IsPow2(EncryptionBlockSize))
+            throw Invalid(nameof(EncryptionBlockSize), $"is {EncryptionBlockSize}; it must be a power of two from {MinEncryptionBlockSize} to {MaxEncryptionBlockSize}");
     }
 
     private ArgumentException Invalid(string option, string problem) =>

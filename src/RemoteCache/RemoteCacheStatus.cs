@@ -44,6 +44,12 @@ public enum RemoteCacheStatus
     InUse = -13,
     /// <summary>A server limit is reached: connections in all, or connections from this peer.</summary>
     Limit = -14,
+    /// <summary>
+    /// A block of an encrypted cache (<see cref="RemoteCacheOptions.EncryptionKey"/>) did not authenticate: the memory
+    /// host altered it, moved it or put an older version back, or it was never written, or another key sealed it. The
+    /// client's own verdict; the read's buffer holds zeros, never the block's bytes.
+    /// </summary>
+    Integrity = -15,
 }
 
 /// <summary>

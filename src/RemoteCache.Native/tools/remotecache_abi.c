@@ -69,6 +69,9 @@ static const field_layout rc_cache_options_fields[] = {
     FIELD(rc_cache_options, connect_timeout_ms),
     FIELD(rc_cache_options, flags),
     FIELD(rc_cache_options, capabilities),
+    FIELD(rc_cache_options, seal_key),
+    FIELD(rc_cache_options, seal_block_size),
+    FIELD(rc_cache_options, reserved),
 };
 
 static const field_layout rc_completion_fields[] = {
@@ -181,6 +184,7 @@ static const named_value statuses[] = {
     VALUE(RC_E_EXPIRED),
     VALUE(RC_E_IN_USE),
     VALUE(RC_E_LIMIT),
+    VALUE(RC_E_INTEGRITY),
 };
 
 static const named_value defines[] = {
@@ -204,6 +208,11 @@ static const named_value defines[] = {
     VALUE(RC_DEFAULT_SHM_SOCKET_MODE),
     VALUE(RC_MIN_ADMISSION_KEY_BYTES),
     VALUE(RC_MAX_SESSION_CAPACITY),
+    VALUE(RC_SEAL_KEY_BYTES),
+    VALUE(RC_DEFAULT_SEAL_BLOCK),
+    VALUE(RC_MIN_SEAL_BLOCK),
+    VALUE(RC_MAX_SEAL_BLOCK),
+    VALUE(RC_SEAL_TRAILER_BYTES),
     VALUE(RC_OPEN_EXCLUSIVE),
     VALUE(RC_MIGRATION_PAUSE_READS),
     VALUE(RC_MAX_ADMIN_CONNECTIONS),

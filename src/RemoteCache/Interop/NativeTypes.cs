@@ -45,6 +45,12 @@ internal struct RcCacheOptions
     /// servers started with an admission key).
     /// </summary>
     public IntPtr Capabilities;
+    /// <summary>Zero, or <see cref="NativeLimits.SealKeyBytes"/> bytes of AES-256 key: a sealed (encrypted) cache.</summary>
+    public IntPtr SealKey;
+    /// <summary>Plaintext bytes per sealed block; 0 = <see cref="NativeLimits.DefaultSealBlock"/>.</summary>
+    public uint SealBlockSize;
+    /// <summary>0.</summary>
+    public uint Reserved;
 }
 
 /// <summary><c>rc_server_options</c>. <see cref="Listen"/> points to an array of UTF-8 endpoint strings.</summary>

@@ -39,7 +39,7 @@ extern "C" {
 /* The version of this header. A binding built against one version must not drive a library built
  * from another (struct layouts, limits and semantics may differ): it compares rc_api_version() of
  * the library it loaded with the RC_API_VERSION it was built against and refuses a mismatch. */
-#define RC_API_VERSION 13 /* 4: admin interface (remotecache_admin.h); 5: rc_cache_grow/shrink; 6: commit_memory; 7: region pull (rc_capability_mint_migration, rc_admin_pull_region); 8: rc_server_memory_committed; 9: several regions per migration_begin and pull; 10: rc_cache_map_region_ahead; 11: rc_admin_extend_lease; 12: rc_cache_holder_status; 13: rc_server_memory_limit, rc_server_set_memory_limit, rc_server_drop_cache */
+#define RC_API_VERSION 14 /* 4: admin interface (remotecache_admin.h); 5: rc_cache_grow/shrink; 6: commit_memory; 7: region pull (rc_capability_mint_migration, rc_admin_pull_region); 8: rc_server_memory_committed; 9: several regions per migration_begin and pull; 10: rc_cache_map_region_ahead; 11: rc_admin_extend_lease; 12: rc_cache_holder_status; 13: rc_server_memory_limit, rc_server_set_memory_limit, rc_server_drop_cache; 14: sealed caches (rc_cache_options.seal_key, seal_block_size; RC_E_INTEGRITY) */
 
 /* Limits and defaults of the API, defined here once (bindings take them from this header). */
 #define RC_MAX_TOKEN_BYTES 64            /* rc_cache_options.token, UTF-8 bytes */
@@ -61,6 +61,11 @@ extern "C" {
 #define RC_DEFAULT_SHM_SOCKET_MODE 0600
 #define RC_MIN_ADMISSION_KEY_BYTES 32
 #define RC_MAX_SESSION_CAPACITY 65536    /* rc_cache_options.session_capacity */
+#define RC_SEAL_KEY_BYTES 32             /* rc_cache_options.seal_key: an AES-256 key */
+#define RC_DEFAULT_SEAL_BLOCK 4096       /* rc_cache_options.seal_block_size = 0 */
+#define RC_MIN_SEAL_BLOCK 512            /* seal_block_size: a power of two in [RC_MIN_SEAL_BLOCK, RC_MAX_SEAL_BLOCK] */
+#define RC_MAX_SEAL_BLOCK 65536
+#define RC_SEAL_TRAILER_BYTES 32         /* stored after each sealed block: its nonce, tag and 4 reserved bytes */
 
 /* rc_cache_options.flags */
 #define RC_OPEN_EXCLUSIVE 1u /* the cache's first client becomes its only client */
@@ -81,7 +86,9 @@ typedef enum rc_status {
   RC_E_INTERNAL = -11,        /* a bug or a system-call failure; see rc_last_error */
   RC_E_EXPIRED = -12,         /* the cache's lease ended, or its manager dropped it: the server freed it and its data */
   RC_E_IN_USE = -13,          /* the cache is open exclusively by another client */
-  RC_E_LIMIT = -14            /* a server limit (connections in all or from this peer) is reached */
+  RC_E_LIMIT = -14,           /* a server limit (connections in all or from this peer) is reached */
+  RC_E_INTEGRITY = -15        /* a sealed block did not authenticate (altered, moved, replayed, never written, or
+                                 another key's): the client's own verdict, never a server's */
 } rc_status;
 
 /* The data-path configuration (Redy §5): chosen at open, changeable at run time. */
@@ -108,6 +115,16 @@ typedef struct rc_cache_options {
   /* NULL, or one capability (text form, see rc_capability_mint) per endpoint, in endpoint order:
    * required by servers started with an admission key, ignored by open servers. */
   const char* const* capabilities;
+  /* NULL, or RC_SEAL_KEY_BYTES bytes: a sealed cache. The address space is cut into blocks of seal_block_size
+   * bytes, each encrypted and authenticated (AES-256-GCM) in this process before it leaves and checked when it
+   * comes back, bound to its cache id and place; servers hold RC_SEAL_TRAILER_BYTES more per block, and
+   * rc_cache_capacity counts whole blocks. Writes cover whole blocks (RC_E_INVALID_ARGUMENT otherwise); a read
+   * whose blocks do not authenticate completes with RC_E_INTEGRITY and zeros in its buffer. With
+   * RC_OPEN_EXCLUSIVE the client also remembers what it wrote last to each block, so an older version put back is
+   * detected. The key is copied at open; it never reaches a server. */
+  const uint8_t* seal_key;
+  uint32_t seal_block_size; /* 0 = RC_DEFAULT_SEAL_BLOCK */
+  uint32_t reserved;        /* 0 */
 } rc_cache_options;
 
 /* A completed operation. status is an rc_status. */

@@ -144,7 +144,7 @@ rc_status rc_cache_open(const char* const* endpoints, size_t endpoint_count, con
   });
 }
 
-uint64_t rc_cache_capacity(const rc_cache* cache) { return cache == nullptr ? 0 : cache->impl->capacity(); }
+uint64_t rc_cache_capacity(const rc_cache* cache) { return cache == nullptr ? 0 : cache->impl->client_capacity(); }
 
 rc_status rc_cache_get_config(const rc_cache* cache, rc_config* out_config) {
   if (cache == nullptr) return null_argument("cache");

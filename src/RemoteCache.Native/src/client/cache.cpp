@@ -1,5 +1,7 @@
 #include "client/cache.h"
 
+#include <openssl/crypto.h>
+
 #include "client/session.h"
 
 #include <linux/membarrier.h>
@@ -145,6 +147,21 @@ std::unique_ptr<Cache> Cache::open(const std::vector<std::string>& endpoints, co
     status = fail(RC_E_INVALID_ARGUMENT, "unknown bits in rc_cache_options.flags");
     return nullptr;
   }
+  if (options.reserved != 0) {
+    status = fail(RC_E_INVALID_ARGUMENT, "rc_cache_options.reserved must be 0");
+    return nullptr;
+  }
+  const uint32_t seal_block = options.seal_block_size == 0 ? RC_DEFAULT_SEAL_BLOCK : options.seal_block_size;
+  if (options.seal_key == nullptr && options.seal_block_size != 0) {
+    status = fail(RC_E_INVALID_ARGUMENT, "seal_block_size is set but seal_key is not: a plain cache has no blocks");
+    return nullptr;
+  }
+  if (options.seal_key != nullptr && !seal::Layout::valid_block(seal_block)) {
+    status = fail(RC_E_INVALID_ARGUMENT, "seal_block_size must be a power of two in [" + std::to_string(RC_MIN_SEAL_BLOCK) +
+                                             ", " + std::to_string(RC_MAX_SEAL_BLOCK) + "], not " +
+                                             std::to_string(options.seal_block_size));
+    return nullptr;
+  }
   std::unique_ptr<Cache> cache(new Cache());
   cache->options_ = options;
   cache->token_ = options.token != nullptr ? options.token : "";
@@ -160,6 +177,12 @@ std::unique_ptr<Cache> Cache::open(const std::vector<std::string>& endpoints, co
   crypto::random_bytes(cache->client_id_);
   cache->options_.token = nullptr;
   cache->options_.capabilities = nullptr;
+  cache->options_.seal_key = nullptr;
+  if (options.seal_key != nullptr) {
+    cache->sealing_ = std::make_unique<Sealing>();
+    cache->sealing_->layout = seal::Layout{seal_block};
+    std::memcpy(cache->sealing_->key.data(), options.seal_key, seal::kKeyBytes);
+  }
   if (cache->options_.op_timeout_ms == 0) cache->options_.op_timeout_ms = RC_DEFAULT_OP_TIMEOUT_MS;
   if (cache->options_.connect_timeout_ms == 0) cache->options_.connect_timeout_ms = RC_DEFAULT_CONNECT_TIMEOUT_MS;
   cache->timeout_ns_ = uint64_t{cache->options_.op_timeout_ms} * 1'000'000;
@@ -194,6 +217,8 @@ std::unique_ptr<Cache> Cache::open(const std::vector<std::string>& endpoints, co
   if (status != RC_OK) return nullptr;
   cache->place_regions(0);
   cache->publish_layout();
+  if (cache->sealing_ && (options.flags & RC_OPEN_EXCLUSIVE) != 0)
+    cache->sealing_->pins = std::make_unique<seal::PinTable>(cache->client_capacity() / seal_block);
   if (c.client_threads > 0) {
     status = cache->make_workers(c.client_threads, cache->workers_);
     if (status != RC_OK) return nullptr;
@@ -734,6 +759,18 @@ void Cache::add_session(const Session* session) {
 void Cache::remove_session(const Session* session) {
   std::lock_guard lock(sessions_mutex_);
   std::erase(sessions_, session);
+}
+
+Cache::Sealing::~Sealing() { OPENSSL_cleanse(key.data(), key.size()); }
+
+uint64_t Cache::client_capacity() const {
+  const uint64_t physical = capacity();
+  return sealing_ ? sealing_->layout.capacity(physical) : physical;
+}
+
+std::unique_ptr<seal::Sealer> Cache::make_sealer() const {
+  return std::make_unique<seal::Sealer>(std::span<const uint8_t, seal::kKeyBytes>(sealing_->key), options_.cache_id,
+                                        sealing_->layout.block);
 }
 
 }  // namespace rc::client

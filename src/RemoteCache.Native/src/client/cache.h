@@ -15,6 +15,7 @@
 #include "client/channel.h"
 #include "client/op.h"
 #include "client/region_table.h"
+#include "client/seal.h"
 #include "common/endpoint.h"
 #include "common/mpsc_queue.h"
 #include "common/notifier.h"
@@ -59,7 +60,10 @@ class Cache {
                                      Status& status);
   ~Cache();
 
+  // The servers' address space: a sealed cache's blocks with their trailers.
   uint64_t capacity() const { return capacity_.load(std::memory_order_acquire); }
+  // What the client sees (rc_cache_capacity): a sealed cache's whole blocks.
+  uint64_t client_capacity() const;
   std::size_t server_count() const;
   uint32_t session_capacity() const {
     return options_.session_capacity == 0 ? RC_DEFAULT_SESSION_CAPACITY : options_.session_capacity;
@@ -111,6 +115,14 @@ class Cache {
   Status migration_abort(std::size_t region);
   // Lets go of a holder that holds no region (a migration's target after an abort).
   Status remove_holder(std::size_t holder);
+
+  // ---- sealing (rc_cache_options.seal_key; client/seal.h) ----
+  // Null for a plain cache.
+  const seal::Layout* seal_layout() const { return sealing_ ? &sealing_->layout : nullptr; }
+  // A sealer for one thread of a session (throws std::runtime_error when libcrypto cannot set the key up).
+  std::unique_ptr<seal::Sealer> make_sealer() const;
+  // What this client last wrote to each block: only with RC_OPEN_EXCLUSIVE (else null).
+  seal::PinTable* pins() const { return sealing_ ? sealing_->pins.get() : nullptr; }
 
   // Sessions register so that a migration can wait for what they have in flight.
   void add_session(const Session* session);
@@ -183,6 +195,17 @@ class Cache {
 
   mutable std::mutex sessions_mutex_;
   std::vector<const Session*> sessions_;
+
+  struct Sealing {
+    seal::Layout layout;
+    std::array<uint8_t, seal::kKeyBytes> key{};
+    std::unique_ptr<seal::PinTable> pins;
+    Sealing() = default;
+    Sealing(const Sealing&) = delete;
+    Sealing& operator=(const Sealing&) = delete;
+    ~Sealing();
+  };
+  std::unique_ptr<Sealing> sealing_;
 };
 
 }  // namespace rc::client

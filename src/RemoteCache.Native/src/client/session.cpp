@@ -4,6 +4,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "client/cache.h"
@@ -29,6 +30,18 @@ Session::~Session() {
 }
 
 Status Session::open() {
+  if (const seal::Layout* layout = cache_.seal_layout(); layout != nullptr) {
+    try {
+      sealer_ = cache_.make_sealer();
+      opener_ = cache_.make_sealer();
+    } catch (const std::exception& e) {
+      return fail(RC_E_INTERNAL, std::string("cannot set the sealing key up: ") + e.what());
+    }
+    seal_ = layout;
+    sealed_.resize(capacity_);
+    bounce_.resize(capacity_);
+    edge_.resize(layout->block);
+  }
   const Status st = bind();
   if (st != RC_OK) return st;
   cache_.add_session(this);
@@ -85,22 +98,84 @@ Status Session::submit(wire::Op kind, uint64_t address, void* buffer, uint64_t l
   // Before the range check: a cache that grew or shrank is checked against its new layout.
   if (const Status st = rebind_if_needed(); st != RC_OK) return st;
   const RegionTable& table = *table_;
-  if (!table.contains(address, length))
+  const uint64_t capacity = seal_ != nullptr ? seal_->capacity(table.capacity()) : table.capacity();
+  if (address > capacity || length > capacity - address)
     return fail(RC_E_OUT_OF_RANGE, "[" + std::to_string(address) + ", +" + std::to_string(length) +
-                                       ") is outside the cache's " + std::to_string(table.capacity()) + " bytes");
+                                       ") is outside the cache's " + std::to_string(capacity) + " bytes");
 
   const uint32_t slot = free_slots_.back();
+  auto* bytes = static_cast<std::byte*>(buffer);
+  if (seal_ != nullptr && length > 0) {
+    if (const Status st = check_sealed(kind, address, length); st != RC_OK) return st;
+    seal_request(kind, address, bytes, length, slot);  // may throw (memory): the slot is still free
+  }
   free_slots_.pop_back();
   submitted_.store(submitted_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   requests_[slot].tag = tag;
   if (table.any_moving() && must_wait(table, kind, address, length)) {
     requests_[slot].remaining = 1;
     requests_[slot].status = RC_OK;
-    held_.push_back(Held{kind, address, buffer, length, slot, now_ns()});
+    held_.push_back(Held{kind, address, bytes, length, slot, now_ns()});
     held_count_.store(held_.size(), std::memory_order_relaxed);
     return RC_OK;
   }
-  start(kind, address, static_cast<std::byte*>(buffer), length, slot);
+  start(kind, address, bytes, length, slot);
+  return RC_OK;
+}
+
+Status Session::check_sealed(wire::Op kind, uint64_t address, uint64_t length) const {
+  if (kind != wire::Op::Write || seal_->aligned(address, length)) return RC_OK;
+  return fail(RC_E_INVALID_ARGUMENT, "a write to a sealed cache covers whole blocks of " + std::to_string(seal_->block) +
+                                         " bytes: [" + std::to_string(address) + ", +" + std::to_string(length) +
+                                         ") does not");
+}
+
+void Session::seal_request(wire::Op kind, uint64_t& address, std::byte*& buffer, uint64_t& length, uint32_t slot) {
+  const uint64_t first = seal_->first_block(address);
+  const uint64_t blocks = seal_->block_count(address, length);
+  std::vector<std::byte>& sealed = bounce_[slot];
+  if (sealed.size() < blocks * seal_->stride()) sealed.resize(blocks * seal_->stride());
+  sealed_[slot] = SealedRequest{buffer, address, length, kind, true};
+  if (kind == wire::Op::Write) {
+    for (uint64_t i = 0; i < blocks; ++i)
+      sealer_->seal(first + i, buffer + i * seal_->block, sealed.data() + i * seal_->stride());
+    if (seal::PinTable* pins = cache_.pins(); pins != nullptr)
+      for (uint64_t i = 0; i < blocks; ++i) pins->write_started(first + i);
+  }
+  address = first * seal_->stride();
+  length = blocks * seal_->stride();
+  buffer = sealed.data();
+}
+
+Status Session::finish_sealed(uint32_t slot, Status status) {
+  SealedRequest& q = sealed_[slot];
+  q.active = false;
+  const uint64_t block = seal_->block;
+  const uint64_t first = seal_->first_block(q.address);
+  const uint64_t blocks = seal_->block_count(q.address, q.length);
+  const std::byte* sealed = bounce_[slot].data();
+  seal::PinTable* pins = cache_.pins();
+  if (q.kind == wire::Op::Write) {
+    if (pins != nullptr)
+      for (uint64_t i = 0; i < blocks; ++i)
+        pins->write_finished(first + i, status == RC_OK ? opener_->pin(sealed + i * seal_->stride()) : 0);
+    return status;
+  }
+  if (status != RC_OK) return status;
+  for (uint64_t i = 0; i < blocks; ++i) {
+    const std::byte* in = sealed + i * seal_->stride();
+    const uint64_t start = (first + i) * block;
+    const uint64_t from = std::max(start, q.address);
+    const uint64_t to = std::min(start + block, q.address + q.length);
+    const bool whole = from == start && to == start + block;
+    std::byte* out = whole ? q.plain + (start - q.address) : edge_.data();
+    if (!opener_->open(first + i, in, out) || (pins != nullptr && !pins->matches(first + i, opener_->pin(in)))) {
+      // Nothing of the request may be used: the blocks opened before this one are wiped too.
+      std::memset(q.plain, 0, q.length);
+      return RC_E_INTEGRITY;
+    }
+    if (!whole) std::memcpy(q.plain + (from - q.address), edge_.data() + (from - start), to - from);
+  }
   return RC_OK;
 }
 
@@ -170,6 +245,7 @@ void Session::on_complete(uint32_t slot, Status status) {
   Request& r = requests_[slot];
   if (status != RC_OK && r.status == RC_OK) r.status = status;
   if (--r.remaining != 0) return;
+  if (seal_ != nullptr && sealed_[slot].active) r.status = finish_sealed(slot, static_cast<Status>(r.status));
   completions_.try_push(slot);  // cannot fail: it holds as many entries as there are slots
   if (worker_ != nullptr) wake_if_sleeping(sleeping_, wake_);
   // Last touch: once completed_ catches up with submitted_, the owning thread may rebind or free

@@ -12,6 +12,10 @@
 // bytes sees that write); other reads go to the source. Waiting requests go out, in order, once the
 // session sees the region's new home (at its next submission or poll), or fail with RC_E_TIMEOUT
 // after op_timeout_ms.
+//
+// In a sealed cache (rc_cache_options.seal_key) a request names the client's address space; the session turns it
+// into the range of whole sealed blocks the servers hold, carried in a buffer of its own per slot: a write is
+// sealed there when it is submitted, a read is opened from there into the caller's buffer when it completes.
 #pragma once
 
 #include <atomic>
@@ -25,6 +29,7 @@
 #include "client/channel.h"
 #include "client/op.h"
 #include "client/region_table.h"
+#include "client/seal.h"
 #include "common/mpsc_queue.h"
 #include "common/notifier.h"
 
@@ -66,6 +71,15 @@ class Session {
     int32_t status;
   };
 
+  // The caller's side of a request to a sealed cache; its sealed form travels in bounce_[slot].
+  struct SealedRequest {
+    std::byte* plain = nullptr;
+    uint64_t address = 0;
+    uint64_t length = 0;
+    wire::Op kind = wire::Op::Read;
+    bool active = false;
+  };
+
   // A request waiting for its region's migration to end.
   struct Held {
     wire::Op kind;
@@ -81,6 +95,13 @@ class Session {
   bool must_wait(const RegionTable& table, wire::Op kind, uint64_t address, uint64_t length) const;
   // Splits requests_[slot] into slices and hands them to the data path.
   [[gnu::always_inline]] inline void start(wire::Op kind, uint64_t address, std::byte* buffer, uint64_t length, uint32_t slot);
+  // For a sealed cache: checks what the blocks cannot take (a write of part of a block).
+  Status check_sealed(wire::Op kind, uint64_t address, uint64_t length) const;
+  // Turns a request into its sealed blocks' range in bounce_[slot] (a write is sealed there now).
+  void seal_request(wire::Op kind, uint64_t& address, std::byte*& buffer, uint64_t& length, uint32_t slot);
+  // When a sealed request finished: a read's blocks opened into the caller's buffer (RC_E_INTEGRITY and zeros if
+  // one does not authenticate), a write's blocks pinned. Returns the request's status.
+  Status finish_sealed(uint32_t slot, Status status);
   // Sends the waiting requests whose regions have arrived, in order; fails those waiting too long.
   void release_held();
   // Rebinds if the cache changed, then release_held.
@@ -111,6 +132,14 @@ class Session {
   std::vector<std::unique_ptr<Channel>> channels_;  // c = 0
   std::shared_ptr<WorkerSet> workers_;              // c > 0
   Worker* worker_ = nullptr;
+
+  // Sealing (null / empty for a plain cache).
+  const seal::Layout* seal_ = nullptr;
+  std::unique_ptr<seal::Sealer> sealer_;  // writes: the owning thread, at submission
+  std::unique_ptr<seal::Sealer> opener_;  // reads: whichever thread completes them
+  std::vector<SealedRequest> sealed_;     // per slot
+  std::vector<std::vector<std::byte>> bounce_;  // per slot, grown to the largest request it carried
+  std::vector<std::byte> edge_;           // a read's block that its range covers in part (the opener's thread)
 
   std::atomic<uint32_t> sleeping_{0};
   std::atomic<bool> woken_{false};  // rc_wake was called: the next or current wait returns

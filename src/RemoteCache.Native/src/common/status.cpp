@@ -31,6 +31,7 @@ const char* status_name(int32_t status) {
     case RC_E_EXPIRED: return "RC_E_EXPIRED";
     case RC_E_IN_USE: return "RC_E_IN_USE";
     case RC_E_LIMIT: return "RC_E_LIMIT";
+    case RC_E_INTEGRITY: return "RC_E_INTEGRITY";
     default: return "RC_E_UNKNOWN";
   }
 }

@@ -1,0 +1,125 @@
+// Sealing of an encrypted cache's blocks (docs/encryption.md). The address space a client sees is cut into blocks of
+// `block` bytes; each is stored as its AES-256-GCM ciphertext followed by a 32-byte trailer: the 12-byte nonce, the
+// 16-byte tag and 4 reserved bytes (zero). The associated data is the cache id and the block's index, so a block
+// copied to another place or another cache fails its check, and the tag pins one sealing: a client that remembers
+// the tag of what it last wrote (PinTable) also detects an older version put back. Keys stay in this process.
+#pragma once
+
+#include <openssl/evp.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include <remotecache/remotecache.h>
+
+namespace rc::client::seal {
+
+constexpr uint32_t kKeyBytes = RC_SEAL_KEY_BYTES;
+constexpr uint32_t kNonceBytes = 12;
+constexpr uint32_t kTagBytes = 16;
+constexpr uint32_t kTrailerBytes = RC_SEAL_TRAILER_BYTES;  // nonce, tag, reserved bytes
+static_assert(kTrailerBytes >= kNonceBytes + kTagBytes);
+constexpr uint32_t kMinBlock = RC_MIN_SEAL_BLOCK;
+constexpr uint32_t kMaxBlock = RC_MAX_SEAL_BLOCK;
+
+// Where the blocks of a client address range live in the servers' (physical) address space.
+struct Layout {
+  uint32_t block = 0;  // plaintext bytes per block: a power of two in [kMinBlock, kMaxBlock]
+
+  static bool valid_block(uint32_t bytes) { return bytes >= kMinBlock && bytes <= kMaxBlock && (bytes & (bytes - 1)) == 0; }
+  uint64_t stride() const { return uint64_t{block} + kTrailerBytes; }
+  // The client's capacity in a physical space of `physical` bytes: whole blocks only.
+  uint64_t capacity(uint64_t physical) const { return physical / stride() * block; }
+  uint64_t first_block(uint64_t address) const { return address / block; }
+  // Blocks that [address, address + length) touches (length > 0).
+  uint64_t block_count(uint64_t address, uint64_t length) const {
+    return (address + length - 1) / block - address / block + 1;
+  }
+  bool aligned(uint64_t address, uint64_t length) const { return address % block == 0 && length % block == 0; }
+};
+
+// 96-bit nonces that never repeat under one key in practice: a random 64-bit prefix drawn by each source and a
+// 32-bit counter after it; a fresh prefix every 2^32 nonces. Two sources collide only if two of their prefixes do
+// (about P^2 / 2^65 for P prefixes drawn in the key's life).
+class NonceSource {
+ public:
+  NonceSource();
+  void next(uint8_t out[kNonceBytes]);
+  // For tests: the counter's next value (a prefix is drawn when it wraps to 0).
+  void set_counter_for_test(uint32_t next) { counter_ = next; }
+  uint64_t prefix() const { return prefix_; }
+
+ private:
+  void draw_prefix();
+  uint64_t prefix_ = 0;
+  uint32_t counter_ = 0;
+};
+
+// Seals and opens blocks of one cache under one key. One per thread at a time (it holds OpenSSL contexts);
+// construction throws std::runtime_error when libcrypto cannot set the key up.
+class Sealer {
+ public:
+  Sealer(std::span<const uint8_t, kKeyBytes> key, uint64_t cache_id, uint32_t block);
+  ~Sealer();
+  Sealer(const Sealer&) = delete;
+  Sealer& operator=(const Sealer&) = delete;
+
+  uint32_t block() const { return block_; }
+  // Seals block `index` from `plain` (block bytes) into `out` (block + kTrailerBytes bytes).
+  void seal(uint64_t index, const std::byte* plain, std::byte* out);
+  // Opens block `index` from `sealed` into `plain`. False when it does not authenticate (altered, moved, from
+  // another cache or key, never written): `plain` is then zeroed, so none of it can be used by mistake.
+  bool open(uint64_t index, const std::byte* sealed, std::byte* plain);
+  // What PinTable remembers of a sealed block: 8 bytes of its tag, never 0.
+  uint64_t pin(const std::byte* sealed) const;
+
+ private:
+  void associated_data(uint64_t index, uint8_t out[16]) const;
+
+  EVP_CIPHER_CTX* enc_ = nullptr;
+  EVP_CIPHER_CTX* dec_ = nullptr;
+  uint64_t cache_id_;
+  uint32_t block_;
+  NonceSource nonces_;
+};
+
+// What this client last wrote to each block, so that a block read back with another sealing — an older version
+// put back, or a foreign one — is detected. Only for a cache with one client (RC_OPEN_EXCLUSIVE): another client's
+// writes change blocks legitimately. A block's pin is set when a write of it completes; while a write of it is in
+// flight, a read may see either version, so its pin is not checked then (its authentication still is). A write
+// that failed leaves the block unpinned (either version may be there). 12 bytes per block; blocks past the table
+// (after a grow) are not pinned.
+class PinTable {
+ public:
+  explicit PinTable(uint64_t blocks)
+      : blocks_(blocks),
+        pins_(std::make_unique<std::atomic<uint64_t>[]>(blocks)),
+        writing_(std::make_unique<std::atomic<uint32_t>[]>(blocks)) {}
+  uint64_t size() const { return blocks_; }
+
+  void write_started(uint64_t block) {
+    if (block < blocks_) writing_[block].fetch_add(1, std::memory_order_acq_rel);
+  }
+  // `pin`: the written sealing's (Sealer::pin), or 0 when the write failed.
+  void write_finished(uint64_t block, uint64_t pin) {
+    if (block >= blocks_) return;
+    pins_[block].store(pin, std::memory_order_release);
+    writing_[block].fetch_sub(1, std::memory_order_acq_rel);
+  }
+  // False when the block is pinned, no write of it is in flight, and `pin` is not its pin.
+  bool matches(uint64_t block, uint64_t pin) const {
+    if (block >= blocks_ || writing_[block].load(std::memory_order_acquire) != 0) return true;
+    const uint64_t want = pins_[block].load(std::memory_order_acquire);
+    return want == 0 || want == pin;
+  }
+
+ private:
+  uint64_t blocks_;
+  std::unique_ptr<std::atomic<uint64_t>[]> pins_;
+  std::unique_ptr<std::atomic<uint32_t>[]> writing_;
+};
+
+}  // namespace rc::client::seal

@@ -1,0 +1,159 @@
+// Sealed blocks (client/seal.h): what a memory host can do to a stored block — alter any byte of it, move it to
+// another place or cache, put back an older version, hand over another key's block or zeros — is detected, and
+// nothing of a block that fails its check reaches the reader.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstring>
+#include <set>
+#include <vector>
+
+#include "client/seal.h"
+
+namespace {
+
+using rc::client::seal::kKeyBytes;
+using rc::client::seal::kNonceBytes;
+using rc::client::seal::kTrailerBytes;
+using rc::client::seal::Layout;
+using rc::client::seal::NonceSource;
+using rc::client::seal::PinTable;
+using rc::client::seal::Sealer;
+
+constexpr uint64_t kCacheId = 0x5eed;
+
+std::array<uint8_t, kKeyBytes> key(uint8_t fill) {
+  std::array<uint8_t, kKeyBytes> k{};
+  for (uint32_t i = 0; i < kKeyBytes; ++i) k[i] = static_cast<uint8_t>(fill + i * 7);
+  return k;
+}
+
+std::vector<std::byte> pattern(uint32_t bytes, uint8_t seed) {
+  std::vector<std::byte> v(bytes);
+  for (uint32_t i = 0; i < bytes; ++i) v[i] = static_cast<std::byte>(seed * 31 + i * 13);
+  return v;
+}
+
+class SealTest : public ::testing::TestWithParam<uint32_t> {
+ protected:
+  uint32_t block() const { return GetParam(); }
+  std::vector<std::byte> sealed(Sealer& s, uint64_t index, const std::vector<std::byte>& plain) {
+    std::vector<std::byte> out(block() + kTrailerBytes);
+    s.seal(index, plain.data(), out.data());
+    return out;
+  }
+};
+
+TEST_P(SealTest, ASealedBlockOpensToWhatWasSealedAndIsNotThePlaintext) {
+  Sealer s(key(1), kCacheId, block());
+  const auto plain = pattern(block(), 3);
+  const auto stored = sealed(s, 42, plain);
+  EXPECT_NE(0, std::memcmp(stored.data(), plain.data(), block())) << "the stored bytes are the plaintext";
+  std::vector<std::byte> back(block());
+  ASSERT_TRUE(s.open(42, stored.data(), back.data()));
+  EXPECT_EQ(plain, back);
+}
+
+TEST_P(SealTest, EveryAlteredByteIsDetectedAndTheReaderGetsZeros) {
+  Sealer s(key(1), kCacheId, block());
+  const auto plain = pattern(block(), 5);
+  const auto stored = sealed(s, 7, plain);
+  // Every byte of the trailer, and bytes spread over the ciphertext (every one for the smallest block).
+  const uint32_t step = block() <= 512 ? 1 : 61;
+  std::vector<uint32_t> offsets;
+  for (uint32_t i = 0; i < block(); i += step) offsets.push_back(i);
+  for (uint32_t i = 0; i < kTrailerBytes; ++i) offsets.push_back(block() + i);
+  for (uint32_t at : offsets) {
+    auto bad = stored;
+    bad[at] ^= std::byte{0x01};
+    std::vector<std::byte> back(block(), std::byte{0x77});
+    EXPECT_FALSE(s.open(7, bad.data(), back.data())) << "a flipped bit at byte " << at << " passed";
+    EXPECT_EQ(std::vector<std::byte>(block()), back) << "bytes of a block that failed reached the reader (byte " << at << ")";
+  }
+}
+
+TEST_P(SealTest, ABlockMovedToAnotherPlaceOrCacheOrUnderAnotherKeyFails) {
+  Sealer s(key(1), kCacheId, block());
+  const auto stored = sealed(s, 9, pattern(block(), 9));
+  std::vector<std::byte> back(block());
+  EXPECT_FALSE(s.open(10, stored.data(), back.data())) << "moved to the next block";
+  EXPECT_FALSE(s.open(9 + (uint64_t{1} << 40), stored.data(), back.data())) << "moved far";
+  Sealer other_cache(key(1), kCacheId + 1, block());
+  EXPECT_FALSE(other_cache.open(9, stored.data(), back.data())) << "the same place of another cache";
+  Sealer other_key(key(2), kCacheId, block());
+  EXPECT_FALSE(other_key.open(9, stored.data(), back.data())) << "another key";
+}
+
+TEST_P(SealTest, ZerosNeverOpen) {
+  Sealer s(key(1), kCacheId, block());
+  const std::vector<std::byte> zeros(block() + kTrailerBytes);
+  std::vector<std::byte> back(block());
+  EXPECT_FALSE(s.open(0, zeros.data(), back.data()));
+}
+
+TEST_P(SealTest, AnOlderVersionPutBackOpensButDoesNotMatchItsPin) {
+  Sealer s(key(1), kCacheId, block());
+  PinTable pins(16);
+  const auto v1 = sealed(s, 3, pattern(block(), 1));
+  pins.write_started(3);
+  pins.write_finished(3, s.pin(v1.data()));
+  const auto v2 = sealed(s, 3, pattern(block(), 2));
+  pins.write_started(3);
+  EXPECT_TRUE(pins.matches(3, s.pin(v1.data()))) << "while a write is in flight either version may be read";
+  pins.write_finished(3, s.pin(v2.data()));
+  std::vector<std::byte> back(block());
+  ASSERT_TRUE(s.open(3, v1.data(), back.data())) << "the old version is a valid sealing in itself";
+  EXPECT_FALSE(pins.matches(3, s.pin(v1.data()))) << "the replayed version matched the pin of the newer one";
+  EXPECT_TRUE(pins.matches(3, s.pin(v2.data())));
+  EXPECT_TRUE(pins.matches(4, s.pin(v1.data()))) << "an unpinned block is not a mismatch";
+  EXPECT_TRUE(pins.matches(100, s.pin(v1.data()))) << "a block past the table is not pinned";
+  pins.write_started(3);
+  pins.write_finished(3, 0);
+  EXPECT_TRUE(pins.matches(3, s.pin(v1.data()))) << "after a failed write either version may be there";
+}
+
+TEST_P(SealTest, SealingTheSameBlockTwiceGivesDifferentBytes) {
+  Sealer s(key(1), kCacheId, block());
+  const auto plain = pattern(block(), 4);
+  EXPECT_NE(sealed(s, 1, plain), sealed(s, 1, plain)) << "a nonce was reused";
+}
+
+INSTANTIATE_TEST_SUITE_P(Blocks, SealTest, ::testing::Values(512u, 4096u, 65536u));
+
+TEST(NonceSource, NoncesDoNotRepeatAndANewPrefixIsDrawnWhenTheCounterWraps) {
+  NonceSource n;
+  std::set<std::array<uint8_t, kNonceBytes>> seen;
+  std::array<uint8_t, kNonceBytes> nonce{};
+  for (int i = 0; i < 10000; ++i) {
+    n.next(nonce.data());
+    EXPECT_TRUE(seen.insert(nonce).second) << "nonce " << i << " repeated";
+  }
+  const uint64_t before = n.prefix();
+  n.set_counter_for_test(UINT32_MAX);
+  n.next(nonce.data());
+  EXPECT_TRUE(seen.insert(nonce).second);
+  EXPECT_NE(before, n.prefix()) << "the counter wrapped without a new prefix";
+  n.next(nonce.data());
+  EXPECT_TRUE(seen.insert(nonce).second);
+}
+
+TEST(SealLayout, BlocksAndCapacity) {
+  EXPECT_FALSE(Layout::valid_block(256));
+  EXPECT_FALSE(Layout::valid_block(3000));
+  EXPECT_FALSE(Layout::valid_block(128 * 1024));
+  EXPECT_TRUE(Layout::valid_block(512));
+  const Layout l{4096};
+  EXPECT_EQ(4096u + kTrailerBytes, l.stride());
+  EXPECT_EQ(0u, l.capacity(4096));
+  EXPECT_EQ(4096u, l.capacity(l.stride()));
+  EXPECT_EQ(2u, l.block_count(4095, 2));
+  EXPECT_EQ(1u, l.block_count(4096, 4096));
+  EXPECT_TRUE(l.aligned(8192, 4096));
+  EXPECT_FALSE(l.aligned(8192, 512));
+}
+
+TEST(Sealer, RefusesABlockSizeItCannotUse) {
+  EXPECT_THROW(Sealer(key(1), kCacheId, 1000), std::invalid_argument);
+}
+
+}  // namespace
