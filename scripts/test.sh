@@ -255,7 +255,7 @@ step_fuzz() {
   # Every target (name:max_len) fuzzes for an equal share of FUZZ_SECONDS from its own seeds, into
   # its own corpus (kept between runs), artifacts directory and log.
   local targets=(fuzz-frame:41000 fuzz-tcp-framing:4096 fuzz-connect:4096 fuzz-response:4096 fuzz-sequence:8192
-                 fuzz-admin:4096)
+                 fuzz-admin:4096 fuzz-unseal:4200)
   local share=$((FUZZ_SECONDS / ${#targets[@]}))
   if (( share < 1 )); then share=1; fi
   local seeds_root="$dir/fuzz/seeds"

@@ -145,4 +145,16 @@ enum RsStep : uint8_t {
 inline constexpr int kRsMaxSteps = 512;
 inline constexpr uint32_t kRsMaxOps = 128;
 
+// ---- fuzz-unseal --------------------------------------------------------------------------------
+// u8 mode (% 2), u8 block selector (% 3: 512, 4096, 65536 bytes), u64 block index, then:
+//   Open:      the rest as a stored block (block + trailer bytes, zero past the input), opened under kUnsealKey
+//              at the index: a block that fails must leave zeros; seeds hold valid sealings
+//   RoundTrip: the rest as plaintext (zero past the input), sealed and opened back (must match), then
+//              u32 offset (% stored size), u8 xor mask (0 -> 1): that byte of the stored block changed, opened
+//              again (must fail and leave zeros)
+enum UnsealMode : uint8_t { kUnsealOpen, kUnsealRoundTrip, kUnsealModeCount };
+inline constexpr uint32_t kUnsealBlocks[] = {512, 4096, 65536};
+inline constexpr uint8_t kUnsealKeyByte = 0x5a;  // the key: 32 bytes of it
+inline constexpr uint64_t kUnsealCacheId = 0xf022;
+
 }  // namespace rc::fuzz

@@ -16,6 +16,7 @@
 //
 // usage: fuzz-seeds DIR
 
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -29,6 +30,7 @@
 #include "common/capability.h"
 #include "common/status.h"
 #include "common/wire.h"
+#include "client/seal.h"
 #include "fuzz_grammar.h"
 #include "fuzz_util.h"
 #include "transport/connect_codec.h"
@@ -731,6 +733,30 @@ void admin_seeds() {
 
 }  // namespace
 
+// ---- fuzz-unseal ------------------------------------------------------------------------------
+
+void unseal_seeds() {
+  const std::string t = "fuzz-unseal";
+  std::array<uint8_t, rc::client::seal::kKeyBytes> key{};
+  key.fill(kUnsealKeyByte);
+  for (uint8_t sel = 0; sel < 2; ++sel) {  // 512 and 4096: a 64 KiB seed would pass the targets' max_len
+    const uint32_t block = kUnsealBlocks[sel];
+    rc::client::seal::Sealer sealer(key, kUnsealCacheId, block);
+    const auto plain = payload(block, sel);
+    std::vector<std::byte> stored(block + rc::client::seal::kTrailerBytes);
+    sealer.seal(7, plain.data(), stored.data());
+    ScriptWriter valid;
+    valid.u8(kUnsealOpen).u8(sel).u64(7).bytes(std::span<const std::byte>(stored));
+    save(t, "open-valid-" + std::to_string(block), valid);
+    ScriptWriter zeros;
+    zeros.u8(kUnsealOpen).u8(sel).u64(0);
+    save(t, "open-zeros-" + std::to_string(block), zeros);
+    ScriptWriter trip;
+    trip.u8(kUnsealRoundTrip).u8(sel).u64(3).bytes(std::span<const std::byte>(plain)).u32(block + 5).u8(0x80);
+    save(t, "round-trip-" + std::to_string(block), trip);
+  }
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: %s DIR\n", argv[0]);
@@ -749,6 +775,7 @@ int main(int argc, char** argv) {
   response_seeds();
   sequence_seeds();
   admin_seeds();
+  unseal_seeds();
   std::printf("fuzz-seeds: wrote %d seeds to %s\n", g_count, argv[1]);
   return g_ok ? 0 : 1;
 }
