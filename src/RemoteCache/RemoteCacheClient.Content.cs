@@ -1,4 +1,5 @@
 using System;
+using RemoteCache.Interop;
 
 namespace RemoteCache;
 
@@ -13,9 +14,31 @@ public sealed partial class RemoteCacheClient
     /// </summary>
     public event EventHandler<RemoteCacheContentLostEventArgs>? ContentLost;
 
+    // address and length name the servers' address space (regions); an encrypted cache's users address the whole
+    // blocks stored in it (each with its trailer), so they hear of the blocks the lost bytes touched.
     internal void RaiseContentLost(long address, long length, string reason)
     {
+        if (_encryptionBlock != 0)
+        {
+            long stride = _encryptionBlock + RemoteCacheOptions.EncryptionOverheadBytes;
+            long first = address / stride;
+            long end = Math.Min((address + length + stride - 1) / stride, Capacity / _encryptionBlock);
+            if (end <= first)
+                return;  // only the bytes past the last whole block, which no user address names
+            (address, length) = (first * _encryptionBlock, (end - first) * _encryptionBlock);
+        }
         Log.ContentLost(_logger, Name, address, length, reason);
         ContentLost?.Invoke(this, new RemoteCacheContentLostEventArgs(address, length, reason));
+    }
+
+    /// <summary>Bytes of the servers' address space: the sum of the regions (more than <see cref="Capacity"/> for an encrypted cache).</summary>
+    internal long ServerBytes()
+    {
+        long total = 0;
+        uint regions = (uint)NativeMethods.CacheRegionCount(_cache);
+        for (uint r = 0; r < regions; r++)
+            if (NativeMethods.CacheRegionInfo(_cache, r, out var info) == RemoteCacheStatus.Ok)
+                total += (long)info.Size;
+        return total;
     }
 }

@@ -26,6 +26,7 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
     private readonly CacheHandle _cache;
     private int _endpointCount;         // changed by Grow and Shrink under _resize
     private long _capacity;
+    private readonly long _encryptionBlock;  // 0: a plain cache
     private readonly object _resize = new();
     private readonly ILogger _logger;
     private readonly Instruments _instruments;
@@ -51,6 +52,7 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
         IsExclusive = options.Exclusive;
         ConfigGiven = options.Config is not null || plan is not null;
         _capacity = (long)NativeMethods.CacheCapacity(cache);
+        _encryptionBlock = options.EncryptionKey is null ? 0 : options.EncryptionBlockSize;
         var instruments = Instruments.For(options.MeterFactory);
         Metrics = new ClientMetrics(instruments, Name);
         var lanes = new List<Lane>();

@@ -211,16 +211,18 @@ public sealed class RemoteCacheMover
 
     /// <summary>
     /// Tells this client's users (<see cref="RemoteCacheClient.ContentLost"/>) that bytes [<paramref name="address"/>, +
-    /// <paramref name="length"/>) lost their content. The managed client calls it for each region it moves to a
+    /// <paramref name="length"/>) of the regions (region index × region size, as <see cref="GetRegion"/> counts them) lost
+    /// their content; for an encrypted cache they hear of the whole blocks those bytes held. The managed client calls it for each region it moves to a
     /// replacement without its content (a failed server's, or one whose reclaim deadline came first), before the region
     /// is served again, so that no reader takes the replacement's bytes for what it wrote.
     /// </summary>
-    /// <exception cref="ArgumentOutOfRangeException">The range is not within <see cref="RemoteCacheClient.Capacity"/>.</exception>
+    /// <exception cref="ArgumentOutOfRangeException">The range is not within the regions.</exception>
     public void ReportContentLost(long address, long length, string reason)
     {
         ArgumentOutOfRangeException.ThrowIfNegative(address);
         ArgumentOutOfRangeException.ThrowIfLessThan(length, 1);
-        ArgumentOutOfRangeException.ThrowIfGreaterThan(length, _client.Capacity - Math.Min(address, _client.Capacity), nameof(length));
+        long regions = _client.ServerBytes();
+        ArgumentOutOfRangeException.ThrowIfGreaterThan(length, regions - Math.Min(address, regions), nameof(length));
         ArgumentException.ThrowIfNullOrEmpty(reason);
         _client.ThrowIfDisposed();
         _client.RaiseContentLost(address, length, reason);

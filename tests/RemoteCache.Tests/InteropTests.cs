@@ -73,7 +73,7 @@ internal static partial class NativeAbi
         string.Concat(cName.Split('_', StringSplitOptions.RemoveEmptyEntries)
                            .Select(p => char.ToUpperInvariant(p[0]) + p[1..].ToLowerInvariant()));
 
-    [GeneratedRegex(@"^[ \t]*#[ \t]*define[ \t]+(RC_(?:MAX|DEFAULT|MIN|OPEN|MIGRATION)_\w+|RC_API_VERSION)[ \t]+(?:0[xX][0-9A-Fa-f]+|\d+)", RegexOptions.Multiline)]
+    [GeneratedRegex(@"^[ \t]*#[ \t]*define[ \t]+(RC_(?:MAX|DEFAULT|MIN|OPEN|MIGRATION|SEAL)_\w+|RC_API_VERSION)[ \t]+(?:0[xX][0-9A-Fa-f]+|\d+)", RegexOptions.Multiline)]
     private static partial Regex DefineRegex();
 }
 
@@ -110,8 +110,8 @@ public sealed class InteropTests
         var structs = NativeAbi.Get().Structs;
         Assert.Equal(16, structs["rc_config"].Size);
         Assert.Equal(16, structs["rc_completion"].Size);
-        Assert.Equal(64, structs["rc_cache_options"].Size);
-        Assert.Equal(new[] { 0, 8, 16, 20, 36, 40, 44, 48, 56 }, structs["rc_cache_options"].Fields.Select(f => f.Offset));
+        Assert.Equal(80, structs["rc_cache_options"].Size);
+        Assert.Equal(new[] { 0, 8, 16, 20, 36, 40, 44, 48, 56, 64, 72, 76 }, structs["rc_cache_options"].Fields.Select(f => f.Offset));
         Assert.Equal(96, structs["rc_server_options"].Size);  // 92 bytes of fields (commit_memory last), 8-aligned
         Assert.Equal(128, structs["rc_server_stats"].Size);  // 121 bytes of fields, 8-aligned
         Assert.Equal(56, structs["rc_server_stats"].Fields.Single(f => f.Name == "server_id").Offset);
