@@ -1,6 +1,7 @@
 // fuzz-unseal: client::seal::Sealer, the check every block of an encrypted cache passes when it comes back from
 // a memory host, on whatever the host hands back (grammar: fuzz_grammar.h). A block that does not authenticate
-// must leave zeros; a sealed block must open to what was sealed, and no longer once any byte of it changed.
+// must leave zeros; a sealed block must open to what was sealed, and no longer once any byte of it changed. A key
+// check (a cache's first stored block) read back is fresh only when it is all zeros.
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -10,7 +11,10 @@
 #include "fuzz_grammar.h"
 #include "fuzz_util.h"
 
+using rc::client::seal::KeyCheck;
 using rc::client::seal::kKeyBytes;
+using rc::client::seal::kMinBlock;
+using rc::client::seal::open_key_check;
 using rc::client::seal::kTrailerBytes;
 using rc::client::seal::Sealer;
 using namespace rc::fuzz;
@@ -32,6 +36,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::memset(back.data(), 0x77, back.size());
     if (!sealer.open(index, stored.data(), back.data()))
       FUZZ_CHECK(std::all_of(back.begin(), back.end(), [](std::byte b) { return b == std::byte{0}; }));
+    if (block == kMinBlock) {
+      const bool zeros = std::all_of(stored.begin(), stored.end(), [](std::byte b) { return b == std::byte{0}; });
+      FUZZ_CHECK((open_key_check(sealer, kUnsealBlocks[0], stored.data()).verdict == KeyCheck::Fresh) == zeros);
+    }
     return 0;
   }
 

@@ -19,6 +19,11 @@ using rc::client::seal::Layout;
 using rc::client::seal::NonceSource;
 using rc::client::seal::PinTable;
 using rc::client::seal::Sealer;
+using rc::client::seal::kKeyCheckBytes;
+using rc::client::seal::KeyCheck;
+using rc::client::seal::kMinBlock;
+using rc::client::seal::open_key_check;
+using rc::client::seal::seal_key_check;
 
 constexpr uint64_t kCacheId = 0x5eed;
 
@@ -145,11 +150,34 @@ TEST(SealLayout, BlocksAndCapacity) {
   const Layout l{4096};
   EXPECT_EQ(4096u + kTrailerBytes, l.stride());
   EXPECT_EQ(0u, l.capacity(4096));
-  EXPECT_EQ(4096u, l.capacity(l.stride()));
+  EXPECT_EQ(0u, l.capacity(2 * l.stride() - 1)) << "the first stride is the key check's";
+  EXPECT_EQ(4096u, l.capacity(2 * l.stride()));
+  EXPECT_EQ(l.stride(), l.physical(0));
+  EXPECT_EQ(3 * l.stride(), l.physical(2));
   EXPECT_EQ(2u, l.block_count(4095, 2));
   EXPECT_EQ(1u, l.block_count(4096, 4096));
   EXPECT_TRUE(l.aligned(8192, 4096));
   EXPECT_FALSE(l.aligned(8192, 512));
+}
+
+TEST(SealKeyCheck, TellsAFreshCacheTheRightKeyAnotherKeyAndAnotherBlockSize) {
+  Sealer mine(key(1), kCacheId, kMinBlock);
+  Sealer theirs(key(2), kCacheId, kMinBlock);
+  std::vector<std::byte> check(kKeyCheckBytes);
+  EXPECT_EQ(KeyCheck::Fresh, open_key_check(mine, 4096, check.data()).verdict);
+  seal_key_check(mine, 4096, check.data());
+  EXPECT_EQ(KeyCheck::Matches, open_key_check(mine, 4096, check.data()).verdict);
+  EXPECT_EQ(KeyCheck::WrongKey, open_key_check(theirs, 4096, check.data()).verdict);
+  const KeyCheck other = open_key_check(mine, 512, check.data());
+  EXPECT_EQ(KeyCheck::OtherBlockSize, other.verdict);
+  EXPECT_EQ(4096u, other.block);
+  Sealer other_cache(key(1), kCacheId + 1, kMinBlock);
+  EXPECT_EQ(KeyCheck::WrongKey, open_key_check(other_cache, 4096, check.data()).verdict) << "another cache's check";
+  for (uint32_t at : {0u, kMinBlock + 1}) {
+    auto altered = check;
+    altered[at] ^= std::byte{1};
+    EXPECT_EQ(KeyCheck::WrongKey, open_key_check(mine, 4096, altered.data()).verdict) << "byte " << at << " altered";
+  }
 }
 
 TEST(Sealer, RefusesABlockSizeItCannotUse) {

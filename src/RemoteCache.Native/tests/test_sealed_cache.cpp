@@ -18,6 +18,9 @@ using namespace rctest;
 
 constexpr uint32_t kBlock = 4096;
 constexpr uint64_t kStride = kBlock + RC_SEAL_TRAILER_BYTES;
+constexpr uint64_t kKeyCheckBytes = RC_MIN_SEAL_BLOCK + RC_SEAL_TRAILER_BYTES;
+// Where the host holds client block i: after the key check's stride.
+constexpr uint64_t host_address(uint64_t block) { return (block + 1) * kStride; }
 constexpr uint32_t kRegions = 4;
 
 std::array<uint8_t, RC_SEAL_KEY_BYTES> test_key(uint8_t seed) {
@@ -98,7 +101,8 @@ TEST_P(SealedCache, WholeBlockWritesComeBackThroughReadsOfAnyRange) {
     CacheHandle cache;
     ASSERT_TRUE(open(cache, sealed_options(key, cfg)));
     const uint64_t capacity = rc_cache_capacity(cache.c);
-    EXPECT_EQ(capacity, kRegions * kRegionSize / kStride * kBlock) << "the client's capacity is the whole blocks";
+    EXPECT_EQ(capacity, (kRegions * kRegionSize / kStride - 1) * kBlock)
+        << "the client's capacity is the whole blocks after the key check's";
     SessionHandle s;
     ASSERT_EQ(rc_session_open(cache.c, &s.s), RC_OK) << last_error();
     // Every block written (a read of never-written memory is RC_E_INTEGRITY), in writes of 1-8 blocks.
@@ -161,7 +165,7 @@ TEST_P(SealedCache, RefusesPartBlockWritesRangesPastTheBlocksAndBadOptions) {
   refused(o, "reserved");
 }
 
-TEST_P(SealedCache, NeverWrittenBlocksAndAnotherKeysBlocksReportIntegrityWithZeros) {
+TEST_P(SealedCache, NeverWrittenBlocksReportIntegrityWithZeros) {
   CacheHandle cache;
   ASSERT_TRUE(open(cache, sealed_options(test_key(1))));
   SessionHandle s;
@@ -171,18 +175,60 @@ TEST_P(SealedCache, NeverWrittenBlocksAndAnotherKeysBlocksReportIntegrityWithZer
   auto expected = filled(kBlock, 0x77);
   std::fill_n(expected.begin(), 100, 0);
   EXPECT_EQ(back, expected) << "the read's own range is zeroed, nothing past it touched";
+}
+
+TEST_P(SealedCache, AnotherKeyOrBlockSizeIsRefusedAtOpen) {
+  CacheHandle cache;
+  ASSERT_TRUE(open(cache, sealed_options(test_key(1))));
+  CacheHandle other;
+  EXPECT_EQ(open_cache({server_.endpoint()}, sealed_options(test_key(2)), &other.c), RC_E_INTEGRITY);
+  EXPECT_TRUE(contains(last_error(), "does not open with this key")) << last_error();
+  const auto key = test_key(1);  // outlives the options that point at it
+  auto small = sealed_options(key);
+  small.seal_block_size = 512;
+  EXPECT_EQ(open_cache({server_.endpoint()}, small, &other.c), RC_E_INVALID_ARGUMENT) << last_error();
+  EXPECT_TRUE(contains(last_error(), "sealed in blocks of 4096 bytes, not 512")) << last_error();
+  CacheHandle again;
+  EXPECT_TRUE(open(again, sealed_options(test_key(1)))) << "the right key still opens it";
+}
+
+// The host (or a client that zeroed the check) lets another key in: every block sealed under the old key then
+// fails its read under the new one, and each key's client still reads what it wrote.
+TEST_P(SealedCache, AKeyChangedUnderALiveCacheReportsIntegrityForOldData) {
+  CacheHandle cache;
+  ASSERT_TRUE(open(cache, sealed_options(test_key(1))));
+  SessionHandle s;
+  ASSERT_EQ(rc_session_open(cache.c, &s.s), RC_OK);
   const auto data = filled(2 * kBlock, 5);
   ASSERT_EQ(sync_write(s.s, 0, data.data(), data.size()), RC_OK);
 
+  CacheHandle host;
+  SessionHandle hs;
+  ASSERT_TRUE(open_host_view(host, hs));
+  const auto zeros = filled(kKeyCheckBytes, 0);
+  ASSERT_EQ(sync_write(hs.s, 0, zeros.data(), zeros.size()), RC_OK);
+
   CacheHandle other;
-  ASSERT_TRUE(open(other, sealed_options(test_key(2))));  // the same cache under another key
+  ASSERT_TRUE(open(other, sealed_options(test_key(2))));  // the check looked fresh
   SessionHandle os;
   ASSERT_EQ(rc_session_open(other.c, &os.s), RC_OK);
-  back = filled(2 * kBlock, 0x77);
-  EXPECT_EQ(read_into(os.s, 0, back.data(), back.size()), RC_E_INTEGRITY) << "another key's blocks";
+  auto back = filled(2 * kBlock, 0x77);
+  EXPECT_EQ(read_into(os.s, 0, back.data(), back.size()), RC_E_INTEGRITY) << "the old key's blocks";
   EXPECT_EQ(back, filled(2 * kBlock, 0));
-  ASSERT_EQ(sync_read(s.s, 0, back.data(), back.size()), RC_OK) << "the writer's key still reads them";
+  const auto mine = filled(kBlock, 9);
+  ASSERT_EQ(sync_write(os.s, 2 * kBlock, mine.data(), kBlock), RC_OK);
+  back.assign(kBlock, 0);
+  ASSERT_EQ(sync_read(os.s, 2 * kBlock, back.data(), kBlock), RC_OK) << "the new key reads what it wrote";
+  EXPECT_EQ(back, mine);
+
+  back.assign(2 * kBlock, 0);
+  ASSERT_EQ(sync_read(s.s, 0, back.data(), back.size()), RC_OK) << "the old key still reads its blocks";
   EXPECT_EQ(back, data);
+  back.assign(kBlock, 0x77);
+  EXPECT_EQ(read_into(s.s, 2 * kBlock, back.data(), kBlock), RC_E_INTEGRITY) << "the new key's block";
+  CacheHandle third;
+  EXPECT_EQ(open_cache({server_.endpoint()}, sealed_options(test_key(1)), &third.c), RC_E_INTEGRITY)
+      << "the check now names the new key";
 }
 
 TEST_P(SealedCache, BytesAlteredOrABlockMovedByTheHostAreDetected) {
@@ -199,7 +245,7 @@ TEST_P(SealedCache, BytesAlteredOrABlockMovedByTheHostAreDetected) {
   ASSERT_TRUE(open_host_view(host, hs));
   EXPECT_EQ(rc_cache_capacity(host.c), kRegions * kRegionSize);
   // Flip one bit of block 2's ciphertext, and one of block 5's trailer.
-  for (const uint64_t at : {2 * kStride + 77, 5 * kStride + kBlock + 3}) {
+  for (const uint64_t at : {host_address(2) + 77, host_address(5) + kBlock + 3}) {
     uint8_t b = 0;
     ASSERT_EQ(sync_read(hs.s, at, &b, 1), RC_OK);
     b ^= 0x10;
@@ -207,8 +253,8 @@ TEST_P(SealedCache, BytesAlteredOrABlockMovedByTheHostAreDetected) {
   }
   // Copy block 0's sealed form over block 6.
   std::vector<uint8_t> sealed0(kStride);
-  ASSERT_EQ(sync_read(hs.s, 0, sealed0.data(), kStride), RC_OK);
-  ASSERT_EQ(sync_write(hs.s, 6 * kStride, sealed0.data(), kStride), RC_OK);
+  ASSERT_EQ(sync_read(hs.s, host_address(0), sealed0.data(), kStride), RC_OK);
+  ASSERT_EQ(sync_write(hs.s, host_address(6), sealed0.data(), kStride), RC_OK);
 
   for (const uint64_t block : {2u, 5u, 6u}) {
     auto back = filled(kBlock, 0x77);

@@ -223,6 +223,10 @@ std::unique_ptr<Cache> Cache::open(const std::vector<std::string>& endpoints, co
     status = cache->make_workers(c.client_threads, cache->workers_);
     if (status != RC_OK) return nullptr;
   }
+  if (cache->sealing_) {
+    status = cache->check_key();
+    if (status != RC_OK) return nullptr;
+  }
   status = RC_OK;
   return cache;
 }
@@ -766,6 +770,54 @@ Cache::Sealing::~Sealing() { OPENSSL_cleanse(key.data(), key.size()); }
 uint64_t Cache::client_capacity() const {
   const uint64_t physical = capacity();
   return sealing_ ? sealing_->layout.capacity(physical) : physical;
+}
+
+Status Cache::check_key() {
+  const uint32_t block = sealing_->layout.block;
+  if (capacity() < 2 * sealing_->layout.stride())
+    return fail(RC_E_INVALID_ARGUMENT, "a sealed cache with blocks of " + std::to_string(block) +
+                                           " bytes needs at least " + std::to_string(2 * sealing_->layout.stride()) +
+                                           " bytes on its servers (a block and the key check), not " +
+                                           std::to_string(capacity()));
+  std::unique_ptr<seal::Sealer> checker;
+  try {
+    checker = std::make_unique<seal::Sealer>(std::span<const uint8_t, seal::kKeyBytes>(sealing_->key),
+                                             options_.cache_id, seal::kMinBlock);
+  } catch (const std::exception& e) {
+    return fail(RC_E_INTERNAL, std::string("cannot set the sealing key up: ") + e.what());
+  }
+  Session session(*this, 1, Session::View::Servers);
+  Status st = session.open();
+  if (st != RC_OK) return st;
+  // One request at a time; each ends within op_timeout_ms (it times out on a dead server).
+  auto complete = [&session]() -> Status {
+    rc_completion done{};
+    while (session.wait(&done, 1, -1) == 0) {
+    }
+    return static_cast<Status>(done.status);
+  };
+  std::array<std::byte, seal::kKeyCheckBytes> check{};
+  if ((st = session.read(0, check.data(), check.size(), 0)) != RC_OK || (st = complete()) != RC_OK) {
+    session.close();
+    return st;
+  }
+  const seal::KeyCheck verdict = seal::open_key_check(*checker, block, check.data());
+  if (verdict.verdict == seal::KeyCheck::Fresh) {
+    seal::seal_key_check(*checker, block, check.data());
+    if ((st = session.write(0, check.data(), check.size(), 0)) == RC_OK) st = complete();
+  }
+  session.close();
+  if (st != RC_OK) return st;
+  switch (verdict.verdict) {
+    case seal::KeyCheck::WrongKey:
+      return fail(RC_E_INTEGRITY, "the cache's key check does not open with this key: the cache was sealed with "
+                                  "another key (or its servers' memory was altered)");
+    case seal::KeyCheck::OtherBlockSize:
+      return fail(RC_E_INVALID_ARGUMENT, "the cache is sealed in blocks of " + std::to_string(verdict.block) +
+                                             " bytes, not " + std::to_string(block));
+    default:
+      return RC_OK;
+  }
 }
 
 std::unique_ptr<seal::Sealer> Cache::make_sealer() const {

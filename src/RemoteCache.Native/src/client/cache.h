@@ -153,6 +153,9 @@ class Cache {
   Status check_grants(const std::vector<std::unique_ptr<transport::ClientConnection>>& links, std::size_t first) const;
   // Appends the regions the control connections of holders [first, ...) lent, in their order.
   void place_regions(std::size_t first);
+  // A sealed cache's key check (client/seal.h): refuses a key or block size other than the cache's; writes the
+  // check into a fresh cache.
+  Status check_key();
   // Publishes the region table of layout_.
   void publish_layout();
   // After layout_ changed: lets go of holders that hold no region (dropping trailing ones altogether),

@@ -11,6 +11,8 @@ namespace rc::client::seal {
 namespace {
 
 constexpr uint32_t kReservedOffset = kNonceBytes + kTagBytes;
+// The key check's plaintext: this magic (format 1), then the block size (little-endian), then zeros.
+constexpr uint8_t kKeyCheckMagic[8] = {'R', 'C', 'S', 'E', 'A', 'L', 1, 0};
 
 void store_le64(uint8_t* out, uint64_t v) {
   for (int i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(v >> (8 * i));
@@ -110,6 +112,25 @@ uint64_t Sealer::pin(const std::byte* sealed) const {
   uint64_t v = 0;
   std::memcpy(&v, reinterpret_cast<const uint8_t*>(sealed) + block_ + kNonceBytes, sizeof v);
   return v | 1;
+}
+
+void seal_key_check(Sealer& checker, uint32_t block, std::byte* out) {
+  std::byte plain[kMinBlock] = {};
+  std::memcpy(plain, kKeyCheckMagic, sizeof kKeyCheckMagic);
+  for (int i = 0; i < 4; ++i) plain[sizeof kKeyCheckMagic + i] = static_cast<std::byte>(block >> (8 * i));
+  checker.seal(kKeyCheckIndex, plain, out);
+}
+
+KeyCheck open_key_check(Sealer& checker, uint32_t block, const std::byte* in) {
+  bool zeros = true;
+  for (uint32_t i = 0; i < kKeyCheckBytes; ++i) zeros &= in[i] == std::byte{0};
+  if (zeros) return {KeyCheck::Fresh, block};
+  std::byte plain[kMinBlock];
+  if (!checker.open(kKeyCheckIndex, in, plain) || std::memcmp(plain, kKeyCheckMagic, sizeof kKeyCheckMagic) != 0)
+    return {KeyCheck::WrongKey, 0};
+  uint32_t theirs = 0;
+  for (int i = 0; i < 4; ++i) theirs |= std::to_integer<uint32_t>(plain[sizeof kKeyCheckMagic + i]) << (8 * i);
+  return {theirs == block ? KeyCheck::Matches : KeyCheck::OtherBlockSize, theirs};
 }
 
 }  // namespace rc::client::seal

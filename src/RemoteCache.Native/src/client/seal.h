@@ -1,6 +1,7 @@
 // Sealing of an encrypted cache's blocks (docs/encryption.md). The address space a client sees is cut into blocks of
 // `block` bytes; each is stored as its AES-256-GCM ciphertext followed by a 32-byte trailer: the 12-byte nonce, the
-// 16-byte tag and 4 reserved bytes (zero). The associated data is the cache id and the block's index, so a block
+// 16-byte tag and 4 reserved bytes (zero). The servers' first stride holds the key check (below); block i follows
+// at (i + 1) strides. The associated data is the cache id and the block's index, so a block
 // copied to another place or another cache fails its check, and the tag pins one sealing: a client that remembers
 // the tag of what it last wrote (PinTable) also detects an older version put back. Keys stay in this process.
 #pragma once
@@ -31,8 +32,13 @@ struct Layout {
 
   static bool valid_block(uint32_t bytes) { return bytes >= kMinBlock && bytes <= kMaxBlock && (bytes & (bytes - 1)) == 0; }
   uint64_t stride() const { return uint64_t{block} + kTrailerBytes; }
-  // The client's capacity in a physical space of `physical` bytes: whole blocks only.
-  uint64_t capacity(uint64_t physical) const { return physical / stride() * block; }
+  // The client's capacity in a physical space of `physical` bytes: whole blocks after the key check's stride.
+  uint64_t capacity(uint64_t physical) const {
+    const uint64_t strides = physical / stride();
+    return strides > 1 ? (strides - 1) * block : 0;
+  }
+  // Where block `index` starts in the servers' space.
+  uint64_t physical(uint64_t index) const { return (index + 1) * stride(); }
   uint64_t first_block(uint64_t address) const { return address / block; }
   // Blocks that [address, address + length) touches (length > 0).
   uint64_t block_count(uint64_t address, uint64_t length) const {
@@ -85,6 +91,25 @@ class Sealer {
   uint32_t block_;
   NonceSource nonces_;
 };
+
+// The key check: a block of kMinBlock bytes at the start of the servers' space, sealed as index kKeyCheckIndex
+// (no data block has it) over a plaintext naming the format and the cache's block size. It lets a client with
+// another key, or another block size, be refused at open instead of failing every read; all zeros (memory never
+// written) is a fresh cache, whose first client writes the check.
+constexpr uint64_t kKeyCheckIndex = UINT64_MAX;
+constexpr uint32_t kKeyCheckBytes = kMinBlock + kTrailerBytes;
+
+struct KeyCheck {
+  enum Verdict { Fresh, Matches, WrongKey, OtherBlockSize };
+  Verdict verdict;
+  uint32_t block;  // OtherBlockSize: the cache's
+};
+
+// `checker`: a Sealer for the key with blocks of kMinBlock. Seals the check of a cache with blocks of `block`
+// bytes into out[kKeyCheckBytes].
+void seal_key_check(Sealer& checker, uint32_t block, std::byte* out);
+// What a check read from the servers (kKeyCheckBytes) says to a client with `checker`'s key and blocks of `block`.
+KeyCheck open_key_check(Sealer& checker, uint32_t block, const std::byte* in);
 
 // What this client last wrote to each block, so that a block read back with another sealing — an older version
 // put back, or a foreign one — is detected. Only for a cache with one client (RC_OPEN_EXCLUSIVE): another client's

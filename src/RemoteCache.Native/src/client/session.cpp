@@ -19,8 +19,8 @@ constexpr int kMaxBlockMs = 10;       // block at most this long between livenes
 
 void complete(const Op& op, Status status) { op.session->on_complete(op.slot, status); }
 
-Session::Session(Cache& cache, uint32_t capacity)
-    : cache_(cache), capacity_(capacity), requests_(capacity), completions_(capacity) {
+Session::Session(Cache& cache, uint32_t capacity, View view)
+    : cache_(cache), capacity_(capacity), requests_(capacity), completions_(capacity), view_(view) {
   free_slots_.reserve(capacity);
   for (uint32_t i = capacity; i > 0; --i) free_slots_.push_back(i - 1);
 }
@@ -30,7 +30,7 @@ Session::~Session() {
 }
 
 Status Session::open() {
-  if (const seal::Layout* layout = cache_.seal_layout(); layout != nullptr) {
+  if (const seal::Layout* layout = cache_.seal_layout(); layout != nullptr && view_ == View::Client) {
     try {
       sealer_ = cache_.make_sealer();
       opener_ = cache_.make_sealer();
@@ -142,7 +142,7 @@ void Session::seal_request(wire::Op kind, uint64_t& address, std::byte*& buffer,
     if (seal::PinTable* pins = cache_.pins(); pins != nullptr)
       for (uint64_t i = 0; i < blocks; ++i) pins->write_started(first + i);
   }
-  address = first * seal_->stride();
+  address = seal_->physical(first);
   length = blocks * seal_->stride();
   buffer = sealed.data();
 }

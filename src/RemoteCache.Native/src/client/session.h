@@ -41,7 +41,9 @@ class WorkerSet;
 
 class Session {
  public:
-  Session(Cache& cache, uint32_t capacity);
+  // Servers: a session that addresses the servers' space as it is, past any sealing (the key check's).
+  enum class View { Client, Servers };
+  Session(Cache& cache, uint32_t capacity, View view = View::Client);
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
@@ -133,7 +135,8 @@ class Session {
   std::shared_ptr<WorkerSet> workers_;              // c > 0
   Worker* worker_ = nullptr;
 
-  // Sealing (null / empty for a plain cache).
+  // Sealing (null / empty for a plain cache, or a View::Servers session).
+  View view_;
   const seal::Layout* seal_ = nullptr;
   std::unique_ptr<seal::Sealer> sealer_;  // writes: the owning thread, at submission
   std::unique_ptr<seal::Sealer> opener_;  // reads: whichever thread completes them
