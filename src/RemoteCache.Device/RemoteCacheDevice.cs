@@ -1,4 +1,5 @@
 using System;
+using System.Numerics;
 using System.Threading;
 using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Logging.Abstractions;
@@ -69,7 +70,9 @@ public sealed partial class RemoteCacheDevice : StorageDeviceBase
 
     /// <summary>
     /// Creates a device over <paramref name="cache"/>, which must hold a whole number of FASTER segments if FASTER
-    /// initializes the device with a segment size.
+    /// initializes the device with a segment size. Over an encrypted cache (<see cref="RemoteCacheClient.EncryptionBlockSize"/>)
+    /// the device's sector is the block (FASTER then writes whole blocks) and its capacity the largest power of two the
+    /// cache holds.
     /// </summary>
     /// <param name="cache">
     /// The cache that stores the log's most recent segments, opened with <see cref="RemoteCacheOptions.Exclusive"/> = true:
@@ -95,7 +98,7 @@ public sealed partial class RemoteCacheDevice : StorageDeviceBase
     /// </exception>
     /// <exception cref="RemoteCacheException">The cache could not be switched to <see cref="CacheConfig.OneSided"/>.</exception>
     public RemoteCacheDevice(RemoteCacheClient cache, int throttleLimit = 256, bool ownsCache = false, ILogger? logger = null)
-        : base($"remotecache:{cache?.Name}", 512, cache?.Capacity ?? 0)
+        : base($"remotecache:{cache?.Name}", SectorSizeOf(cache), UsableCapacityOf(cache))
     {
         ArgumentNullException.ThrowIfNull(cache);
         _logger = logger ?? NullLogger.Instance;
@@ -129,6 +132,17 @@ public sealed partial class RemoteCacheDevice : StorageDeviceBase
         ThrottleLimit = throttleLimit;
         cache.ContentLost += OnContentLost;
     }
+
+    // FASTER aligns every read and write to the device's sector: an encrypted cache's block makes writes whole blocks.
+    private static uint SectorSizeOf(RemoteCacheClient? cache) => (uint)Math.Max(MinSectorSize, cache?.EncryptionBlockSize ?? 0);
+
+    // An encrypted cache holds whole blocks after its key check, seldom a power of two: the device uses the largest power
+    // of two it holds, which every segment size up to it divides (a cache asked for with RemoteCacheOptions.ServerBytesFor
+    // of a power of two holds exactly that).
+    private static long UsableCapacityOf(RemoteCacheClient? cache) =>
+        cache is null ? 0 : cache.EncryptionBlockSize is null || cache.Capacity <= 0 ? cache.Capacity : (long)BitOperations.RoundUpToPowerOf2((ulong)cache.Capacity + 1) / 2;
+
+    private const int MinSectorSize = 512;
 
     /// <summary>
     /// The least batch size and queue depth the device keeps its cache at (<see cref="RemoteCacheClient.KeepWindowAtLeast"/>),

@@ -350,8 +350,10 @@ public sealed partial class ManagedCache
             i += count;
             _feed.Publish(new RegionsLostEvent(CacheId, DateTimeOffset.UtcNow, first, count, reason));
             Log.RegionsLost(_manager.Logger, Name, first, count, reason);
-            if (_populateSource is { } source && first * regionSize < source.Length)
-                refills.Add((first * regionSize, Math.Min(source.Length, (first + count) * regionSize)));
+            // The file's bytes sit at the client's addresses: an encrypted cache's regions hold fewer of them, and others.
+            var (start, length) = _regions.ClientRangeOf(first * regionSize, count * regionSize);
+            if (_populateSource is { } source && length > 0 && start < source.Length)
+                refills.Add((start, Math.Min(source.Length, start + length)));
         }
         if (!refill || refills.Count == 0 || _populateSource is not { } file)
             return;

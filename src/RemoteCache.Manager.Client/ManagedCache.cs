@@ -35,6 +35,7 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
 
     private readonly RemoteCacheManagerClient _manager;
     private readonly RemoteCacheClient _client;
+    private readonly RemoteCacheOptions _opened;  // what _client was opened with: an encrypted cache's layout
     private readonly RemoteCacheMover _regions;  // moves the client's regions on a reclaim, a failure or a reshape
     private readonly SemaphoreSlim _gate = new(1, 1);  // one change of the cache's shape, config or servers at a time
     // The data client's holders change, and capabilities are presented to them, one at a time: a renewal runs beside a
@@ -51,9 +52,10 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
     // Set when the event stream hands on the cache's deletion: DeleteAsync lets it through before the stream ends.
     private readonly TaskCompletionSource _deletionSeen = new(TaskCreationOptions.RunContinuationsAsynchronously);
 
-    internal ManagedCache(RemoteCacheManagerClient manager, Cache state, RemoteCacheClient client, string name, long watchFrom)
+    internal ManagedCache(RemoteCacheManagerClient manager, Cache state, RemoteCacheClient client, RemoteCacheOptions opened, string name, long watchFrom)
     {
         _manager = manager;
+        _opened = opened;
         _state = state;
         _client = client;
         _regions = new RemoteCacheMover(client);
@@ -139,6 +141,8 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
     private async Task ReshapeLockedAsync(long capacity, RemoteCacheSlo? slo, CancellationToken cancellationToken)
     {
         var before = _state;
+        if (capacity != 0)
+            capacity = _opened.ServerBytesFor(capacity);  // the manager and the servers count an encrypted cache's trailers too
         long share = (long)before.Servers[0].Regions * (long)before.Servers[0].RegionSize;
         int servers = capacity == 0 ? before.Servers.Count : (int)Math.Min(int.MaxValue, WholeServers.Servers(capacity, share));
         var request = new ReallocateRequest { CacheId = CacheId, Capacity = (ulong)capacity };
@@ -548,7 +552,10 @@ public sealed partial class ManagedCache : IAsyncDisposable, IDisposable
                 buffers[slot] ??= GC.AllocateUninitializedArray<byte>(PopulateChunk, pinned: true);
                 int n = (int)Math.Min(PopulateChunk, length - offset);
                 ReadExactly(file, path, buffers[slot].AsSpan(0, n), start + offset);
-                writes[slot] = _client.WriteAsync(start + offset, buffers[slot].AsMemory(0, n), stop).AsTask();
+                // An encrypted cache is written in whole blocks: the file's last one is completed with zeros.
+                int written = _opened.Encrypted ? (int)Math.Min(PopulateChunk, (long)(n + _opened.EncryptionBlockSize - 1) / _opened.EncryptionBlockSize * _opened.EncryptionBlockSize) : n;
+                buffers[slot].AsSpan(n, written - n).Clear();
+                writes[slot] = _client.WriteAsync(start + offset, buffers[slot].AsMemory(0, written), stop).AsTask();
                 offset += n;
                 if (clock.Elapsed - lastReport >= ProgressPeriod)
                 {

@@ -126,7 +126,7 @@ public sealed class RemoteCacheManagerClient : IAsyncDisposable, IDisposable
             throw new ArgumentException($"the cache request {problem}", nameof(request));
         var allocate = new AllocateRequest
         {
-            Capacity = (ulong)request.Capacity,
+            Capacity = (ulong)Options.Cache.ServerBytesFor(request.Capacity),  // an encrypted cache's trailers too
             Slo = Contract.ToProto(request.Slo),
             RecordSize = (uint)(request.Slo?.RecordSize ?? 0),
             Name = request.Name ?? "",
@@ -393,10 +393,13 @@ public sealed class RemoteCacheManagerClient : IAsyncDisposable, IDisposable
             SessionCapacity = template.SessionCapacity,
             LoggerFactory = template.LoggerFactory,
             MeterFactory = template.MeterFactory,
+            EncryptionKey = template.EncryptionKey,
+            EncryptionKeyProvider = template.EncryptionKeyProvider,
+            EncryptionBlockSize = template.EncryptionBlockSize,
             Reconnect = false,  // the manager replaces a failed server with another (ManagedCache.Replacement)
         };
         var client = await RemoteCacheClient.OpenAsync(cache.Servers.Select(s => s.Endpoint).ToList(), options, cancellationToken).ConfigureAwait(false);
-        var managed = new ManagedCache(this, cache, client, name, watchFrom);
+        var managed = new ManagedCache(this, cache, client, options, name, watchFrom);
         lock (_open)
         {
             if (_disposed)

@@ -72,7 +72,9 @@ public sealed class RemoteCacheManagerOptions
     public TimeSpan RetryLimit { get; set; } = TimeSpan.FromSeconds(5);
 
     /// <summary>
-    /// How the caches are opened: timeouts, lanes, session capacity, logger and meter factories. The cache id, token,
+    /// How the caches are opened: timeouts, lanes, session capacity, logger and meter factories, and encryption
+    /// (<see cref="RemoteCacheOptions.EncryptionKey"/> or, for a key per cache, <see cref="RemoteCacheOptions.EncryptionKeyProvider"/>;
+    /// the manager is asked for the blocks' trailers too and never sees a key). The cache id, token,
     /// capabilities, regions and configuration come from the manager and are not taken from here; a managed cache does
     /// not reconnect to a server that went away (<see cref="RemoteCacheOptions.Reconnect"/>): the manager replaces it.
     /// </summary>

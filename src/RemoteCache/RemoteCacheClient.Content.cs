@@ -18,20 +18,21 @@ public sealed partial class RemoteCacheClient
     // blocks stored in it (each with its trailer), so they hear of the blocks the lost bytes touched.
     internal void RaiseContentLost(long address, long length, string reason)
     {
-        if (_encryptionBlock != 0)
+        if (_encrypted is { } layout)
         {
-            long stride = _encryptionBlock + RemoteCacheOptions.EncryptionOverheadBytes;
-            long first = address / stride;
-            long end = Math.Min((address + length + stride - 1) / stride, Capacity / _encryptionBlock);
-            if (end <= first)
-                return;  // only the bytes past the last whole block, which no user address names
-            (address, length) = (first * _encryptionBlock, (end - first) * _encryptionBlock);
+            (address, length) = layout.ClientRange(address, length, Capacity);
+            if (length == 0)
+                return;  // only the key check or the tail past the last whole block, which no user address names
         }
         Log.ContentLost(_logger, Name, address, length, reason);
         ContentLost?.Invoke(this, new RemoteCacheContentLostEventArgs(address, length, reason));
     }
 
     /// <summary>Bytes of the servers' address space: the sum of the regions (more than <see cref="Capacity"/> for an encrypted cache).</summary>
+    // The client bytes the servers' bytes [address, +length) hold (an encrypted cache's blocks; a plain cache's are the same).
+    internal (long Address, long Length) ClientRange(long address, long length) =>
+        _encrypted is { } layout ? layout.ClientRange(address, length, Capacity) : (address, Math.Min(length, Math.Max(Capacity - address, 0)));
+
     internal long ServerBytes()
     {
         long total = 0;

@@ -3,6 +3,7 @@ using System.Collections.Generic;
 using System.Diagnostics;
 using System.Linq;
 using System.Runtime.InteropServices;
+using System.Security.Cryptography;
 using System.Threading;
 using System.Threading.Tasks;
 using Microsoft.Extensions.Logging;
@@ -26,7 +27,7 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
     private readonly CacheHandle _cache;
     private int _endpointCount;         // changed by Grow and Shrink under _resize
     private long _capacity;
-    private readonly long _encryptionBlock;  // 0: a plain cache
+    private readonly EncryptedLayout? _encrypted;  // null: a plain cache
     private readonly object _resize = new();
     private readonly ILogger _logger;
     private readonly Instruments _instruments;
@@ -52,7 +53,7 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
         IsExclusive = options.Exclusive;
         ConfigGiven = options.Config is not null || plan is not null;
         _capacity = (long)NativeMethods.CacheCapacity(cache);
-        _encryptionBlock = options.EncryptionKey is null ? 0 : options.EncryptionBlockSize;
+        _encrypted = options.Encrypted ? new EncryptedLayout(options.EncryptionBlockSize) : null;
         var instruments = Instruments.For(options.MeterFactory);
         Metrics = new ClientMetrics(instruments, Name);
         var lanes = new List<Lane>();
@@ -140,7 +141,9 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
     public static RemoteCacheClient Open(IEnumerable<string> endpoints, RemoteCacheOptions options)
     {
         var (list, plan) = Checked(endpoints, options);
-        return OpenChecked(list, options, plan, LoggerFor(options));
+        var key = options.EncryptionKeyProvider is null ? options.EncryptionKey
+                  : ProvidedKeyAsync(options, CancellationToken.None).AsTask().GetAwaiter().GetResult();
+        return OpenKeyed(list, options, key, plan, LoggerFor(options));
     }
 
     /// <summary>
@@ -161,7 +164,9 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
         var (list, plan) = Checked(endpoints, options);
         cancellationToken.ThrowIfCancellationRequested();
         var logger = LoggerFor(options);
-        var opening = BlockingCall.Start(() => OpenChecked(list, options, plan, logger));
+        var key = options.EncryptionKeyProvider is null ? options.EncryptionKey
+                  : await ProvidedKeyAsync(options, cancellationToken).ConfigureAwait(false);
+        var opening = BlockingCall.Start(() => OpenKeyed(list, options, key, plan, logger));
         try
         {
             return await opening.WaitAsync(cancellationToken).ConfigureAwait(false);
@@ -229,10 +234,38 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
         return plan;
     }
 
+    private static async ValueTask<byte[]> ProvidedKeyAsync(RemoteCacheOptions options, CancellationToken cancellationToken)
+    {
+        var key = await options.EncryptionKeyProvider!.GetKeyAsync(options.CacheId, cancellationToken).ConfigureAwait(false);
+        if (key is null || key.Length != RemoteCacheOptions.EncryptionKeyBytes)
+        {
+            if (key is not null)
+                CryptographicOperations.ZeroMemory(key);
+            throw new ArgumentException($"{options.EffectiveName}: {nameof(RemoteCacheOptions)}.{nameof(RemoteCacheOptions.EncryptionKeyProvider)} " +
+                                        $"gave {(key is null ? "no key" : $"a key of {key.Length} bytes")}; an AES-256 key has {RemoteCacheOptions.EncryptionKeyBytes}",
+                                        nameof(RemoteCacheOptions.EncryptionKeyProvider));
+        }
+        return key;
+    }
+
+    // Opens with `key` (null: a plain cache); a key from the provider is cleared once the library has copied it.
+    private static RemoteCacheClient OpenKeyed(string[] list, RemoteCacheOptions options, byte[]? key, SloPlan? plan, ILogger logger)
+    {
+        try
+        {
+            return OpenChecked(list, options, key, plan, logger);
+        }
+        finally
+        {
+            if (key is not null && options.EncryptionKeyProvider is not null)
+                CryptographicOperations.ZeroMemory(key);
+        }
+    }
+
     private static ILogger LoggerFor(RemoteCacheOptions options) =>
         (ILogger?)options.LoggerFactory?.CreateLogger<RemoteCacheClient>() ?? NullLogger.Instance;
 
-    private static unsafe RemoteCacheClient OpenChecked(string[] list, RemoteCacheOptions options, SloPlan? plan, ILogger logger)
+    private static unsafe RemoteCacheClient OpenChecked(string[] list, RemoteCacheOptions options, byte[]? key, SloPlan? plan, ILogger logger)
     {
         string name = options.EffectiveName;
         long started = Stopwatch.GetTimestamp();
@@ -252,13 +285,13 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
             ConnectTimeoutMs = RemoteCacheOptions.Milliseconds(options.ConnectTimeout),
             Flags = options.Exclusive ? NativeLimits.OpenExclusive : 0,
             Capabilities = capabilities is null ? IntPtr.Zero : (IntPtr)capabilityStrings.Pointers,
-            SealBlockSize = options.EncryptionKey is null ? 0 : (uint)options.EncryptionBlockSize,
+            SealBlockSize = key is null ? 0 : (uint)options.EncryptionBlockSize,
         };
         RemoteCacheStatus status;
         CacheHandle cache;
-        fixed (byte* key = options.EncryptionKey)  // the library copies it during the call
+        fixed (byte* keyBytes = key)  // the library copies it during the call
         {
-            native.SealKey = (IntPtr)key;
+            native.SealKey = (IntPtr)keyBytes;
             status = NativeMethods.CacheOpen(strings.Pointers, (nuint)list.Length, &native, out cache);
         }
         if (status != RemoteCacheStatus.Ok)
@@ -305,6 +338,12 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
     /// it while this one has it open.
     /// </summary>
     public bool IsExclusive { get; }
+
+    /// <summary>
+    /// The block size of an encrypted cache (<see cref="RemoteCacheOptions.EncryptionBlockSize"/>): writes cover whole
+    /// blocks of it. Null for a plain cache.
+    /// </summary>
+    public int? EncryptionBlockSize => _encrypted?.Block;
 
     /// <summary>
     /// Whether the cache was opened with a configuration (<see cref="RemoteCacheOptions.Config"/>) or for an SLO

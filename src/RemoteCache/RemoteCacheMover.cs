@@ -210,6 +210,18 @@ public sealed class RemoteCacheMover
     }
 
     /// <summary>
+    /// The client addresses whose content bytes [<paramref name="address"/>, +<paramref name="length"/>) of the regions hold:
+    /// the same range for a plain cache; for an encrypted one the whole blocks stored there (none for the key check's
+    /// block). Length 0: none.
+    /// </summary>
+    public (long Address, long Length) ClientRangeOf(long address, long length)
+    {
+        ArgumentOutOfRangeException.ThrowIfNegative(address);
+        ArgumentOutOfRangeException.ThrowIfNegative(length);
+        return _client.ClientRange(address, length);
+    }
+
+    /// <summary>
     /// Tells this client's users (<see cref="RemoteCacheClient.ContentLost"/>) that bytes [<paramref name="address"/>, +
     /// <paramref name="length"/>) of the regions (region index × region size, as <see cref="GetRegion"/> counts them) lost
     /// their content; for an encrypted cache they hear of the whole blocks those bytes held. The managed client calls it for each region it moves to a

@@ -98,9 +98,31 @@ public sealed class RemoteCacheOptions
     /// place; servers hold <see cref="EncryptionOverheadBytes"/> more per block, and <see cref="RemoteCacheClient.Capacity"/>
     /// counts whole blocks. Writes must cover whole blocks; a block that does not authenticate fails its read with
     /// <see cref="RemoteCacheStatus.Integrity"/>. With <see cref="Exclusive"/> the client also detects an older version put
-    /// back. The key is copied at open and never leaves the process. Null (the default): a plain cache.
+    /// back. The key is copied at open and never leaves the process; a key other than the one the cache was sealed with is
+    /// refused at open (<see cref="RemoteCacheStatus.Integrity"/>). Null (the default): a plain cache, unless
+    /// <see cref="EncryptionKeyProvider"/> is set.
     /// </summary>
     public byte[]? EncryptionKey { get; set; }
+
+    /// <summary>
+    /// Where the key of an encrypted cache comes from when it is opened, instead of <see cref="EncryptionKey"/> (set one
+    /// or the other): asked for the cache's id at each open. <see cref="RemoteCacheClient.Open"/> waits for it on the
+    /// opening thread; <see cref="RemoteCacheClient.OpenAsync"/> awaits it.
+    /// </summary>
+    public IRemoteCacheKeyProvider? EncryptionKeyProvider { get; set; }
+
+    /// <summary>Whether caches opened with these options are encrypted (<see cref="EncryptionKey"/> or <see cref="EncryptionKeyProvider"/>).</summary>
+    public bool Encrypted => EncryptionKey is not null || EncryptionKeyProvider is not null;
+
+    /// <summary>
+    /// Bytes the servers hold for a cache of <paramref name="capacity"/> bytes with these options: the capacity itself for
+    /// a plain cache; for an encrypted one, its whole blocks with their trailers and the key check's block.
+    /// </summary>
+    public long ServerBytesFor(long capacity)
+    {
+        ArgumentOutOfRangeException.ThrowIfNegative(capacity);
+        return Encrypted ? new EncryptedLayout(EncryptionBlockSize).ServerBytes(capacity) : capacity;
+    }
 
     /// <summary>
     /// Bytes per encrypted block: a power of two from <see cref="MinEncryptionBlockSize"/> to
@@ -233,6 +255,8 @@ public sealed class RemoteCacheOptions
             throw Invalid(nameof(Lanes), $"is {Lanes}; it must be 1..{MaxLanes}");
         if (EncryptionKey is { } key && key.Length != EncryptionKeyBytes)
             throw Invalid(nameof(EncryptionKey), $"has {key.Length} bytes; an AES-256 key has {EncryptionKeyBytes}");
+        if (EncryptionKey is not null && EncryptionKeyProvider is not null)
+            throw Invalid(nameof(EncryptionKeyProvider), $"is set together with {nameof(EncryptionKey)}; set one or the other");
         if (EncryptionBlockSize < MinEncryptionBlockSize || EncryptionBlockSize > MaxEncryptionBlockSize || !int.IsPow2(EncryptionBlockSize))
             throw Invalid(nameof(EncryptionBlockSize), $"is {EncryptionBlockSize}; it must be a power of two from {MinEncryptionBlockSize} to {MaxEncryptionBlockSize}");
     }

@@ -1,6 +1,7 @@
 using System;
 using System.Collections.Generic;
 using System.Linq;
+using System.Numerics;
 using System.Reflection;
 using System.Threading.Tasks;
 using FASTER.core;
@@ -38,6 +39,13 @@ public abstract class TieredStoreTests<TValue> where TValue : unmanaged
         return (int)Math.Max(bytes >> 20, segment >> 20);
     }
 
+    /// <summary>An encrypted cache whose device holds the whole log: a power of two of client bytes, with the trailers.</summary>
+    private int EncryptedCacheRegions()
+    {
+        long bytes = (long)BitOperations.RoundUpToPowerOf2((ulong)Math.Max(LogBytes * 3 / 2, 1L << _shape.SegmentBits));
+        return (int)((TestTiers.Encrypted().ServerBytesFor(bytes) + (1 << 20) - 1) >> 20);
+    }
+
     private sealed class Rig : IDisposable
     {
         public required ServerProcess Server;
@@ -53,13 +61,14 @@ public abstract class TieredStoreTests<TValue> where TValue : unmanaged
         }
     }
 
-    private Rig Open(ScratchDir dir, int regions, string? checkpointDir = null, bool recover = false, string transport = "shm")
+    private Rig Open(ScratchDir dir, int regions, string? checkpointDir = null, bool recover = false, string transport = "shm",
+                     bool encrypted = false)
     {
         var server = ServerProcess.Start(transport, memoryLimit: "1G");
         try
         {
             var ssd = Devices.CreateLogDevice(dir.File("hlog.log"), recoverDevice: recover);
-            var tiered = TestTiers.OverCache(server.Endpoint, regions, ssd, $"device test ({_kind.Name})");
+            var tiered = TestTiers.OverCache(server.Endpoint, regions, ssd, $"device test ({_kind.Name})", encrypted);
             var cacheDevice = tiered.CacheTier();
             var cache = cacheDevice.Cache;
             var store = new StoreRig<long, TValue>(_kind, _shape, tiered, key => key,
@@ -107,6 +116,26 @@ public abstract class TieredStoreTests<TValue> where TValue : unmanaged
         AssertMostReadsHitTheDevice(pending, rig.Store);
         Assert.True(rig.Tiered.ReadsServedBy(0) > pending * 9 / 10,
                     $"the cache holds the whole log, yet served only {rig.Tiered.ReadsServedBy(0)} of {pending} device reads");
+        Assert.Empty(rig.Tiered.FailedTiers);
+        rig.Server.AssertRunning();
+    });
+
+    [Fact]
+    public Task AnEncryptedCacheUnderTheDeviceServesTheLogAndEveryReadIsRight() =>
+        Hang.Guard(nameof(AnEncryptedCacheUnderTheDeviceServesTheLogAndEveryReadIsRight), () =>
+    {
+        using var dir = new ScratchDir("encrypted");
+        using var rig = Open(dir, EncryptedCacheRegions(), encrypted: true);
+        Assert.Equal(512, rig.Cache.EncryptionBlockSize);
+        Assert.True(rig.CacheDevice.Capacity >= LogBytes && BitOperations.IsPow2(rig.CacheDevice.Capacity),
+                    $"the device uses {rig.CacheDevice.Capacity} of the cache's {rig.Cache.Capacity} bytes");
+        rig.Store.Load();
+        rig.Store.UpdateAll(from: 0);
+        long pending = rig.Store.ReadBackAll(version: 1);
+        Report("encrypted cache, read-back", rig.Tiered, pending);
+        AssertMostReadsHitTheDevice(pending, rig.Store);
+        Assert.True(rig.Tiered.ReadsServedBy(0) > pending * 9 / 10,
+                    $"the encrypted cache holds the whole log, yet served only {rig.Tiered.ReadsServedBy(0)} of {pending} device reads");
         Assert.Empty(rig.Tiered.FailedTiers);
         rig.Server.AssertRunning();
     });

@@ -116,6 +116,43 @@ public sealed class ReplacementTests
     }
 
     [Fact]
+    public async Task AnEncryptedCacheIsPlacedWithItsTrailersAndAFailedServersBlocksAreRefilledWhole()
+    {
+        await using var manager = new TestManager(warm: 0);
+        await manager.StartAsync();
+        var keys = new DerivedKeyProvider(Enumerable.Range(0, 32).Select(i => (byte)(i + 40)).ToArray());
+        await using var client = manager.ManagedClient(configure: o =>
+        {
+            o.MoveBatchBytes = 192 * MiB;
+            o.Cache.EncryptionKeyProvider = keys;
+        });
+        string path = Path.Combine(manager.StateDirectory, "source.bin");
+        var source = new byte[300 * MiB + 1234];  // not whole blocks: the fill completes the last one with zeros
+        new Random(12).NextBytes(source);
+        await File.WriteAllBytesAsync(path, source);
+        var request = Request(source.Length);
+        request.PopulateFrom = path;
+        var cache = await client.CreateAsync(request);
+        var log = new EventLog(cache);
+        Assert.Equal(4096, cache.Client.EncryptionBlockSize);
+        Assert.Equal(TwoServers, cache.Info.Capacity);  // the manager was asked for the trailers too
+        Assert.True(cache.Client.Capacity >= source.Length && cache.Client.Capacity < TwoServers, $"client capacity {cache.Client.Capacity}");
+        await VerifyAsync(cache.Client, source, source.Length);
+
+        string failed = cache.Info.Servers[1].ServerId;
+        Assert.True(StopServer(failed));
+        await EventuallyAsync(() => log.Snapshot().OfType<ServerReplacedEvent>().Any(), "the failed server was replaced");
+        await EventuallyAsync(() => log.Snapshot().OfType<PopulateProgressEvent>().Count(p => p.Done == p.Total) >= 2, "the refill's last progress event");
+        await cache.Populated.WaitAsync(Patience);
+        Assert.All(log.Snapshot().OfType<PopulateProgressEvent>(), p => Assert.Null(p.Error));
+        Assert.Equal((3, 3), log.Snapshot().OfType<RegionsLostEvent>().Select(l => (l.FirstRegion, l.Regions)).Single());
+        // Every block the lost server held, the one across the servers' boundary too, was refilled and opens.
+        await VerifyAsync(cache.Client, source, source.Length);
+        await WriteAndVerifyAsync(cache.Client, cache.Client.Capacity - 4096, 4096);
+        await cache.DeleteAsync();
+    }
+
+    [Fact]
     public async Task ADeadlineTooShortForTheMoveReportsTheRegionsNotYetMovedAsLost()
     {
         await using var manager = new TestManager(warm: 0);
