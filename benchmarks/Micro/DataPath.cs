@@ -49,7 +49,7 @@ public class DataPath
     public string Transport { get; set; } = "shm";
 
     [Params(8, 4096)]
-    public int Size { get; set; } = 8;
+    public virtual int Size { get; set; } = 8;
 
     private RemoteCacheServer? _server;
     private RemoteCacheClient? _client;
@@ -75,6 +75,16 @@ public class DataPath
         Interlocked.Increment(ref s_completed);
     }
 
+    /// <summary>Changes the options the cache is opened with (a subclass's variant of the data path).</summary>
+    protected virtual void Configure(RemoteCacheOptions options)
+    {
+    }
+
+    /// <summary>Prepares the opened cache for the reads (a subclass's cache may need its content written first).</summary>
+    protected virtual void Prepare(RemoteCacheClient client)
+    {
+    }
+
     [GlobalSetup]
     public void Setup()
     {
@@ -94,16 +104,20 @@ public class DataPath
             throw new ArgumentException($"unknown transport '{Transport}'");
         }
         _server = RemoteCacheServer.Start(new RemoteCacheServerOptions { Listen = new[] { listen }, RegionSize = RegionSize, MemoryLimit = 2L << 30, MaxThreads = (int)Math.Max(1, ServerThreads) });
-        _client = RemoteCacheClient.Open(_server.Endpoints, new RemoteCacheOptions
+        var options = new RemoteCacheOptions
         {
             Token = "micro",
             RegionsPerServer = RegionsPerServer,
             Config = Config,
             Lanes = 1,
             Name = $"micro {Transport} {Size}",
-        });
-        if (_client.Capacity != RegionSize * RegionsPerServer)
-            throw new InvalidOperationException($"cache capacity {_client.Capacity}, expected {RegionSize * RegionsPerServer}");
+        };
+        Configure(options);
+        _client = RemoteCacheClient.Open(_server.Endpoints, options);
+        long servers = RegionSize * RegionsPerServer;
+        if (options.ServerBytesFor(_client.Capacity) > servers || options.ServerBytesFor(_client.Capacity + Size) <= servers)
+            throw new InvalidOperationException($"cache capacity {_client.Capacity}: not what {servers} bytes of regions hold");
+        Prepare(_client);
         _slots = _client.Capacity / Size;
         _session = _client.OpenSession();
 

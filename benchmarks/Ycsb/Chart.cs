@@ -34,6 +34,7 @@ public static class Chart
         ["memory"] = new Color(148, 103, 189, 255),
         ["ram-inline"] = new Color(127, 127, 127, 255),
         ["remotecache"] = new Color(214, 39, 40, 255),
+        ["remotecache-encrypted"] = new Color(140, 86, 75, 255),
         ["ssd"] = new Color(31, 119, 180, 255),
         ["smb"] = new Color(255, 127, 14, 255),
         ["faster-local"] = new Color(44, 160, 44, 255),

@@ -1,7 +1,9 @@
 using System;
+using System.Collections.Generic;
 using System.Diagnostics;
 using System.IO;
 using System.Linq;
+using System.Security.Cryptography;
 using System.Threading;
 using System.Threading.Tasks;
 using Microsoft.AspNetCore.Builder;
@@ -34,14 +36,30 @@ internal sealed class ControlPlane : IAsyncDisposable
 
     private readonly WebApplication? _app;  // null: managers elsewhere (--manager)
     private readonly RemoteCacheManagerClient _client;
+    private readonly RemoteCacheManagerClient _encryptedClient;  // its caches are encrypted with a key made for the run
     private readonly YcsbOptions _options;
 
-    private ControlPlane(WebApplication? app, RemoteCacheManagerClient client, YcsbOptions options)
+    private ControlPlane(WebApplication? app, IReadOnlyList<Uri> addresses, string key, YcsbOptions options)
     {
         _app = app;
-        _client = client;
+        _client = ManagerClient(addresses, key, new RemoteCacheOptions { SessionCapacity = SessionCapacity });
+        _encryptedClient = ManagerClient(addresses, key, EncryptedCacheOptions());
         _options = options;
     }
+
+    private static RemoteCacheManagerClient ManagerClient(IReadOnlyList<Uri> addresses, string key, RemoteCacheOptions cache) =>
+        new(new RemoteCacheManagerOptions { Addresses = addresses.ToList(), ApiKey = key, Cache = cache });
+
+    /// <summary>
+    /// How the encrypted device's cache is opened: a random key (it lives as long as the run) and blocks of FASTER's
+    /// sector, so that every write FASTER makes covers whole blocks.
+    /// </summary>
+    private static RemoteCacheOptions EncryptedCacheOptions() => new()
+    {
+        SessionCapacity = SessionCapacity,
+        EncryptionKey = RandomNumberGenerator.GetBytes(RemoteCacheOptions.EncryptionKeyBytes),
+        EncryptionBlockSize = FasterReadBytes,
+    };
 
     /// <summary>
     /// What the device's cache is asked for (--slo-read-us, --slo-ops) at FASTER's read size (a 512 B sector); by default
@@ -69,12 +87,15 @@ internal sealed class ControlPlane : IAsyncDisposable
     public static async Task<ControlPlane> StartAsync(string stateDirectory, long bytes, YcsbOptions o)
     {
         Directory.CreateDirectory(stateDirectory);
-        var (regionSize, regions) = Program.CacheRegions(bytes);
+        // An encrypted cache's servers hold its blocks' trailers too; with one, every VM is sized for it.
+        bool encrypted = o.Devices.Contains(RunEnvironment.EncryptedDevice);
+        var (regionSize, regions) = Program.CacheRegions(encrypted ? EncryptedCacheOptions().ServerBytesFor(bytes) : bytes);
         var catalogue = new VmCatalogue
         {
             RegionBytes = regionSize,
-            // Two: a reclaimed or failed server's replacement runs beside it (the dynamics timelines).
-            VmTypes = new[] { new VmType("ycsb", regions * regionSize, 1, 0.05, null, 2, 0) },
+            // Two: a reclaimed or failed server's replacement runs beside it (the dynamics timelines); a third for the
+            // encrypted cache.
+            VmTypes = new[] { new VmType("ycsb", regions * regionSize, 1, 0.05, null, encrypted ? 3 : 2, 0) },
         };
         string cataloguePath = Path.Combine(stateDirectory, "catalogue.json");
         await File.WriteAllTextAsync(cataloguePath, catalogue.ToJson()).ConfigureAwait(false);
@@ -95,38 +116,39 @@ internal sealed class ControlPlane : IAsyncDisposable
                                                    b => b.Logging.SetMinimumLevel(LogLevel.Warning)).ConfigureAwait(false);
         await app.StartAsync().ConfigureAwait(false);
         var address = Manager.Program.ListenAddress(app);
-        var client = new RemoteCacheManagerClient(new RemoteCacheManagerOptions
-        {
-            Address = address,
-            ApiKey = key,
-            Cache = new RemoteCacheOptions { SessionCapacity = SessionCapacity },
-        });
-        return new ControlPlane(app, client, o);
+        return new ControlPlane(app, new[] { address }, key, o);
     }
 
     /// <summary>The control plane of --manager: managers running elsewhere, reached with the tenant's key from --api-key-file.</summary>
     public static ControlPlane Connect(YcsbOptions o)
     {
         string key = File.ReadAllText(o.ApiKeyFile!).Trim();
-        var client = new RemoteCacheManagerClient(new RemoteCacheManagerOptions
-        {
-            Addresses = o.Managers!.Select(m => new Uri(m)).ToList(),
-            ApiKey = key,
-            Cache = new RemoteCacheOptions { SessionCapacity = SessionCapacity },
-        });
-        return new ControlPlane(null, client, o);
+        return new ControlPlane(null, o.Managers!.Select(m => new Uri(m)).ToList(), key, o);
     }
 
-    /// <summary>Creates the device's cache: exclusive (RemoteCacheDevice requires it: the cache is one store's log).</summary>
-    public RemoteCacheClient CreateCache(long bytes)
+    /// <summary>The encrypted device's cache, once created.</summary>
+    public ManagedCache? EncryptedCache { get; private set; }
+
+    /// <summary>
+    /// Creates a device's cache: exclusive (RemoteCacheDevice requires it: the cache is one store's log); encrypted for
+    /// the encrypted device. One of each per run.
+    /// </summary>
+    public ManagedCache CreateCache(long bytes, bool encrypted)
     {
-        if (Cache is not null)
-            throw new InvalidOperationException("the run has one remotecache device");
+        if ((encrypted ? EncryptedCache : Cache) is not null)
+            throw new InvalidOperationException($"the run has one {(encrypted ? RunEnvironment.EncryptedDevice : "remotecache")} device");
         var clock = Stopwatch.StartNew();
-        Cache = _client.CreateAsync(new ManagedCacheRequest { Capacity = bytes, Slo = RequestedSlo, Transport = _options.Transport, Name = "ycsb", Exclusive = true })
-                       .GetAwaiter().GetResult();
+        var request = new ManagedCacheRequest
+        {
+            Capacity = bytes, Slo = RequestedSlo, Transport = _options.Transport, Name = encrypted ? "ycsb-encrypted" : "ycsb", Exclusive = true,
+        };
+        var cache = (encrypted ? _encryptedClient : _client).CreateAsync(request).GetAwaiter().GetResult();
         CreateTime = clock.Elapsed;
-        return Cache.Client;
+        if (encrypted)
+            EncryptedCache = cache;
+        else
+            Cache = cache;
+        return cache;
     }
 
     /// <summary>The server holding the cache now (it has one).</summary>
@@ -146,13 +168,16 @@ internal sealed class ControlPlane : IAsyncDisposable
 
     public async ValueTask DisposeAsync()
     {
-        if (Cache is not null)
+        foreach (var (cache, client) in new[] { (Cache, _client), (EncryptedCache, _encryptedClient) })
         {
+            if (cache is null)
+                continue;
             // By id: the device disposed the data client it owned, which ends the handle (not the cache).
-            await _client.DeleteAsync(Cache.CacheId).ConfigureAwait(false);
-            await Cache.DisposeAsync().ConfigureAwait(false);
+            await client.DeleteAsync(cache.CacheId).ConfigureAwait(false);
+            await cache.DisposeAsync().ConfigureAwait(false);
         }
         await _client.DisposeAsync().ConfigureAwait(false);
+        await _encryptedClient.DisposeAsync().ConfigureAwait(false);
         if (_app is not null)
         {
             await _app.StopAsync().ConfigureAwait(false);

@@ -108,7 +108,7 @@ public sealed class GarnetRunner : IStoreRunner<GarnetRunner.Store>
         Directory.CreateDirectory(dir);
         var files = new LocalStorageNamedDeviceFactoryCreator(deviceType: DeviceType.RandomAccess);
         RemoteCacheDeviceFactoryCreator? creator = device == "remotecache"
-            ? new RemoteCacheDeviceFactoryCreator(files, file => file.fileName == "hlog" ? _env.OpenCache(shape.CacheBytes) : null)
+            ? new RemoteCacheDeviceFactoryCreator(files, file => file.fileName == "hlog" ? _env.OpenCache(shape.CacheBytes, false) : null)
             : null;
         int port = FreePort();
         var options = new GarnetServerOptions

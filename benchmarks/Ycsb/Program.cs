@@ -84,13 +84,14 @@ public static class Program
             var env = new RunEnvironment
             {
                 DataDir = data,
-                OpenCache = bytes =>
+                OpenCache = (bytes, encrypted) =>
                 {
                     controlPlane ??= o.Managers is null ? ControlPlane.StartAsync(managerState, bytes, o).GetAwaiter().GetResult() : ControlPlane.Connect(o);
-                    var client = controlPlane.CreateCache(bytes);
-                    var info = controlPlane.Cache!.Info;
+                    var cache = controlPlane.CreateCache(bytes, encrypted);
+                    var client = cache.Client;
+                    var info = cache.Info;
                     AnsiConsole.MarkupLine(Markup.Escape(Invariant(
-                        $"remotecache device: cache {info.CacheId} created through the manager in {controlPlane.CreateTime.TotalMilliseconds:0} ms for {controlPlane.RequestedSlo?.ToString() ?? "its capacity"} → config {info.Config} (predicted {info.PredictedLatency.TotalMicroseconds:0.0} µs, {info.PredictedThroughput:0} ops/s), {info.Servers.Count} server(s) {string.Join(",", info.Servers.Select(s => s.ServerId))}, {info.Capacity >> 20} MiB over {info.Transport}")));
+                        $"{(encrypted ? RunEnvironment.EncryptedDevice : "remotecache")} device: cache {info.CacheId} created through the manager in {controlPlane.CreateTime.TotalMilliseconds:0} ms for {controlPlane.RequestedSlo?.ToString() ?? "its capacity"} → config {info.Config} (predicted {info.PredictedLatency.TotalMicroseconds:0.0} µs, {info.PredictedThroughput:0} ops/s), {info.Servers.Count} server(s) {string.Join(",", info.Servers.Select(s => s.ServerId))}, {info.Capacity >> 20} MiB over {info.Transport}")));
                     return client;
                 },
                 Samba = () => samba ??= SambaServer.Start(Path.Combine(data, "samba")),
@@ -295,11 +296,16 @@ public static class Program
         ? new() { ["ssd"] = 3.0, ["memory"] = 0.6 }
         : new() { ["ssd"] = 8.0, ["smb"] = 8.0, ["memory"] = 0.3, ["ram-inline"] = 0.9 };
 
-    private static bool PrintRatios(YcsbOptions o, List<RunResult> results)
+    /// <summary>An encrypted tier against the plain one: ≥ 0.8x (issue 44).</summary>
+    private static readonly Dictionary<string, double> EncryptedTargets = new() { ["remotecache"] = 0.8 };
+
+    private static bool PrintRatios(YcsbOptions o, List<RunResult> results) =>
+        PrintRatios(results, "remotecache", Targets(o)) & PrintRatios(results, RunEnvironment.EncryptedDevice, EncryptedTargets);
+
+    private static bool PrintRatios(List<RunResult> results, string device, Dictionary<string, double> targets)
     {
         bool all = true;
-        var targets = Targets(o);
-        foreach (var group in Summary.Ratios(results, "remotecache", targets.Keys).GroupBy(x => (x.Distribution, x.Threads)))
+        foreach (var group in Summary.Ratios(results, device, targets.Keys).GroupBy(x => (x.Distribution, x.Threads)))
         {
             var parts = new List<string>();
             foreach (var ratio in group)
@@ -313,7 +319,7 @@ public static class Program
                     : "";
                 parts.Add(Invariant($"{ratio.Median:0.00}x {ratio.Other}{rounds} (target ≥ {target}x: {(ok ? "[green]met[/]" : "[red]missed[/]")})"));
             }
-            AnsiConsole.MarkupLine($"remotecache, {group.Key.Distribution}, {group.Key.Threads} thread(s): {string.Join(", ", parts)}");
+            AnsiConsole.MarkupLine($"{device}, {group.Key.Distribution}, {group.Key.Threads} thread(s): {string.Join(", ", parts)}");
         }
         return all;
     }
@@ -337,15 +343,20 @@ public static class Program
             rounds = o.Rounds,
             ssd_check = ssd,
             medians = medians.Select(Row),
-            ratios = Summary.Ratios(results, "remotecache", Targets(o).Keys)
-                            .Select(x => new { x.Distribution, x.Threads, x.Other, median = x.Median, min = x.Min, max = x.Max, spread = x.Spread,
-                                               rounds_disagree = x.Disagree, per_round = x.PerRound }),
+            ratios = RatioRows(results, "remotecache", Targets(o)).Concat(RatioRows(results, RunEnvironment.EncryptedDevice, EncryptedTargets)),
             results = results.Select(Row),
         };
         File.WriteAllText(Path.Combine(output, "results.json"), JsonSerializer.Serialize(json, new JsonSerializerOptions { WriteIndented = true }));
         if (medians.Count > 0)
             Chart.WriteAll(output, results, $"YCSB {o.Workload.Name}, {StoreName(o)}, {o.ValueBytes} B values, memory = log/{o.MemoryFraction:0}");
     }
+
+    private static IEnumerable<object> RatioRows(List<RunResult> results, string device, Dictionary<string, double> targets) =>
+        Summary.Ratios(results, device, targets.Keys).Select(x => new
+        {
+            device, x.Distribution, x.Threads, x.Other, median = x.Median, min = x.Min, max = x.Max, spread = x.Spread,
+            rounds_disagree = x.Disagree, per_round = x.PerRound,
+        });
 
     private static object Row(RunResult r) => new
     {

@@ -48,8 +48,11 @@ public interface IStoreRunner<TStore> where TStore : IBenchStore
 /// <summary>Shared pieces the device configurations use: the cache server, the Samba server, the data folder.</summary>
 public sealed class RunEnvironment
 {
+    /// <summary>The remotecache device over an encrypted cache (AES-256-GCM blocks of a FASTER sector, a key made for the run).</summary>
+    public const string EncryptedDevice = "remotecache-encrypted";
+
     public required string DataDir;
-    public required Func<long, RemoteCacheClient> OpenCache;  // a cache of at least that many bytes
+    public required Func<long, bool, RemoteCacheClient> OpenCache;  // a cache of at least that many bytes; encrypted?
     public required Func<SambaServer> Samba;
 }
 
@@ -129,8 +132,11 @@ public sealed class Runner<TValue, TValues> : IStoreRunner<Runner<TValue, TValue
         IDevice log = device switch
         {
             "memory" => new RamDevice(device),
-            "remotecache" => tiered = new TieredDevice(new RemoteCacheDevice(_env.OpenCache(shape.CacheBytes), ownsCache: true),
-                                                        new DirectFileDevice(Path.Combine(dir, "hlog"))),
+            "remotecache" or RunEnvironment.EncryptedDevice =>
+                // Whole segments of the cache: an encrypted one holds a little more than asked (its blocks after the key check).
+                tiered = new TieredDevice(new RemoteCacheDevice(_env.OpenCache(shape.CacheBytes, device == RunEnvironment.EncryptedDevice), ownsCache: true,
+                                                                capacity: shape.CacheBytes),
+                                          new DirectFileDevice(Path.Combine(dir, "hlog"))),
             "ssd" => new DirectFileDevice(Path.Combine(dir, "hlog")),
             "smb" => new SmbFileDevice($"{_env.Samba().ShareUrl}/{device}-{System.Environment.ProcessId}", SambaServer.User, _env.Samba().Password),
             "faster-local" => Devices.CreateLogDevice(Path.Combine(dir, "hlog.log"), deleteOnClose: true),

@@ -68,7 +68,8 @@ public sealed class YcsbOptions
           --devices LIST       memory,ram-inline,remotecache,ssd,smb (default); ram-inline is process memory
                                copied and completed inside ReadAsync under the same FASTER memory as the
                                others: what FASTER's pending reads cost with a device that costs a copy
-                               (also: faster-local, FASTER's own Linux device)
+                               (also: faster-local, FASTER's own Linux device; remotecache-encrypted, the
+                               remotecache device over an encrypted cache, AES-256-GCM in 512 B blocks)
           --workload W         A-F (YCSB's core workloads: their mixes and request distributions, zipfian
                                for A-C, E, F and latest for D) or readonly (default: 100 % reads, Redy §8.3,
                                run under uniform and zipfian keys)

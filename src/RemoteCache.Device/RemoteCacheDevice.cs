@@ -71,8 +71,7 @@ public sealed partial class RemoteCacheDevice : StorageDeviceBase
     /// <summary>
     /// Creates a device over <paramref name="cache"/>, which must hold a whole number of FASTER segments if FASTER
     /// initializes the device with a segment size. Over an encrypted cache (<see cref="RemoteCacheClient.EncryptionBlockSize"/>)
-    /// the device's sector is the block (FASTER then writes whole blocks) and its capacity the largest power of two the
-    /// cache holds.
+    /// the device's sector is the block (FASTER then writes whole blocks).
     /// </summary>
     /// <param name="cache">
     /// The cache that stores the log's most recent segments, opened with <see cref="RemoteCacheOptions.Exclusive"/> = true:
@@ -93,18 +92,26 @@ public sealed partial class RemoteCacheDevice : StorageDeviceBase
     /// time.
     /// </remarks>
     /// <param name="logger">Where the device logs its set-up and refused operations; null: nowhere.</param>
+    /// <param name="capacity">
+    /// Bytes of the cache the device uses, from address 0: a multiple of its sector, at most the cache's capacity (say
+    /// a whole number of the segments FASTER will ask for). 0 (the default): all of a plain cache; the largest power of
+    /// two an encrypted cache holds (its capacity is whole blocks after its key check, seldom a round number).
+    /// </param>
     /// <exception cref="ArgumentException">
     /// <paramref name="cache"/> was not opened exclusively, or its SLO model cannot be read or is not of 512 B records.
     /// </exception>
     /// <exception cref="RemoteCacheException">The cache could not be switched to <see cref="CacheConfig.OneSided"/>.</exception>
-    public RemoteCacheDevice(RemoteCacheClient cache, int throttleLimit = 256, bool ownsCache = false, ILogger? logger = null)
-        : base($"remotecache:{cache?.Name}", SectorSizeOf(cache), UsableCapacityOf(cache))
+    public RemoteCacheDevice(RemoteCacheClient cache, int throttleLimit = 256, bool ownsCache = false, ILogger? logger = null, long capacity = 0)
+        : base($"remotecache:{cache?.Name}", SectorSizeOf(cache), UsableCapacityOf(cache, capacity))
     {
         ArgumentNullException.ThrowIfNull(cache);
         _logger = logger ?? NullLogger.Instance;
         try
         {
             ArgumentOutOfRangeException.ThrowIfLessThan(throttleLimit, 1);
+            if (capacity < 0 || capacity > cache.Capacity || capacity % SectorSize != 0)
+                throw new ArgumentOutOfRangeException(nameof(capacity), capacity,
+                    $"RemoteCacheDevice: cache '{cache.Name}' holds {cache.Capacity} bytes; the device's capacity must be a multiple of its {SectorSize}-byte sector within them (0: the default)");
             if (!cache.IsExclusive)
                 throw new ArgumentException(
                     $"RemoteCacheDevice: cache '{cache.Name}' was not opened exclusively; open it with " +
@@ -136,11 +143,13 @@ public sealed partial class RemoteCacheDevice : StorageDeviceBase
     // FASTER aligns every read and write to the device's sector: an encrypted cache's block makes writes whole blocks.
     private static uint SectorSizeOf(RemoteCacheClient? cache) => (uint)Math.Max(MinSectorSize, cache?.EncryptionBlockSize ?? 0);
 
-    // An encrypted cache holds whole blocks after its key check, seldom a power of two: the device uses the largest power
-    // of two it holds, which every segment size up to it divides (a cache asked for with RemoteCacheOptions.ServerBytesFor
-    // of a power of two holds exactly that).
-    private static long UsableCapacityOf(RemoteCacheClient? cache) =>
-        cache is null ? 0 : cache.EncryptionBlockSize is null || cache.Capacity <= 0 ? cache.Capacity : (long)BitOperations.RoundUpToPowerOf2((ulong)cache.Capacity + 1) / 2;
+    // By default an encrypted cache's largest power of two: every segment size up to it divides that. A capacity out of
+    // range is refused in the constructor's body, where an owned cache is disposed.
+    private static long UsableCapacityOf(RemoteCacheClient? cache, long capacity) =>
+        cache is null ? 0
+        : capacity > 0 && capacity <= cache.Capacity ? capacity
+        : cache.EncryptionBlockSize is null || cache.Capacity <= 0 ? cache.Capacity
+        : (long)BitOperations.RoundUpToPowerOf2((ulong)cache.Capacity + 1) / 2;
 
     private const int MinSectorSize = 512;
 

@@ -80,7 +80,7 @@ public sealed class ControlPlaneTests
             const long bytes = 40L << 20;
             await using (var plane = await ControlPlane.StartAsync(Path.Combine(dir, "state"), bytes, o))
             {
-                var client = plane.CreateCache(bytes);
+                var client = plane.CreateCache(bytes, encrypted: false).Client;
                 var info = plane.Cache!.Info;
                 Assert.Equal("tcp", info.Transport);
                 Assert.Equal(TimeSpan.FromMicroseconds(200), info.Slo.ReadLatency);
@@ -106,8 +106,38 @@ public sealed class ControlPlaneTests
             // An SLO no configuration of the model meets is refused, naming it.
             var strict = YcsbOptions.Parse(new[] { "--transport", "tcp", "--models", models, "--slo-read-us", "0.5" });
             await using var refusing = await ControlPlane.StartAsync(Path.Combine(dir, "state2"), bytes, strict);
-            var e = Assert.ThrowsAny<Exception>(() => refusing.CreateCache(bytes));
+            var e = Assert.ThrowsAny<Exception>(() => refusing.CreateCache(bytes, encrypted: false));
             Assert.Contains("no configuration meets the SLO", e.Message, StringComparison.Ordinal);
+        }
+        finally
+        {
+            Directory.Delete(dir, recursive: true);
+        }
+    }
+
+    [Fact]
+    public async Task TheEncryptedDevicesCacheIsEncryptedAndHoldsTheBytesAskedBesideThePlainOne()
+    {
+        string dir = Directory.CreateTempSubdirectory("ycsb-control-plane-").FullName;
+        try
+        {
+            var o = YcsbOptions.Parse(new[] { "--devices", "remotecache,remotecache-encrypted" });
+            const long bytes = 48L << 20;
+            await using var plane = await ControlPlane.StartAsync(Path.Combine(dir, "state"), bytes, o);
+            var plain = plane.CreateCache(bytes, encrypted: false);
+            var encrypted = plane.CreateCache(bytes, encrypted: true);
+            Assert.Null(plain.Client.EncryptionBlockSize);
+            Assert.Equal(ControlPlane.FasterReadBytes, encrypted.Client.EncryptionBlockSize);
+            Assert.True(encrypted.Client.Capacity >= bytes, $"the encrypted cache holds {encrypted.Client.Capacity} of the {bytes} bytes asked");
+            var written = new byte[4 * ControlPlane.FasterReadBytes];
+            Random.Shared.NextBytes(written);
+            await encrypted.Client.WriteAsync(bytes - written.Length, written);
+            var read = new byte[written.Length];
+            await encrypted.Client.ReadAsync(bytes - read.Length, read);
+            Assert.Equal(written, read);
+            using var device = new RemoteCacheDevice(encrypted.Client, capacity: bytes);
+            Assert.Equal(bytes, device.Capacity);
+            Assert.Throws<InvalidOperationException>(() => plane.CreateCache(bytes, encrypted: true));
         }
         finally
         {

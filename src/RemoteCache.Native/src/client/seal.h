@@ -115,36 +115,41 @@ KeyCheck open_key_check(Sealer& checker, uint32_t block, const std::byte* in);
 // put back, or a foreign one — is detected. Only for a cache with one client (RC_OPEN_EXCLUSIVE): another client's
 // writes change blocks legitimately. A block's pin is set when a write of it completes; while a write of it is in
 // flight, a read may see either version, so its pin is not checked then (its authentication still is). A write
-// that failed leaves the block unpinned (either version may be there). 12 bytes per block; blocks past the table
-// (after a grow) are not pinned.
+// that failed leaves the block unpinned (either version may be there). Blocks past the table (after a grow) are not
+// pinned. One word per block — the writes in flight in its low half, 32 bits of the pin above — so that a read's
+// check costs one cache miss; an older version passes with odds of 2^-32, and each try the host makes fails a read.
 class PinTable {
  public:
-  explicit PinTable(uint64_t blocks)
-      : blocks_(blocks),
-        pins_(std::make_unique<std::atomic<uint64_t>[]>(blocks)),
-        writing_(std::make_unique<std::atomic<uint32_t>[]>(blocks)) {}
+  explicit PinTable(uint64_t blocks) : blocks_(blocks), words_(std::make_unique<std::atomic<uint64_t>[]>(blocks)) {}
   uint64_t size() const { return blocks_; }
 
   void write_started(uint64_t block) {
-    if (block < blocks_) writing_[block].fetch_add(1, std::memory_order_acq_rel);
+    if (block < blocks_) words_[block].fetch_add(1, std::memory_order_acq_rel);
   }
   // `pin`: the written sealing's (Sealer::pin), or 0 when the write failed.
   void write_finished(uint64_t block, uint64_t pin) {
     if (block >= blocks_) return;
-    pins_[block].store(pin, std::memory_order_release);
-    writing_[block].fetch_sub(1, std::memory_order_acq_rel);
+    const uint64_t pinned = pin_bits(pin);
+    uint64_t word = words_[block].load(std::memory_order_acquire);
+    while (!words_[block].compare_exchange_weak(word, pinned | ((word & kWritingMask) - 1), std::memory_order_acq_rel)) {
+    }
   }
   // False when the block is pinned, no write of it is in flight, and `pin` is not its pin.
   bool matches(uint64_t block, uint64_t pin) const {
-    if (block >= blocks_ || writing_[block].load(std::memory_order_acquire) != 0) return true;
-    const uint64_t want = pins_[block].load(std::memory_order_acquire);
-    return want == 0 || want == pin;
+    if (block >= blocks_) return true;
+    const uint64_t word = words_[block].load(std::memory_order_acquire);
+    return (word & kWritingMask) != 0 || (word & ~kWritingMask) == 0 || (word & ~kWritingMask) == pin_bits(pin);
   }
 
  private:
+  // Writes of one block in flight at once: fewer than 2^32 (each holds a session slot and its buffer).
+  static constexpr int kWritingBits = 32;
+  static constexpr uint64_t kWritingMask = (uint64_t{1} << kWritingBits) - 1;
+  // A pin's bits in the word; never 0 for a pin (Sealer::pin sets its low bit), 0 for none.
+  static uint64_t pin_bits(uint64_t pin) { return pin == 0 ? 0 : (pin | (uint64_t{1} << kWritingBits)) & ~kWritingMask; }
+
   uint64_t blocks_;
-  std::unique_ptr<std::atomic<uint64_t>[]> pins_;
-  std::unique_ptr<std::atomic<uint32_t>[]> writing_;
+  std::unique_ptr<std::atomic<uint64_t>[]> words_;
 };
 
 }  // namespace rc::client::seal
