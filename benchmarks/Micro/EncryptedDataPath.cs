@@ -1,4 +1,5 @@
 using System;
+using System.Security.Cryptography;
 using BenchmarkDotNet.Attributes;
 
 namespace RemoteCache.Benchmarks.Micro;
@@ -10,7 +11,7 @@ namespace RemoteCache.Benchmarks.Micro;
 /// </summary>
 public class EncryptedDataPath : DataPath
 {
-    private static readonly byte[] s_key = System.Security.Cryptography.RandomNumberGenerator.GetBytes(RemoteCacheOptions.EncryptionKeyBytes);
+    private static readonly byte[] s_key = RandomNumberGenerator.GetBytes(RemoteCacheOptions.EncryptionKeyBytes);
 
     /// <summary>Bytes per operation: one block (an encrypted cache is written in whole blocks).</summary>
     [Params(4096)]
