@@ -1,7 +1,7 @@
 // fuzz-unseal: client::seal::Sealer, the check every block of an encrypted cache passes when it comes back from
 // a memory host, on whatever the host hands back (grammar: fuzz_grammar.h). A block that does not authenticate
 // must leave zeros; a sealed block must open to what was sealed, and no longer once any byte of it changed. A key
-// check (a cache's first stored block) read back is fresh only when it is all zeros.
+// check (its two copies) read back is never taken for one, and is fresh only when its second copy is zeros.
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -13,6 +13,8 @@
 
 using rc::client::seal::KeyCheck;
 using rc::client::seal::kKeyBytes;
+using rc::client::seal::kKeyCheckBytes;
+using rc::client::seal::kKeyCheckCopies;
 using rc::client::seal::kMinBlock;
 using rc::client::seal::open_key_check;
 using rc::client::seal::kTrailerBytes;
@@ -37,8 +39,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!sealer.open(index, stored.data(), back.data()))
       FUZZ_CHECK(std::all_of(back.begin(), back.end(), [](std::byte b) { return b == std::byte{0}; }));
     if (block == kMinBlock) {
-      const bool zeros = std::all_of(stored.begin(), stored.end(), [](std::byte b) { return b == std::byte{0}; });
-      FUZZ_CHECK((open_key_check(sealer, kUnsealBlocks[0], stored.data()).verdict == KeyCheck::Fresh) == zeros);
+      // The two copies of a key check: this block and the rest of the input. No input forges one; fresh means the
+      // second copy is zeros.
+      std::vector<std::byte> check(kKeyCheckCopies * kKeyCheckBytes);
+      std::memcpy(check.data(), stored.data(), kKeyCheckBytes);
+      const auto rest = in.bytes(kKeyCheckBytes);
+      std::memcpy(check.data() + kKeyCheckBytes, rest.data(), rest.size());
+      const KeyCheck verdict = open_key_check(sealer, kUnsealBlocks[0], check.data());
+      FUZZ_CHECK(verdict.verdict == KeyCheck::Fresh || verdict.verdict == KeyCheck::WrongKey);
+      const bool second_zero = std::all_of(check.begin() + kKeyCheckBytes, check.end(), [](std::byte b) { return b == std::byte{0}; });
+      FUZZ_CHECK((verdict.verdict == KeyCheck::Fresh) == second_zero);
     }
     return 0;
   }

@@ -20,6 +20,7 @@ using rc::client::seal::NonceSource;
 using rc::client::seal::PinTable;
 using rc::client::seal::Sealer;
 using rc::client::seal::kKeyCheckBytes;
+using rc::client::seal::kKeyCheckCopies;
 using rc::client::seal::KeyCheck;
 using rc::client::seal::kMinBlock;
 using rc::client::seal::open_key_check;
@@ -150,34 +151,67 @@ TEST(SealLayout, BlocksAndCapacity) {
   const Layout l{4096};
   EXPECT_EQ(4096u + kTrailerBytes, l.stride());
   EXPECT_EQ(0u, l.capacity(4096));
+  EXPECT_EQ(1u, l.header_strides()) << "both copies of the key check fit a 4 KiB block's stride";
   EXPECT_EQ(0u, l.capacity(2 * l.stride() - 1)) << "the first stride is the key check's";
   EXPECT_EQ(4096u, l.capacity(2 * l.stride()));
   EXPECT_EQ(l.stride(), l.physical(0));
   EXPECT_EQ(3 * l.stride(), l.physical(2));
+  const Layout small{512};
+  EXPECT_EQ(2u, small.header_strides()) << "two copies of 544 bytes take two strides of 544";
+  EXPECT_EQ(2 * small.stride(), small.physical(0));
+  EXPECT_EQ(512u, small.capacity(3 * small.stride()));
   EXPECT_EQ(2u, l.block_count(4095, 2));
   EXPECT_EQ(1u, l.block_count(4096, 4096));
   EXPECT_TRUE(l.aligned(8192, 4096));
   EXPECT_FALSE(l.aligned(8192, 512));
 }
 
+// The two copies as the servers hold them after a whole write of the check by `sealer`.
+std::vector<std::byte> both_copies(Sealer& sealer, uint32_t block) {
+  std::vector<std::byte> check(kKeyCheckCopies * kKeyCheckBytes);
+  seal_key_check(sealer, block, check.data());
+  std::copy_n(check.begin(), kKeyCheckBytes, check.begin() + kKeyCheckBytes);
+  return check;
+}
+
 TEST(SealKeyCheck, TellsAFreshCacheTheRightKeyAnotherKeyAndAnotherBlockSize) {
   Sealer mine(key(1), kCacheId, kMinBlock);
   Sealer theirs(key(2), kCacheId, kMinBlock);
-  std::vector<std::byte> check(kKeyCheckBytes);
-  EXPECT_EQ(KeyCheck::Fresh, open_key_check(mine, 4096, check.data()).verdict);
-  seal_key_check(mine, 4096, check.data());
-  EXPECT_EQ(KeyCheck::Matches, open_key_check(mine, 4096, check.data()).verdict);
+  std::vector<std::byte> zeros(kKeyCheckCopies * kKeyCheckBytes);
+  EXPECT_EQ(KeyCheck::Fresh, open_key_check(mine, 4096, zeros.data()).verdict);
+  const auto check = both_copies(mine, 4096);
+  const KeyCheck ok = open_key_check(mine, 4096, check.data());
+  EXPECT_EQ(KeyCheck::Matches, ok.verdict);
+  EXPECT_EQ(-1, ok.repair_from);
   EXPECT_EQ(KeyCheck::WrongKey, open_key_check(theirs, 4096, check.data()).verdict);
   const KeyCheck other = open_key_check(mine, 512, check.data());
   EXPECT_EQ(KeyCheck::OtherBlockSize, other.verdict);
   EXPECT_EQ(4096u, other.block);
   Sealer other_cache(key(1), kCacheId + 1, kMinBlock);
   EXPECT_EQ(KeyCheck::WrongKey, open_key_check(other_cache, 4096, check.data()).verdict) << "another cache's check";
-  for (uint32_t at : {0u, kMinBlock + 1}) {
-    auto altered = check;
-    altered[at] ^= std::byte{1};
-    EXPECT_EQ(KeyCheck::WrongKey, open_key_check(mine, 4096, altered.data()).verdict) << "byte " << at << " altered";
-  }
+}
+
+// A first writer killed mid-check: a torn first copy and a zero second one is fresh again; a torn second copy beside
+// a whole first one is the key's, to repair; one altered copy is repaired from the other; both altered: another key.
+TEST(SealKeyCheck, ACheckTornByAKilledWriterIsFreshOrRepairedNeverStuck) {
+  Sealer mine(key(1), kCacheId, kMinBlock);
+  const auto check = both_copies(mine, 4096);
+  auto torn_first = check;
+  std::fill(torn_first.begin() + kKeyCheckBytes / 2, torn_first.end(), std::byte{0});
+  EXPECT_EQ(KeyCheck::Fresh, open_key_check(mine, 4096, torn_first.data()).verdict);
+  auto torn_second = check;
+  std::fill(torn_second.begin() + kKeyCheckBytes + 100, torn_second.end(), std::byte{0});
+  const KeyCheck repair = open_key_check(mine, 4096, torn_second.data());
+  EXPECT_EQ(KeyCheck::Matches, repair.verdict);
+  EXPECT_EQ(0, repair.repair_from);
+  auto first_altered = check;
+  first_altered[7] ^= std::byte{1};
+  const KeyCheck from_second = open_key_check(mine, 4096, first_altered.data());
+  EXPECT_EQ(KeyCheck::Matches, from_second.verdict);
+  EXPECT_EQ(1, from_second.repair_from);
+  auto both_altered = first_altered;
+  both_altered[kKeyCheckBytes + kMinBlock + 1] ^= std::byte{1};
+  EXPECT_EQ(KeyCheck::WrongKey, open_key_check(mine, 4096, both_altered.data()).verdict);
 }
 
 TEST(Sealer, RefusesABlockSizeItCannotUse) {

@@ -18,8 +18,8 @@ using namespace rctest;
 
 constexpr uint32_t kBlock = 4096;
 constexpr uint64_t kStride = kBlock + RC_SEAL_TRAILER_BYTES;
-constexpr uint64_t kKeyCheckBytes = RC_MIN_SEAL_BLOCK + RC_SEAL_TRAILER_BYTES;
-// Where the host holds client block i: after the key check's stride.
+constexpr uint64_t kKeyCheckBytes = 2 * (RC_MIN_SEAL_BLOCK + RC_SEAL_TRAILER_BYTES);  // both copies
+// Where the host holds client block i: after the key check's stride (both copies fit one of a 4 KiB block).
 constexpr uint64_t host_address(uint64_t block) { return (block + 1) * kStride; }
 constexpr uint32_t kRegions = 4;
 
@@ -229,6 +229,26 @@ TEST_P(SealedCache, AKeyChangedUnderALiveCacheReportsIntegrityForOldData) {
   CacheHandle third;
   EXPECT_EQ(open_cache({server_.endpoint()}, sealed_options(test_key(1)), &third.c), RC_E_INTEGRITY)
       << "the check now names the new key";
+}
+
+// A first client killed while writing the key check leaves its first copy torn and the second zero: the next
+// client takes the cache as fresh (nothing was sealed in it yet) instead of refusing every key forever.
+TEST_P(SealedCache, AKeyCheckTornByAKilledFirstWriterLetsTheNextClientIn) {
+  CacheHandle host;
+  SessionHandle hs;
+  ASSERT_TRUE(open_host_view(host, hs));  // the cache exists, all zeros
+  auto torn = filled(RC_MIN_SEAL_BLOCK / 2, 0x5c);
+  ASSERT_EQ(sync_write(hs.s, 40, torn.data(), torn.size()), RC_OK);
+  CacheHandle cache;
+  ASSERT_TRUE(open(cache, sealed_options(test_key(3))));
+  SessionHandle s;
+  ASSERT_EQ(rc_session_open(cache.c, &s.s), RC_OK);
+  const auto data = filled(kBlock, 8);
+  ASSERT_EQ(sync_write(s.s, 0, data.data(), kBlock), RC_OK);
+  CacheHandle again;
+  EXPECT_TRUE(open(again, sealed_options(test_key(3)))) << "the check the second client wrote opens";
+  CacheHandle other;
+  EXPECT_EQ(open_cache({server_.endpoint()}, sealed_options(test_key(4)), &other.c), RC_E_INTEGRITY) << last_error();
 }
 
 TEST_P(SealedCache, BytesAlteredOrABlockMovedByTheHostAreDetected) {

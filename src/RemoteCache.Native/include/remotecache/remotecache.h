@@ -66,6 +66,7 @@ extern "C" {
 #define RC_MIN_SEAL_BLOCK 512            /* seal_block_size: a power of two in [RC_MIN_SEAL_BLOCK, RC_MAX_SEAL_BLOCK] */
 #define RC_MAX_SEAL_BLOCK 65536
 #define RC_SEAL_TRAILER_BYTES 32         /* stored after each sealed block: its nonce, tag and 4 reserved bytes */
+#define RC_SEAL_KEY_CHECK_BYTES 1088     /* a sealed cache's key check at address 0: 2 x (RC_MIN_SEAL_BLOCK + trailer) */
 
 /* rc_cache_options.flags */
 #define RC_OPEN_EXCLUSIVE 1u /* the cache's first client becomes its only client */
@@ -117,8 +118,11 @@ typedef struct rc_cache_options {
   const char* const* capabilities;
   /* NULL, or RC_SEAL_KEY_BYTES bytes: a sealed cache. The address space is cut into blocks of seal_block_size
    * bytes, each encrypted and authenticated (AES-256-GCM) in this process before it leaves and checked when it
-   * comes back, bound to its cache id and place; servers hold RC_SEAL_TRAILER_BYTES more per block, and
-   * rc_cache_capacity counts whole blocks. Writes cover whole blocks (RC_E_INVALID_ARGUMENT otherwise); a read
+   * comes back, bound to its cache id and place. The servers' first RC_SEAL_KEY_CHECK_BYTES hold a key check,
+   * read at open: a cache sealed under another key is refused (RC_E_INTEGRITY), one sealed in other blocks too
+   * (RC_E_INVALID_ARGUMENT), and a fresh one (zeros) gets the check. With S = seal_block_size +
+   * RC_SEAL_TRAILER_BYTES and H = ceil(RC_SEAL_KEY_CHECK_BYTES / S), block i is stored at (i + H) * S;
+   * rc_cache_capacity counts the whole blocks. Writes cover whole blocks (RC_E_INVALID_ARGUMENT otherwise); a read
    * whose blocks do not authenticate completes with RC_E_INTEGRITY and zeros in its buffer. With
    * RC_OPEN_EXCLUSIVE the client also remembers what it wrote last to each block, so an older version put back is
    * detected. The key is copied at open; it never reaches a server. */

@@ -121,16 +121,40 @@ void seal_key_check(Sealer& checker, uint32_t block, std::byte* out) {
   checker.seal(kKeyCheckIndex, plain, out);
 }
 
-KeyCheck open_key_check(Sealer& checker, uint32_t block, const std::byte* in) {
+namespace {
+
+enum class Copy { Zero, Invalid, Valid };
+
+// One copy of the key check: all zeros, not a check under this key, or one (its block size in `block`).
+Copy open_copy(Sealer& checker, const std::byte* in, uint32_t& block) {
   bool zeros = true;
   for (uint32_t i = 0; i < kKeyCheckBytes; ++i) zeros &= in[i] == std::byte{0};
-  if (zeros) return {KeyCheck::Fresh, block};
+  if (zeros) return Copy::Zero;
   std::byte plain[kMinBlock];
   if (!checker.open(kKeyCheckIndex, in, plain) || std::memcmp(plain, kKeyCheckMagic, sizeof kKeyCheckMagic) != 0)
-    return {KeyCheck::WrongKey, 0};
-  uint32_t theirs = 0;
-  for (int i = 0; i < 4; ++i) theirs |= std::to_integer<uint32_t>(plain[sizeof kKeyCheckMagic + i]) << (8 * i);
-  return {theirs == block ? KeyCheck::Matches : KeyCheck::OtherBlockSize, theirs};
+    return Copy::Invalid;
+  block = 0;
+  for (int i = 0; i < 4; ++i) block |= std::to_integer<uint32_t>(plain[sizeof kKeyCheckMagic + i]) << (8 * i);
+  return Copy::Valid;
+}
+
+}  // namespace
+
+KeyCheck open_key_check(Sealer& checker, uint32_t block, const std::byte* in) {
+  static_assert(kKeyCheckCopies == 2);
+  uint32_t blocks[2] = {};
+  const Copy first = open_copy(checker, in, blocks[0]);
+  const Copy second = open_copy(checker, in + kKeyCheckBytes, blocks[1]);
+  if (first == Copy::Valid || second == Copy::Valid) {
+    const int whole = first == Copy::Valid ? 0 : 1;
+    const uint32_t theirs = blocks[whole];
+    if (theirs != block) return {KeyCheck::OtherBlockSize, theirs};
+    const bool other_holds_it = (whole == 0 ? second : first) == Copy::Valid && blocks[1 - whole] == theirs;
+    return {KeyCheck::Matches, theirs, other_holds_it ? -1 : whole};
+  }
+  // Zeros after zeros or after a torn first copy: a fresh cache, or a first writer killed before it finished.
+  if (second == Copy::Zero) return {KeyCheck::Fresh, block};
+  return {KeyCheck::WrongKey};
 }
 
 }  // namespace rc::client::seal

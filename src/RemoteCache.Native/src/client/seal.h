@@ -1,7 +1,6 @@
 // Sealing of an encrypted cache's blocks (docs/encryption.md). The address space a client sees is cut into blocks of
 // `block` bytes; each is stored as its AES-256-GCM ciphertext followed by a 32-byte trailer: the 12-byte nonce, the
-// 16-byte tag and 4 reserved bytes (zero). The servers' first stride holds the key check (below); block i follows
-// at (i + 1) strides. The associated data is the cache id and the block's index, so a block
+// 16-byte tag and 4 reserved bytes (zero). The servers' first strides hold the key check (below); the blocks follow. The associated data is the cache id and the block's index, so a block
 // copied to another place or another cache fails its check, and the tag pins one sealing: a client that remembers
 // the tag of what it last wrote (PinTable) also detects an older version put back. Keys stay in this process.
 #pragma once
@@ -25,6 +24,10 @@ constexpr uint32_t kTrailerBytes = RC_SEAL_TRAILER_BYTES;  // nonce, tag, reserv
 static_assert(kTrailerBytes >= kNonceBytes + kTagBytes);
 constexpr uint32_t kMinBlock = RC_MIN_SEAL_BLOCK;
 constexpr uint32_t kMaxBlock = RC_MAX_SEAL_BLOCK;
+constexpr uint64_t kKeyCheckIndex = UINT64_MAX;
+constexpr uint32_t kKeyCheckBytes = kMinBlock + kTrailerBytes;  // one copy of the key check (below)
+constexpr uint32_t kKeyCheckCopies = 2;
+static_assert(kKeyCheckCopies * kKeyCheckBytes == RC_SEAL_KEY_CHECK_BYTES);
 
 // Where the blocks of a client address range live in the servers' (physical) address space.
 struct Layout {
@@ -32,13 +35,15 @@ struct Layout {
 
   static bool valid_block(uint32_t bytes) { return bytes >= kMinBlock && bytes <= kMaxBlock && (bytes & (bytes - 1)) == 0; }
   uint64_t stride() const { return uint64_t{block} + kTrailerBytes; }
-  // The client's capacity in a physical space of `physical` bytes: whole blocks after the key check's stride.
+  // Strides before block 0: the key check's copies.
+  uint64_t header_strides() const { return (uint64_t{RC_SEAL_KEY_CHECK_BYTES} + stride() - 1) / stride(); }
+  // The client's capacity in a physical space of `physical` bytes: whole blocks after the key check's strides.
   uint64_t capacity(uint64_t physical) const {
     const uint64_t strides = physical / stride();
-    return strides > 1 ? (strides - 1) * block : 0;
+    return strides > header_strides() ? (strides - header_strides()) * block : 0;
   }
   // Where block `index` starts in the servers' space.
-  uint64_t physical(uint64_t index) const { return (index + 1) * stride(); }
+  uint64_t physical(uint64_t index) const { return (index + header_strides()) * stride(); }
   uint64_t first_block(uint64_t address) const { return address / block; }
   // Blocks that [address, address + length) touches (length > 0).
   uint64_t block_count(uint64_t address, uint64_t length) const {
@@ -92,23 +97,24 @@ class Sealer {
   NonceSource nonces_;
 };
 
-// The key check: a block of kMinBlock bytes at the start of the servers' space, sealed as index kKeyCheckIndex
-// (no data block has it) over a plaintext naming the format and the cache's block size. It lets a client with
-// another key, or another block size, be refused at open instead of failing every read; all zeros (memory never
-// written) is a fresh cache, whose first client writes the check.
-constexpr uint64_t kKeyCheckIndex = UINT64_MAX;
-constexpr uint32_t kKeyCheckBytes = kMinBlock + kTrailerBytes;
-
+// The key check: a block of kMinBlock bytes sealed as index kKeyCheckIndex (no data block has it) over a plaintext
+// naming the format and the cache's block size, stored twice at the start of the servers' space. It lets a client
+// with another key, or another block size, be refused at open instead of failing every read; all zeros (memory never
+// written) is a fresh cache, whose first client writes the check: the first copy, then the second, so that a client
+// killed while writing leaves a torn first copy and a zero second one, which reads as fresh again (a torn second
+// copy beside a whole first one is repaired).
 struct KeyCheck {
   enum Verdict { Fresh, Matches, WrongKey, OtherBlockSize };
   Verdict verdict;
-  uint32_t block;  // OtherBlockSize: the cache's
+  uint32_t block = 0;     // Matches, OtherBlockSize: the cache's
+  int repair_from = -1;   // Matches: the copy to write over the other, which does not hold it; -1: none
 };
 
-// `checker`: a Sealer for the key with blocks of kMinBlock. Seals the check of a cache with blocks of `block`
-// bytes into out[kKeyCheckBytes].
+// `checker`: a Sealer for the key with blocks of kMinBlock. Seals one copy of the check of a cache with blocks of
+// `block` bytes into out[kKeyCheckBytes].
 void seal_key_check(Sealer& checker, uint32_t block, std::byte* out);
-// What a check read from the servers (kKeyCheckBytes) says to a client with `checker`'s key and blocks of `block`.
+// What the two copies read from the servers (kKeyCheckCopies * kKeyCheckBytes at `in`) say to a client with
+// `checker`'s key and blocks of `block`.
 KeyCheck open_key_check(Sealer& checker, uint32_t block, const std::byte* in);
 
 // What this client last wrote to each block, so that a block read back with another sealing — an older version
