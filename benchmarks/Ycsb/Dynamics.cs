@@ -44,6 +44,10 @@ internal static class Dynamics
     // The event that starts each timeline comes after a quarter of it: the "before" level.
     private const double EventShare = 0.25;
 
+    // How long past the timeline the manager's replacement is still waited for: on a loaded machine it can come after
+    // the sampling stopped, and is then reported at the time it came rather than as missing.
+    private static readonly TimeSpan LateReplacementLimit = TimeSpan.FromSeconds(30);
+
     // Names of the events (also in dynamics.json).
     public const string Notice = "reclaim notice", Killed = "server killed", FirstTierError = "first tier error",
         Failed = "failure reported", Replaced = "replacement in place", TierBack = "tier back", Serving = "cache tier serving again",
@@ -91,6 +95,9 @@ internal static class Dynamics
                     })
                     : Task.Run(controlPlane.KillServer);
             });
+            var late = Stopwatch.StartNew();
+            while (trigger is not null && !events.Any(e => e.What == Replaced) && late.Elapsed < LateReplacementLimit && !watch.IsCompleted)
+                Thread.Sleep(50);
             stop.Cancel();
             poll.Join();
             watch.ContinueWith(_ => { }).Wait();
