@@ -4,7 +4,7 @@
 #   1. native-release  build/native        RelWithDebInfo, GoogleTest suites via ctest
 #   2. native-asan     build/native-asan   clang-14, -DRC_SANITIZE=address,undefined, ctest
 #   3. native-tsan     build/native-tsan   clang-14, -DRC_SANITIZE=thread, ctest
-#   4. fuzz            build/native-fuzz   clang-14 libFuzzer: 6 targets, an equal share of RC_FUZZ_SECONDS
+#   4. fuzz            build/native-fuzz   clang-14 libFuzzer: 7 targets, an equal share of RC_FUZZ_SECONDS
 #                                          each, from generated seeds (fuzz/CMakeLists.txt lists them)
 #      (the native builds are the configure presets release, asan, tsan and fuzz of CMakePresets.json)
 #   5. dotnet          dotnet test RemoteCache.sln on the newest target framework (net10.0)
