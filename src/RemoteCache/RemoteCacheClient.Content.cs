@@ -28,11 +28,11 @@ public sealed partial class RemoteCacheClient
         ContentLost?.Invoke(this, new RemoteCacheContentLostEventArgs(address, length, reason));
     }
 
-    /// <summary>Bytes of the servers' address space: the sum of the regions (more than <see cref="Capacity"/> for an encrypted cache).</summary>
     // The client bytes the servers' bytes [address, +length) hold (an encrypted cache's blocks; a plain cache's are the same).
     internal (long Address, long Length) ClientRange(long address, long length) =>
         _encrypted is { } layout ? layout.ClientRange(address, length, Capacity) : (address, Math.Min(length, Math.Max(Capacity - address, 0)));
 
+    // Bytes of the servers' address space: the sum of the regions (more than Capacity for an encrypted cache).
     internal long ServerBytes()
     {
         long total = 0;

@@ -141,8 +141,7 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
     public static RemoteCacheClient Open(IEnumerable<string> endpoints, RemoteCacheOptions options)
     {
         var (list, plan) = Checked(endpoints, options);
-        var key = options.EncryptionKeyProvider is null ? options.EncryptionKey
-                  : ProvidedKeyAsync(options, CancellationToken.None).AsTask().GetAwaiter().GetResult();
+        var key = KeyAsync(options, CancellationToken.None).AsTask().GetAwaiter().GetResult();
         return OpenKeyed(list, options, key, plan, LoggerFor(options));
     }
 
@@ -164,8 +163,7 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
         var (list, plan) = Checked(endpoints, options);
         cancellationToken.ThrowIfCancellationRequested();
         var logger = LoggerFor(options);
-        var key = options.EncryptionKeyProvider is null ? options.EncryptionKey
-                  : await ProvidedKeyAsync(options, cancellationToken).ConfigureAwait(false);
+        var key = await KeyAsync(options, cancellationToken).ConfigureAwait(false);
         var opening = BlockingCall.Start(() => OpenKeyed(list, options, key, plan, logger));
         try
         {
@@ -234,9 +232,12 @@ public sealed partial class RemoteCacheClient : IAsyncDisposable, IDisposable
         return plan;
     }
 
-    private static async ValueTask<byte[]> ProvidedKeyAsync(RemoteCacheOptions options, CancellationToken cancellationToken)
+    // The key to open with: the options' own, the provider's (checked), or none for a plain cache.
+    private static async ValueTask<byte[]?> KeyAsync(RemoteCacheOptions options, CancellationToken cancellationToken)
     {
-        var key = await options.EncryptionKeyProvider!.GetKeyAsync(options.CacheId, cancellationToken).ConfigureAwait(false);
+        if (options.EncryptionKeyProvider is not { } provider)
+            return options.EncryptionKey;
+        var key = await provider.GetKeyAsync(options.CacheId, cancellationToken).ConfigureAwait(false);
         if (key is null || key.Length != RemoteCacheOptions.EncryptionKeyBytes)
         {
             if (key is not null)

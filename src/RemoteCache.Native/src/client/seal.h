@@ -127,7 +127,6 @@ KeyCheck open_key_check(Sealer& checker, uint32_t block, const std::byte* in);
 class PinTable {
  public:
   explicit PinTable(uint64_t blocks) : blocks_(blocks), words_(std::make_unique<std::atomic<uint64_t>[]>(blocks)) {}
-  uint64_t size() const { return blocks_; }
 
   void write_started(uint64_t block) {
     if (block < blocks_) words_[block].fetch_add(1, std::memory_order_acq_rel);
